@@ -1,0 +1,31 @@
+"""The ``mirage`` command line: one click group, each concept adds its own subcommands."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from mirage import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="mirage")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Mirage: proactive provisioning of chained jobs on Slurm GPU clusters."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    # Subcommand groups live beside their concept; imported here so that `mirage --help`
+    # lists them all. Each import is cheap (heavy libraries are imported inside commands).
+    from mirage.profile.cli import profile
+    from mirage.trace.cli import trace
+
+    main.add_command(trace)
+    main.add_command(profile)
+
+
+_register()

@@ -1,0 +1,60 @@
+"""The narrow interface every Slurm backend implements (CLI, pyslurm, simulator).
+
+Daemon, policies, trace import and profile capture only ever talk to this class, so
+they run unchanged against a real cluster and against the simulator.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+
+from mirage.slurm.types import QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
+
+
+class SlurmClient(abc.ABC):
+    """Queue reads, accounting reads, and the few actions a provisioner needs."""
+
+    @abc.abstractmethod
+    def queue(self) -> QueueSnapshot:
+        """Every job the controller holds, from one batched call."""
+
+    @abc.abstractmethod
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        """Jobs in accounting active between ``start`` and ``end`` (epoch s; ``None`` = now)."""
+
+    @abc.abstractmethod
+    def submit(self, request: SubmitRequest) -> str:
+        """Submit a batch job and return its id."""
+
+    @abc.abstractmethod
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel jobs (unknown or finished ids are not an error)."""
+
+    @abc.abstractmethod
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        """Send a signal (e.g. "USR1") to a running job, by default to its batch shell only."""
+
+    @abc.abstractmethod
+    def hold(self, job_ids: Sequence[str]) -> None:
+        """Hold pending jobs."""
+
+    @abc.abstractmethod
+    def release(self, job_ids: Sequence[str]) -> None:
+        """Release held jobs."""
+
+    @abc.abstractmethod
+    def update_time_limit(self, job_id: str, seconds: int) -> None:
+        """Change a pending job's time limit."""
+
+    @abc.abstractmethod
+    def start_estimates(self) -> dict[str, StartEstimate]:
+        """Slurm's start estimate for every pending job (``squeue --start``)."""
+
+    @abc.abstractmethod
+    def test_only(self, request: SubmitRequest) -> StartEstimate:
+        """When would this job start if submitted now (``sbatch --test-only``; costs a job id)."""
+
+    @abc.abstractmethod
+    def show(self, kind: str) -> list[Mapping[str, str]]:
+        """``scontrol show <kind>`` (partition, node, config) as one key/value mapping per entity."""
