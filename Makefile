@@ -1,0 +1,48 @@
+# Mirage: the two commands of the README are `make demo` and `make test`.
+# Both create .venv and install what they need; `make test` also installs and starts the
+# real Slurm test cluster (Debian packages; needs root) and stops it afterwards.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | sha1sum | cut -c1-12)
+# Unit tests in parallel; real-Slurm tests in their own run, sharing one cluster start.
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	scripts/ensure-python.sh $(PYTHON)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: venv
+	$(BIN)/mirage trace inspect traces/ls6-a100-slice.log.gz
+
+lint: venv
+	$(BIN)/ruff check mirage tests scripts
+	$(BIN)/ruff format --check mirage tests scripts
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -m "not slurm" -n $(PYTEST_WORKERS) -q
+
+slurm-up:
+	scripts/slurm-testbed/start.sh
+
+slurm-down:
+	scripts/slurm-testbed/stop.sh
+
+# The cluster is stopped whatever the outcome; the exit status is pytest's.
+slurm-tests: venv slurm-up
+	MIRAGE_REQUIRE_SLURM=1 $(BIN)/pytest -m slurm -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
+
+test: lint unit slurm-tests
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,163 @@
+"""Build a cluster profile from a live cluster (``scontrol show partition|node|config``)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from mirage.profile.schema import ClusterProfile, Partition, ProfileError, SchedulerSettings
+from mirage.slurm.client import SlurmClient
+
+log = logging.getLogger(__name__)
+
+_UNLIMITED = {"UNLIMITED", "INFINITE", "NONE", "N/A", ""}
+
+
+def parse_slurm_duration(text: str, bare_unit_s: int = 60) -> int | None:
+    """Slurm duration text to seconds; None for UNLIMITED/INFINITE.
+
+    Accepts Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. A bare number counts in
+    ``bare_unit_s`` (minutes for time limits, as in sbatch's --time).
+    Values with a trailing unit word, as scontrol prints ("30 sec"), are accepted too.
+    """
+    text = text.strip()
+    if text.upper() in _UNLIMITED:
+        return None
+    m = re.fullmatch(r"(\d+)\s*(sec|min)", text)
+    if m:
+        return int(m[1]) * (1 if m[2] == "sec" else 60)
+    days = 0
+    if "-" in text:
+        day_text, text = text.split("-", 1)
+        if not day_text.isdigit():
+            raise ValueError(f"not a Slurm duration: {text!r}")
+        days = int(day_text)
+        parts = [int(p) for p in text.split(":")]
+        parts += [0] * (3 - len(parts))  # D-H, D-H:M
+        hours, minutes, seconds = parts[:3]
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        return parts[0] * bare_unit_s
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    if len(parts) == 3:
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    raise ValueError(f"not a Slurm duration: {text!r}")
+
+
+def gpus_in_gres(gres: str) -> tuple[int, str]:
+    """Count GPUs in a node's Gres string, e.g. ``gpu:a100:4(S:0-1),shard:8`` -> (4, "a100")."""
+    count, kind = 0, ""
+    for raw in re.split(r",(?![^(]*\))", gres):
+        fields = re.sub(r"\(.*\)$", "", raw.strip()).split(":")
+        if not fields or fields[0] != "gpu":
+            continue
+        if len(fields) >= 3:
+            kind = kind or fields[1]
+        tail = fields[-1]
+        if tail.isdigit():
+            count += int(tail)
+    return count, kind
+
+
+def _merge(records: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for rec in records:
+        merged.update(rec)
+    return merged
+
+
+def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
+    """Priority weights and backfill parameters from ``scontrol show config``."""
+    params: dict[str, str] = {}
+    for item in config.get("SchedulerParameters", "").split(","):
+        key, _, value = item.partition("=")
+        if key and key != "(null)":
+            params[key] = value
+    defaults = SchedulerSettings()
+
+    def num(key: str, default: int) -> int:
+        value = config.get(key, "")
+        return int(value) if value.isdigit() else default
+
+    def param(key: str, default: int, unit: int = 1) -> int:
+        value = params.get(key, "")
+        return int(value) * unit if value.isdigit() else default
+
+    max_age = parse_slurm_duration(config.get("PriorityMaxAge", "7-00:00:00"))
+    return SchedulerSettings(
+        priority_weight_age=num("PriorityWeightAge", 0),
+        priority_weight_job_size=num("PriorityWeightJobSize", 0),
+        priority_weight_fairshare=num("PriorityWeightFairShare", 0),
+        priority_weight_partition=num("PriorityWeightPartition", 0),
+        priority_max_age_s=defaults.priority_max_age_s if max_age is None else max_age,
+        priority_favor_small=config.get("PriorityFavorSmall", "No").lower() in ("yes", "1"),
+        backfill="slurm",
+        bf_interval_s=param("bf_interval", defaults.bf_interval_s),
+        bf_window_s=param("bf_window", defaults.bf_window_s, 60),  # minutes in slurm.conf
+        bf_resolution_s=param("bf_resolution", defaults.bf_resolution_s),
+        bf_max_job_test=param("bf_max_job_test", defaults.bf_max_job_test),
+        sched_interval_s=param("sched_interval", defaults.sched_interval_s),
+    )
+
+
+def partitions_from(
+    partitions: Sequence[Mapping[str, str]], nodes: Sequence[Mapping[str, str]]
+) -> tuple[Partition, ...]:
+    """One profile partition per Slurm partition, with its nodes' most common shape."""
+    members: dict[str, list[Mapping[str, str]]] = {}
+    for node in nodes:
+        for part_name in node.get("Partitions", "").split(","):
+            if part_name:
+                members.setdefault(part_name, []).append(node)
+    out = []
+    for part in partitions:
+        name = part.get("PartitionName", "")
+        its = members.get(name, [])
+        if not name or not its:
+            log.warning("partition %r has no nodes in `scontrol show node`; skipped", name)
+            continue
+        shapes = Counter(
+            (
+                int(n.get("CPUTot", "0") or 0),
+                int(n.get("RealMemory", "0") or 0),
+                gpus_in_gres(n.get("Gres", "")),
+            )
+            for n in its
+        )
+        (cpus, mem, (gpus, kind)), _ = shapes.most_common(1)[0]
+        if len(shapes) > 1:
+            log.warning(
+                "partition %s mixes %d node shapes; profile uses the most common", name, len(shapes)
+            )
+        out.append(
+            Partition(
+                name=name,
+                nodes=len(its),
+                cpus_per_node=cpus,
+                memory_mb_per_node=mem,
+                gpus_per_node=gpus,
+                gpu_type=kind,
+                max_time_s=parse_slurm_duration(part.get("MaxTime", "UNLIMITED")),
+                default=part.get("Default", "NO").upper() == "YES",
+            )
+        )
+    return tuple(out)
+
+
+def capture_profile(client: SlurmClient, name: str, timezone: str = "UTC") -> ClusterProfile:
+    """Read partitions, nodes and scheduler configuration through the Slurm client."""
+    config = _merge(client.show("config"))
+    parts = partitions_from(client.show("partition"), client.show("node"))
+    if not parts:
+        raise ProfileError("the cluster reports no partition with nodes")
+    return ClusterProfile(
+        name=name,
+        description=f"captured from cluster {config.get('ClusterName', '?')}",
+        timezone=timezone,
+        partitions=parts,
+        scheduler=scheduler_from_config(config),
+    )
