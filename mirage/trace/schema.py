@@ -58,10 +58,7 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     """
     out = pd.DataFrame(index=df.index)
     for col in COLUMNS:
-        if col in df.columns:
-            series = df[col]
-        else:
-            series = pd.Series([pd.NA] * len(df), index=df.index)
+        series = df[col] if col in df.columns else pd.Series([pd.NA] * len(df), index=df.index)
         if col in STRING_COLUMNS:
             out[col] = series.astype("string").fillna("")
         else:

@@ -1,0 +1,106 @@
+"""``mirage trace``: inspect, convert and import job traces."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, cast
+
+import click
+
+if TYPE_CHECKING:
+    from mirage.slurm.client import SlurmClient
+    from mirage.trace.load import TraceLoad
+
+_FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
+
+
+def make_slurm_client() -> SlurmClient:
+    """The real Slurm client (sacct); tests monkeypatch this or pass ``obj={"slurm_client"}``."""
+    module = importlib.import_module("mirage.slurm.cli_backend")
+    return cast("SlurmClient", module.CliSlurmClient())
+
+
+def _load(path: str, fmt: str | None, tz: str | None) -> TraceLoad:
+    from mirage.trace.load import TraceFormatError
+    from mirage.trace.readers import load_trace
+
+    try:
+        return load_trace(path, fmt, tz)
+    except (TraceFormatError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group()
+def trace() -> None:
+    """Read job traces (sacct exports, SWF, CSV, Parquet) and Slurm accounting."""
+
+
+@trace.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool) -> None:
+    """Summarise FILE: jobs, skipped rows, span, users, waits, requests, chains."""
+    from mirage.trace.summary import render, summarize
+
+    summary = summarize(_load(file, fmt, tz))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        render(summary)
+
+
+@trace.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
+def convert(file: str, out: str, fmt: str | None, tz: str | None) -> None:
+    """Convert FILE to the canonical table in Parquet (OUT)."""
+    from mirage.trace.parquet import write_parquet
+
+    load = _load(file, fmt, tz)
+    try:
+        write_parquet(load, out)
+    except OSError as exc:
+        raise click.ClickException(f"{out}: cannot write: {exc.strerror or exc}") from exc
+    click.echo(f"{out}: {len(load.jobs)} jobs ({len(load.skipped)} rows skipped) from {file}")
+
+
+def _epoch(text: str, option: str) -> int:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not an ISO date/time: {text!r}", param_hint=option) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp())
+
+
+@trace.command(name="import")
+@click.option("--start", required=True, help="ISO date/time (UTC unless it has an offset).")
+@click.option("--end", required=True, help="ISO date/time (UTC unless it has an offset).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Parquet file.")
+@click.pass_context
+def import_(ctx: click.Context, start: str, end: str, out: str) -> None:
+    """Import Slurm accounting (sacct) between START and END into a Parquet trace."""
+    from mirage.slurm.types import SlurmError
+    from mirage.trace.accounting import import_accounting
+    from mirage.trace.parquet import write_parquet
+
+    lo, hi = _epoch(start, "--start"), _epoch(end, "--end")
+    if hi <= lo:
+        raise click.BadParameter("must be after --start", param_hint="--end")
+    obj = ctx.obj if isinstance(ctx.obj, dict) else {}
+    try:
+        client = obj.get("slurm_client") or make_slurm_client()
+        load = import_accounting(client, lo, hi)
+        write_parquet(load, out)
+    except SlurmError as exc:
+        raise click.ClickException(f"Slurm accounting failed: {exc}") from exc
+    except (ImportError, OSError) as exc:
+        raise click.ClickException(f"cannot import accounting: {exc}") from exc
+    click.echo(f"{out}: {len(load.jobs)} jobs from Slurm accounting")
