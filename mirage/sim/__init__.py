@@ -1,0 +1,6 @@
+"""Trace-driven, discrete-event Slurm simulator (engine, backfill planning, fork, backend)."""
+
+from mirage.sim.engine import JobView, SimError, Simulation
+from mirage.sim.workload import JobSpec, Workload, from_table
+
+__all__ = ["JobSpec", "JobView", "SimError", "Simulation", "Workload", "from_table"]

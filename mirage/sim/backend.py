@@ -1,0 +1,280 @@
+"""The simulator behind the ``SlurmClient`` interface, so the daemon and policies run on it.
+
+Time moves only when the caller says so: ``advance_to(t)`` / ``advance(seconds)``, or,
+with an injected ``clock``, to ``clock()`` at the start of every call. Submitted jobs need
+a run time the real cluster would discover by running them: ``runtime(request)`` gives
+it (default: the job runs exactly to its time limit, as chained training segments do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from mirage.sim.engine import JobView, SimError, Simulation
+from mirage.sim.workload import INFINITE, JobSpec
+from mirage.slurm.client import SlurmClient
+from mirage.slurm.types import (
+    JobState,
+    QueueSnapshot,
+    SlurmJob,
+    StartEstimate,
+    SubmitError,
+    SubmitRequest,
+)
+
+Runtime = Callable[[SubmitRequest], int | None]
+
+
+def gres_gpus(gres: str | None) -> int:
+    """ "gpu:4" / "gpu:a100:4" -> 4; "gpu" -> 1; None -> 0."""
+    if not gres:
+        return 0
+    total = 0
+    for item in gres.split(","):
+        fields = item.split(":")
+        if fields[0] == "gpu":
+            total += int(fields[-1]) if fields[-1].isdigit() else 1
+    return total
+
+
+def slurm_duration(seconds: int | None) -> str:
+    """Seconds -> Slurm's "D-HH:MM:SS" ("UNLIMITED" for None)."""
+    if seconds is None:
+        return "UNLIMITED"
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+class SimSlurmClient(SlurmClient):
+    """A SlurmClient whose cluster is a ``Simulation``."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        user: str = "mirage",
+        account: str = "",
+        runtime: Runtime | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.sim = sim
+        self.user = user
+        self.account = account
+        self.runtime = runtime
+        self.clock = clock
+        self.signals: list[tuple[str, str]] = []  # (job id, signal) sent, for tests
+
+    # ---- time ------------------------------------------------------------------------
+
+    def now(self) -> int:
+        self._sync()
+        return self.sim.now
+
+    def advance_to(self, t: int) -> None:
+        self.sim.run_until(t)
+
+    def advance(self, seconds: int) -> None:
+        self.sim.run_until(self.sim.now + seconds)
+
+    def _sync(self) -> None:
+        if self.clock is not None:
+            self.sim.run_until(self.clock())
+
+    # ---- reads -----------------------------------------------------------------------
+
+    def queue(self) -> QueueSnapshot:
+        self._sync()
+        sim = self.sim
+        jobs = [self._record(v) for v in sim.pending_jobs() + sim.running_jobs()]
+        jobs.sort(key=lambda j: int(j.job_id))
+        return QueueSnapshot(taken_at=sim.now, jobs=tuple(jobs), slurm_version="sim")
+
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        """Jobs submitted by ``end`` that had not finished before ``start`` (as sacct -S -E)."""
+        self._sync()
+        upto = self.sim.now if end is None else end
+        out = []
+        for v in self.sim.all_jobs():
+            if v.state is None or v.spec.submit > upto:
+                continue
+            if v.state.is_finished and v.end is not None and v.end < start:
+                continue
+            out.append(self._record(v))
+        return out
+
+    def start_estimates(self) -> dict[str, StartEstimate]:
+        self._sync()
+        return {
+            v.job_id: StartEstimate(v.job_id, v.estimate, partition=v.spec.partition)
+            for v in self.sim.pending_jobs()
+        }
+
+    def _record(self, v: JobView) -> SlurmJob:
+        s = v.spec
+        st = v.state or JobState.PENDING
+        start = v.start if st is not JobState.PENDING else v.estimate
+        exit_code = {JobState.COMPLETED: 0, JobState.FAILED: 1}.get(st)
+        return SlurmJob(
+            job_id=v.job_id,
+            name=s.name,
+            user=s.user,
+            account=self.account,
+            partition=s.partition,
+            state=st,
+            reason=v.reason,
+            submit=s.submit,
+            eligible=v.eligible,
+            start=start,
+            end=v.end,
+            time_limit=v.time_limit,
+            nodes=s.nodes,
+            cpus=s.nodes * self._partition_cpus(s.partition),
+            gpus=s.gpus,
+            priority=v.priority,
+            dependency=s.dependency,
+            comment=s.comment,
+            exit_code=exit_code,
+            raw_state=st.value,
+        )
+
+    def _partition_cpus(self, name: str) -> int:
+        return self.sim.profile.partition(name).cpus_per_node
+
+    # ---- actions ---------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> str:
+        self._sync()
+        spec = self._spec(request)
+        try:
+            job_id = self.sim.add_job(spec)
+        except SimError as exc:
+            raise SubmitError(["sbatch"], 1, str(exc)) from exc
+        self.sim.run_until(self.sim.now)  # handle the submit now, as slurmctld does
+        return job_id
+
+    def _spec(self, request: SubmitRequest) -> JobSpec:
+        profile = self.sim.profile
+        try:
+            part = profile.partition(request.partition)
+        except ValueError as exc:
+            raise SubmitError(["sbatch"], 1, str(exc)) from exc
+        gpus = gres_gpus(request.gres)
+        per_node = max(1, part.gpus_per_node)
+        nodes = request.nodes or max(1, -(-gpus // per_node))
+        if nodes > self.sim.capacity[part.name]:
+            raise SubmitError(["sbatch"], 1, "Requested node configuration is not available")
+        limit = request.time_limit if request.time_limit is not None else part.max_time_s
+        if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
+            raise SubmitError(["sbatch"], 1, "Requested time limit is invalid")
+        run = self.runtime(request) if self.runtime is not None else None
+        if run is None:
+            run = INFINITE if limit is None else limit
+        return JobSpec(
+            submit=self.sim.now,
+            run=run,
+            time_limit=limit,
+            nodes=nodes,
+            partition=part.name,
+            gpus=gpus or nodes * part.gpus_per_node,
+            user=self.user,
+            name=request.job_name or "",
+            dependency=request.dependency or "",
+            hold=request.hold,
+            comment=request.comment or "",
+        )
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        self._sync()
+        for job_id in job_ids:
+            try:
+                self.sim.cancel(job_id)
+            except SimError:
+                continue  # unknown ids are not an error (scancel's behaviour)
+
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        self.signals.append((job_id, signal))
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        self._sync()
+        for job_id in job_ids:
+            self.sim.set_hold(job_id, True)
+        self.sim.run_until(self.sim.now)
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        self._sync()
+        for job_id in job_ids:
+            self.sim.set_hold(job_id, False)
+        self.sim.run_until(self.sim.now)
+
+    def update_time_limit(self, job_id: str, seconds: int) -> None:
+        self._sync()
+        self.sim.update_time_limit(job_id, seconds)
+        self.sim.run_until(self.sim.now)
+
+    def test_only(self, request: SubmitRequest) -> StartEstimate:
+        """Fork, submit there, plan at once; the parent simulation is untouched."""
+        self._sync()
+        probe = SimSlurmClient(self.sim.fork(), self.user, self.account, self.runtime)
+        job_id = probe.submit(request)
+        probe.sim.schedule_now()
+        v = probe.sim.view(job_id)
+        start = v.start if v.start is not None else v.estimate
+        return StartEstimate(None, start, partition=v.spec.partition)
+
+    def show(self, kind: str) -> list[Mapping[str, str]]:
+        """``scontrol show partition|node|config`` records derived from the profile."""
+        if kind == "partition":
+            return [self._show_partition(p.name) for p in self.sim.profile.partitions]
+        if kind == "node":
+            return [rec for p in self.sim.profile.partitions for rec in self._show_nodes(p.name)]
+        if kind == "config":
+            return [self._show_config()]
+        raise SimError(f"show {kind!r}: only partition, node and config are simulated")
+
+    def _show_partition(self, name: str) -> Mapping[str, str]:
+        p = self.sim.profile.partition(name)
+        n = self.sim.capacity[name]
+        return {
+            "PartitionName": name,
+            "TotalNodes": str(n),
+            "TotalCPUs": str(n * p.cpus_per_node),
+            "MaxTime": slurm_duration(p.max_time_s),
+            "Default": "YES" if p.default else "NO",
+            "State": "UP",
+        }
+
+    def _show_nodes(self, name: str) -> list[Mapping[str, str]]:
+        p = self.sim.profile.partition(name)
+        gres = "(null)"
+        if p.gpus_per_node:
+            gres = f"gpu:{p.gpu_type}:{p.gpus_per_node}" if p.gpu_type else f"gpu:{p.gpus_per_node}"
+        return [
+            {
+                "NodeName": f"{name}-{k:04d}",
+                "CPUTot": str(p.cpus_per_node),
+                "RealMemory": str(p.memory_mb_per_node),
+                "Gres": gres,
+                "Partitions": name,
+                "State": "IDLE",
+            }
+            for k in range(self.sim.capacity[name])
+        ]
+
+    def _show_config(self) -> Mapping[str, str]:
+        s = self.sim.sched
+        params = (
+            f"bf_interval={s.bf_interval_s},bf_window={s.bf_window_s // 60},"
+            f"bf_resolution={s.bf_resolution_s},bf_max_job_test={s.bf_max_job_test},"
+            f"sched_interval={s.sched_interval_s}"
+        )
+        return {
+            "ClusterName": f"sim-{self.sim.profile.name}",
+            "SchedulerType": "sched/backfill",
+            "SchedulerParameters": params,
+            "PriorityType": "priority/multifactor",
+            "PriorityWeightAge": str(s.priority_weight_age),
+            "PriorityWeightJobSize": str(s.priority_weight_job_size),
+            "PriorityWeightFairShare": str(s.priority_weight_fairshare),
+            "PriorityWeightPartition": str(s.priority_weight_partition),
+            "PriorityMaxAge": slurm_duration(s.priority_max_age_s),
+            "PriorityFavorSmall": "Yes" if s.priority_favor_small else "No",
+        }

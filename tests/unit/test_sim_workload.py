@@ -1,0 +1,65 @@
+"""Canonical trace table -> simulator jobs, and a replay summary."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mirage.sim import Simulation, from_table
+from mirage.sim.report import results, summarize
+from mirage.sim.scenario import toy_profile
+from mirage.trace.schema import conform
+
+
+def table() -> pd.DataFrame:
+    return conform(
+        pd.DataFrame(
+            {
+                "job_id": ["a", "b", "c", "d"],
+                "user": ["u1", "u2", "u1", "u3"],
+                "partition": ["gpu", "other", "gpu", "gpu"],
+                "state": ["COMPLETED", "FAILED", "COMPLETED", "CANCELLED"],
+                "submit": [1000, 1100, 1300, 1400],
+                "eligible": [1000, 1200, None, None],
+                "start": [1000, 1500, 1400, None],
+                "end": [1600, 1600, 2000, None],
+                "time_limit": [3600, None, 300, 60],
+                "nodes": [2, 1, 9, 1],
+                "exit_code": [0, 1, 0, None],
+            }
+        )
+    )
+
+
+def test_rows_without_times_and_oversized_jobs_are_dropped_and_counted() -> None:
+    wl = from_table(table(), toy_profile(4), max_nodes=4)
+    assert [j.trace_id for j in wl.jobs] == ["a", "b"]
+    assert wl.dropped == {"no start/end": 1, "too many nodes": 1}
+
+
+def test_fields_and_defaults() -> None:
+    a, b = from_table(table(), toy_profile(4), max_nodes=4).jobs
+    assert (a.submit, a.run, a.time_limit, a.nodes, a.partition) == (1000, 600, 3600, 2, "gpu")
+    # unknown partition -> default; unknown limit -> run time; eligible -> begin
+    assert (b.partition, b.time_limit, b.begin, b.fails) == ("gpu", 100, 1200, True)
+    assert (b.real_submit, b.real_start) == (1100, 1500)
+
+
+def test_arrival_scale_compresses_inter_arrival_times() -> None:
+    jobs = from_table(table(), toy_profile(4), arrival_scale=2.0).jobs
+    assert [j.submit for j in jobs] == [1000, 1050, 1150]
+    assert jobs[1].begin == 1150  # the eligible delay itself is kept
+
+
+def test_replay_and_summary() -> None:
+    wl = from_table(table(), toy_profile(4), max_nodes=4)
+    sim = Simulation(toy_profile(4), start_time=wl.jobs[0].submit)
+    sim.add_jobs(wl.jobs)
+    sim.run()
+    df = results(sim)
+    assert list(df["start"]) == [1000, 1200]
+    assert list(df["wait"]) == [0, 100]
+    assert list(df["real_wait"]) == [0, 400]
+    s = summarize(sim, wall_s=0.5, dropped=wl.dropped)
+    assert (s.jobs, s.started, s.span_s) == (2, 2, 600)
+    assert s.utilisation == (600 * 2 + 100) / (4 * 600)
+    assert s.sim_wait["mean"] == 50.0
