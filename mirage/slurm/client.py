@@ -57,4 +57,4 @@ class SlurmClient(abc.ABC):
 
     @abc.abstractmethod
     def show(self, kind: str) -> list[Mapping[str, str]]:
-        """``scontrol show <kind>`` (partition, node, config) as one key/value mapping per entity."""
+        """``scontrol show <kind>`` (partition, node, config): one key/value mapping per entity."""

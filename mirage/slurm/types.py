@@ -157,7 +157,9 @@ class SubmitRequest:
 class SlurmError(Exception):
     """A Slurm command failed. Carries what is needed to understand why."""
 
-    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str, message: str = ""):
+    def __init__(
+        self, argv: Sequence[str], returncode: int | None, stderr: str, message: str = ""
+    ) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
@@ -171,7 +173,10 @@ class SlurmUnreachableError(SlurmError):
 
 
 class SlurmTimeoutError(SlurmError):
-    """The command did not finish within its timeout (outcome unknown: e.g. a submit may have happened)."""
+    """The command did not finish within its timeout.
+
+    The outcome is unknown: e.g. a submit may have happened.
+    """
 
 
 class SlurmParseError(SlurmError):

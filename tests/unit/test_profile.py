@@ -167,13 +167,13 @@ def test_scheduler_from_config_converts_units() -> None:
 class ShowOnlyClient(SlurmClient):
     """A client that answers only `scontrol show`, from canned records."""
 
-    def __init__(self, records: Mapping[str, list[Mapping[str, str]]]) -> None:
+    def __init__(self, records: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
         self.records = records
         self.calls: list[str] = []
 
     def show(self, kind: str) -> list[Mapping[str, str]]:
         self.calls.append(kind)
-        return self.records[kind]
+        return list(self.records[kind])
 
     def queue(self) -> QueueSnapshot:
         raise NotImplementedError

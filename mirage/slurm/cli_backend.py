@@ -1,0 +1,227 @@
+"""SlurmClient over Slurm's command-line tools (the default backend).
+
+Every call goes through one :class:`~mirage.slurm.run.Runner` (argv lists, timeouts, a
+cleaned environment with ``TZ=UTC``); every output goes through the pure parsers in
+:mod:`mirage.slurm.parse`. Batching rules, because the man pages warn against polling:
+
+* :meth:`CliSlurmClient.queue` is exactly one ``squeue --json`` (22.05 ignores every filter
+  with ``--json`` anyway; it returns every job slurmctld still holds, finished ones too);
+* :meth:`CliSlurmClient.accounting` is exactly one ``sacct --json -a -S <start> -E <end>``
+  with both bounds explicit (``sacct`` otherwise looks back only to midnight) and with
+  ``-X`` (allocations only): the JSON then carries no step records, which Mirage does not
+  use, and the output stays small. Times are ISO strings in UTC (the runner sets TZ=UTC).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from mirage.slurm.client import SlurmClient
+from mirage.slurm.parse import (
+    START_FORMAT,
+    parse_sacct_json,
+    parse_sbatch_parsable,
+    parse_scontrol_config,
+    parse_scontrol_oneliner,
+    parse_squeue_json,
+    parse_start_estimates,
+    parse_test_only,
+)
+from mirage.slurm.run import CommandResult, Runner, SubprocessRunner, check_result
+from mirage.slurm.types import (
+    QueueSnapshot,
+    SlurmError,
+    SlurmJob,
+    StartEstimate,
+    SubmitError,
+    SubmitRequest,
+)
+
+log = logging.getLogger(__name__)
+
+SHOW_KINDS = frozenset({"partition", "node", "config", "job", "reservation"})
+
+# scancel on a finished or unknown job: not an error for cancel()
+_CANCEL_HARMLESS = (
+    "invalid job id specified",
+    "already completing or completed",
+    "job/step already completing",
+)
+
+
+def format_time_limit(seconds: int) -> str:
+    """Seconds -> sbatch/scontrol ``D-HH:MM:SS`` (Slurm rounds up to whole minutes)."""
+    if seconds <= 0:
+        raise ValueError(f"time limit must be positive, not {seconds}")
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def format_time(epoch: int) -> str:
+    """Epoch seconds -> the ISO form sacct's -S/-E accept, in UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+
+
+def sbatch_options(request: SubmitRequest) -> list[str]:
+    """The sbatch options for a request (no binary, no --parsable/--test-only, no script)."""
+    opts: list[str] = []
+    if request.job_name is not None:
+        opts.append(f"--job-name={request.job_name}")
+    if request.time_limit is not None:
+        opts.append(f"--time={format_time_limit(request.time_limit)}")
+    if request.nodes is not None:
+        opts.append(f"--nodes={request.nodes}")
+    if request.gres is not None:
+        opts.append(f"--gres={request.gres}")
+    if request.partition is not None:
+        opts.append(f"--partition={request.partition}")
+    if request.account is not None:
+        opts.append(f"--account={request.account}")
+    if request.dependency is not None:
+        opts.append(f"--dependency={request.dependency}")
+    if request.comment is not None:
+        opts.append(f"--comment={request.comment}")
+    if request.signal is not None:
+        opts.append(f"--signal={request.signal}")
+    if request.chdir is not None:
+        opts.append(f"--chdir={request.chdir}")
+    if request.hold:
+        opts.append("--hold")
+    opts.extend(str(a) for a in request.extra_args)
+    return opts
+
+
+def _script_arg(request: SubmitRequest) -> tuple[list[str], bytes | None]:
+    """(trailing argv, stdin) for the script: bytes on stdin, or the path as last argument."""
+    if (request.script is None) == (request.script_path is None):
+        raise ValueError("SubmitRequest needs exactly one of script and script_path")
+    if request.script is not None:
+        return [], request.script
+    path = str(request.script_path)
+    if path.startswith("-"):
+        path = f"./{path}"  # never let a path be read as an option
+    return [path], None
+
+
+class CliSlurmClient(SlurmClient):
+    """Slurm through squeue/sacct/sbatch/scancel/scontrol."""
+
+    def __init__(
+        self,
+        *,
+        runner: Runner | None = None,
+        binaries: Mapping[str, str] | None = None,
+        bin_dir: str | None = None,
+        timeout: float = 30.0,
+        accounting_timeout: float = 120.0,
+        submit_timeout: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runner: Runner = runner if runner is not None else SubprocessRunner(timeout=timeout)
+        self._binaries = dict(binaries or {})
+        self._bin_dir = bin_dir
+        self.timeout = timeout
+        self.accounting_timeout = accounting_timeout
+        self.submit_timeout = submit_timeout
+        self._clock = clock
+
+    # -- plumbing
+    def binary(self, name: str) -> str:
+        if name in self._binaries:
+            return self._binaries[name]
+        if self._bin_dir:
+            return f"{self._bin_dir.rstrip('/')}/{name}"
+        return name
+
+    def _run(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        error: type[SlurmError] = SlurmError,
+        check: bool = True,
+    ) -> CommandResult:
+        argv = [self.binary(name), *args]
+        result = self.runner(
+            argv, stdin=stdin, timeout=self.timeout if timeout is None else timeout
+        )
+        return check_result(result, error) if check else result
+
+    # -- reads
+    def queue(self) -> QueueSnapshot:
+        taken_at = int(self._clock())
+        result = self._run("squeue", ["--json"])
+        return parse_squeue_json(result.stdout, taken_at=taken_at)
+
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        stop = int(self._clock()) if end is None else end
+        args = ["--json", "-a", "-X", "-S", format_time(start), "-E", format_time(stop)]
+        result = self._run("sacct", args, timeout=self.accounting_timeout)
+        return parse_sacct_json(result.stdout)
+
+    def start_estimates(self) -> dict[str, StartEstimate]:
+        result = self._run("squeue", ["--start", "-h", "-o", START_FORMAT])
+        return parse_start_estimates(result.stdout)
+
+    def show(self, kind: str) -> list[Mapping[str, str]]:
+        if kind not in SHOW_KINDS:
+            raise ValueError(f"show() kind must be one of {sorted(SHOW_KINDS)}, not {kind!r}")
+        if kind == "config":
+            return [parse_scontrol_config(self._run("scontrol", ["show", "config"]).stdout)]
+        return list(parse_scontrol_oneliner(self._run("scontrol", ["-o", "show", kind]).stdout))
+
+    # -- actions
+    def submit(self, request: SubmitRequest) -> str:
+        tail, stdin = _script_arg(request)
+        args = ["--parsable", *sbatch_options(request), *tail]
+        result = self._run(
+            "sbatch", args, stdin=stdin, timeout=self.submit_timeout, error=SubmitError
+        )
+        return parse_sbatch_parsable(result.stdout)
+
+    def test_only(self, request: SubmitRequest) -> StartEstimate:
+        tail, stdin = _script_arg(request)
+        args = ["--test-only", *sbatch_options(request), *tail]
+        result = self._run(
+            "sbatch", args, stdin=stdin, timeout=self.submit_timeout, error=SubmitError
+        )
+        return parse_test_only(result.stderr)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return
+        result = self._run("scancel", ids, check=False)
+        if result.returncode == 0:
+            return
+        errors = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        if errors and all(any(h in ln.lower() for h in _CANCEL_HARMLESS) for ln in errors):
+            log.debug("scancel: ignoring harmless errors: %s", errors)
+            return
+        check_result(result)
+
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        args = [f"--signal={signal}"]
+        if batch_only:
+            args.append("--batch")
+        self._run("scancel", [*args, str(job_id)])
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run("scontrol", ["hold", ",".join(str(j) for j in job_ids)])
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run("scontrol", ["release", ",".join(str(j) for j in job_ids)])
+
+    def update_time_limit(self, job_id: str, seconds: int) -> None:
+        self._run(
+            "scontrol",
+            ["update", f"JobId={job_id}", f"TimeLimit={format_time_limit(seconds)}"],
+        )

@@ -1,0 +1,636 @@
+"""Pure parsers: Slurm command output (text) -> typed records. No I/O, no subprocesses.
+
+Two JSON shapes exist for ``squeue --json`` / ``sacct --json``:
+
+* **legacy** (Slurm 21.08/22.05, ``meta.plugin.type`` = ``openapi/v0.0.37``/``v0.0.38``):
+  plain numbers (``NO_VAL``/``INFINITE`` sentinels, ``0`` = unset time), ``job_state`` a
+  string, sacct ``state.current`` a string, ``exit_code.return_code`` a number;
+* **data_parser** (23.02+, ``meta.plugin.data_parser`` = ``data_parser/v0.0.39`` ...):
+  numbers become ``{"set": bool, "infinite": bool, "number": N}``, ``job_state`` and
+  ``state.current`` become lists of strings, ``exit_code.status`` a list.
+
+The shape is chosen from ``meta`` (data_parser name, plugin type, Slurm version); an
+unrecognised ``meta`` raises :class:`SlurmParseError` rather than guessing.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from mirage.slurm.types import (
+    JobState,
+    QueueSnapshot,
+    SlurmJob,
+    SlurmParseError,
+    SlurmUnreachableError,
+    StartEstimate,
+)
+
+log = logging.getLogger(__name__)
+
+Shape = Literal["legacy", "data_parser"]
+
+#: data_parser plugin versions whose job records this module knows (23.02 ... 25.11).
+KNOWN_DATA_PARSERS = frozenset({39, 40, 41, 42, 43, 44})
+#: openapi plugin versions of the legacy (pre-23.02) CLI JSON.
+KNOWN_LEGACY_OPENAPI = frozenset({37, 38})
+
+# Slurm's "no value" / "infinite" sentinels (slurm.h): NO_VAL, INFINITE, and their 16/64-bit forms.
+_SENTINELS = frozenset(
+    {
+        0xFFFFFFFE,
+        0xFFFFFFFF,
+        0xFFFE,
+        0xFFFF,
+        0xFFFFFFFFFFFFFFFE,
+        0xFFFFFFFFFFFFFFFF,
+    }
+)
+
+# Flags that Slurm reports instead of (22.05, one string) or beside (23.02+, a list) the
+# base state and that we keep as the visible state, highest precedence first.
+_FLAG_STATES: tuple[tuple[str, JobState], ...] = (
+    ("COMPLETING", JobState.COMPLETING),
+    ("STAGE_OUT", JobState.COMPLETING),
+    ("SPECIAL_EXIT", JobState.SPECIAL_EXIT),
+    ("REQUEUED", JobState.REQUEUED),
+    ("REQUEUE_FED", JobState.REQUEUED),
+    ("REQUEUE_HOLD", JobState.PENDING),
+    ("RESV_DEL_HOLD", JobState.PENDING),
+    ("RESIZING", JobState.RESIZING),
+    ("STOPPED", JobState.STOPPED),
+    ("REVOKED", JobState.REVOKED),
+)
+_STATE_ALIASES: dict[str, JobState] = {
+    "COMPLETE": JobState.COMPLETED,
+    "CANCELED": JobState.CANCELLED,
+    "OOM": JobState.OUT_OF_MEMORY,
+    "CONFIGURING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "POWER_UP_NODE": JobState.RUNNING,
+}
+_IGNORED_FLAGS = frozenset(
+    {"CONFIGURING", "SIGNALING", "POWER_UP_NODE", "UPDATE_DB", "LAUNCH_FAILED", "RECONFIG_FAIL"}
+)
+
+
+def _perr(message: str, text: str = "") -> SlurmParseError:
+    return SlurmParseError([], 0, text[:500], message)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _number(value: Any) -> int | None:
+    """A Slurm number in either shape; unset, NO_VAL and INFINITE -> None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, Mapping):
+        if not value.get("set", False) or value.get("infinite", False):
+            return None
+        value = value.get("number")
+        if value is None:
+            return None
+    if isinstance(value, float):
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return None
+    if not isinstance(value, int):
+        return None
+    if value in _SENTINELS:
+        return None
+    return value
+
+
+def _epoch(value: Any) -> int | None:
+    """An epoch time; 0 (Slurm's "unset") -> None."""
+    n = _number(value)
+    return n if n else None
+
+
+def _minutes(value: Any) -> int | None:
+    n = _number(value)
+    return None if n is None else n * 60
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def map_state(raw: str | Sequence[str]) -> tuple[JobState, str]:
+    """Slurm state string(s) -> (JobState, raw text). Unknown -> UNKNOWN with a warning."""
+    if isinstance(raw, str):
+        tokens = [raw.strip()]
+        raw_text = raw.strip()
+    else:
+        tokens = [str(t).strip() for t in raw]
+        raw_text = ",".join(tokens)
+    # sacct text form: "CANCELLED by 1000"
+    tokens = [t.split(" ")[0].upper() for t in tokens if t]
+    for flag, state in _FLAG_STATES:
+        if flag in tokens:
+            return state, raw_text
+    for token in tokens:
+        if token in JobState.__members__ and token != "UNKNOWN":
+            return JobState[token], raw_text
+        if token in _STATE_ALIASES and token not in _IGNORED_FLAGS:
+            return _STATE_ALIASES[token], raw_text
+    for token in tokens:
+        if token in _STATE_ALIASES:
+            return _STATE_ALIASES[token], raw_text
+    log.warning("unknown Slurm job state %r: mapped to UNKNOWN", raw_text)
+    return JobState.UNKNOWN, raw_text
+
+
+def _tres_gpus(tres: str) -> int | None:
+    """GPUs in a TRES string: ``cpu=1,gres/gpu=4`` or ``gres/gpu:a100=4`` (typed summed
+    only when no untyped total is present). None when the string names no GPU."""
+    total: int | None = None
+    typed = 0
+    seen_typed = False
+    for part in tres.split(","):
+        key, sep, val = part.strip().partition("=")
+        if not sep:
+            continue
+        key = key.strip()
+        m = re.fullmatch(r"\d+", val.strip())
+        if not m:
+            continue
+        if key == "gres/gpu":
+            total = int(val)
+        elif key.startswith("gres/gpu:"):
+            typed += int(val)
+            seen_typed = True
+    if total is not None:
+        return total
+    return typed if seen_typed else None
+
+
+def _gres_gpus(spec: str) -> int | None:
+    """GPUs in a gres spec list: ``gres:gpu:4``, ``gres/gpu:a100:4``, ``gpu:a100:4``,
+    ``gpu`` (= 1), possibly comma separated. None when no GPU is named."""
+    found = False
+    count = 0
+    for raw_item in spec.split(","):
+        item = re.sub(r"^gres[:/]", "", raw_item.strip())
+        item = re.sub(r"\(.*\)$", "", item)  # "gpu:a100:4(IDX:0-3)"
+        if not item:
+            continue
+        fields = item.split(":")
+        if fields[0] != "gpu":
+            continue
+        found = True
+        last = fields[-1] if len(fields) > 1 else "1"
+        count += int(last) if last.isdigit() else 1
+    return count if found else None
+
+
+def parse_tres(tres: str) -> dict[str, str]:
+    """``cpu=1,mem=1000M,gres/gpu=4`` -> {"cpu": "1", "mem": "1000M", "gres/gpu": "4"}."""
+    out: dict[str, str] = {}
+    for part in tres.split(","):
+        key, sep, val = part.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = val.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------- JSON shape
+
+
+def _load_json(text: str | bytes, what: str) -> Mapping[str, Any]:
+    try:
+        doc = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+        raise _perr(f"{what}: not JSON ({exc})", raw) from exc
+    if not isinstance(doc, Mapping):
+        raise _perr(f"{what}: JSON top level is not an object")
+    return doc
+
+
+def slurm_version(meta: Mapping[str, Any]) -> str:
+    """The Slurm release named in ``meta`` ("22.05.8"), or ""."""
+    for key in ("slurm", "Slurm"):
+        block = meta.get(key)
+        if isinstance(block, Mapping):
+            release = block.get("release")
+            if isinstance(release, str) and release:
+                return release
+            ver = block.get("version")
+            if isinstance(ver, Mapping) and "major" in ver:
+                major, minor = ver.get("major"), int(str(ver.get("minor", 0)))
+                return f"{major}.{minor:02d}.{ver.get('micro', 0)}"
+    return ""
+
+
+def detect_shape(meta: Any) -> Shape:
+    """Which JSON shape a document has, from its ``meta``; SlurmParseError if unknown."""
+    if not isinstance(meta, Mapping):
+        raise _perr("Slurm JSON has no meta object: cannot tell its shape")
+    plugin = meta.get("plugin") or meta.get("plugins") or {}
+    if not isinstance(plugin, Mapping):
+        plugin = {}
+    parser = _text(plugin.get("data_parser"))
+    if parser:
+        m = re.search(r"v0\.0\.(\d+)", parser)
+        if m and int(m.group(1)) in KNOWN_DATA_PARSERS:
+            return "data_parser"
+        raise _perr(f"unknown Slurm JSON data_parser {parser!r}")
+    ptype = _text(plugin.get("type"))
+    m = re.fullmatch(r"openapi/v0\.0\.(\d+)", ptype)
+    if m:
+        if int(m.group(1)) in KNOWN_LEGACY_OPENAPI:
+            return "legacy"
+        if int(m.group(1)) in KNOWN_DATA_PARSERS:
+            return "data_parser"
+        raise _perr(f"unknown Slurm JSON plugin {ptype!r}")
+    version = slurm_version(meta)
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m:
+        major, minor = int(m.group(1)), int(m.group(2))
+        if (major, minor) < (21, 8):
+            raise _perr(f"Slurm {version} JSON is not supported")
+        return "legacy" if (major, minor) < (23, 2) else "data_parser"
+    raise _perr(f"cannot tell the Slurm JSON shape from meta {dict(meta)!r}")
+
+
+_UNREACHABLE_JSON_ERROR = re.compile(
+    r"slurm_load_jobs|slurm_persist_conn|contact|connect|database", re.IGNORECASE
+)
+
+
+def _jobs_list(doc: Mapping[str, Any], what: str) -> list[Mapping[str, Any]]:
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list) or not all(isinstance(j, Mapping) for j in jobs):
+        raise _perr(f"{what}: no 'jobs' list")
+    errors = doc.get("errors")
+    if errors:
+        # 22.05's squeue --json exits 0 with an empty job list and an "errors" entry
+        # (source slurm_load_jobs) when slurmctld is down: that is not an empty queue.
+        text = json.dumps(errors)
+        if not jobs:
+            if _UNREACHABLE_JSON_ERROR.search(text):
+                raise SlurmUnreachableError([], 0, text, f"{what}: controller unreachable")
+            raise _perr(f"{what} reported errors and no jobs: {text}", text)
+        log.warning("%s reported errors: %s", what, text)
+    return jobs
+
+
+def _task_string(value: Any) -> str:
+    """An array's pending task set: "3-5" as squeue prints it, or sacct 22.05's hex bitmap
+    ("0x38" = tasks 3, 4, 5) turned into the same range form."""
+    text = _text(value).strip()
+    if not text.lower().startswith("0x"):
+        return text
+    try:
+        bits = int(text, 16)
+    except ValueError:
+        return text
+    tasks = [i for i in range(bits.bit_length()) if bits >> i & 1]
+    ranges: list[str] = []
+    i = 0
+    while i < len(tasks):
+        j = i
+        while j + 1 < len(tasks) and tasks[j + 1] == tasks[j] + 1:
+            j += 1
+        ranges.append(str(tasks[i]) if i == j else f"{tasks[i]}-{tasks[j]}")
+        i = j + 1
+    return ",".join(ranges)
+
+
+def _array_ids(
+    job_id: int, array_job_id: int | None, task_id: int | None, task_string: str
+) -> tuple[str, str | None, str | None]:
+    """(job_id, array_job_id, array_task_id) as Mirage names them."""
+    if array_job_id and task_id is not None:
+        return f"{array_job_id}_{task_id}", str(array_job_id), str(task_id)
+    if array_job_id and task_string:
+        # pending remainder of an array: squeue prints it as 9_[3-5]
+        return f"{array_job_id}_[{task_string}]", str(array_job_id), task_string
+    return str(job_id), None, None
+
+
+# ------------------------------------------------------------------------------ squeue
+
+
+def _squeue_job(job: Mapping[str, Any]) -> SlurmJob:
+    job_id_num = _number(job.get("job_id"))
+    if job_id_num is None:
+        raise _perr(f"squeue job without job_id: {dict(job)!r}"[:300])
+    job_id, array_job_id, array_task_id = _array_ids(
+        job_id_num,
+        _number(job.get("array_job_id")),
+        _number(job.get("array_task_id")),
+        _text(job.get("array_task_string")),
+    )
+    raw_state = job.get("job_state")
+    state, raw = map_state(raw_state if isinstance(raw_state, list) else _text(raw_state))
+    nodes = _number(job.get("node_count")) or 0
+    gpus = _tres_gpus(_text(job.get("tres_alloc_str")))
+    if gpus is None:
+        gpus = _tres_gpus(_text(job.get("tres_req_str")))
+    if gpus is None:
+        per_node = _gres_gpus(_text(job.get("tres_per_node")))
+        per_job = _gres_gpus(_text(job.get("tres_per_job")))
+        gpus = per_job if per_job is not None else (per_node or 0) * max(nodes, 1)
+    exit_code = job.get("exit_code")
+    return SlurmJob(
+        job_id=job_id,
+        name=_text(job.get("name")),
+        user=_text(job.get("user_name")),
+        account=_text(job.get("account")),
+        partition=_text(job.get("partition")),
+        state=state,
+        reason=_text(job.get("state_reason")),
+        submit=_epoch(job.get("submit_time")),
+        eligible=_epoch(job.get("eligible_time")),
+        start=_epoch(job.get("start_time")),
+        end=_epoch(job.get("end_time")),
+        time_limit=_minutes(job.get("time_limit")),
+        nodes=nodes,
+        cpus=_number(job.get("cpus")) or 0,
+        gpus=gpus,
+        priority=_number(job.get("priority")),
+        dependency=_text(job.get("dependency")),
+        comment=_text(job.get("comment")),
+        exit_code=_exit_code(exit_code) if state.is_finished else None,
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        raw_state=raw,
+    )
+
+
+def parse_squeue_json(text: str | bytes, *, taken_at: int | None = None) -> QueueSnapshot:
+    """``squeue --json`` (any supported shape) -> QueueSnapshot (every job, finished ones too)."""
+    doc = _load_json(text, "squeue --json")
+    meta = doc.get("meta")
+    detect_shape(meta)  # both shapes share field names for squeue; only values differ
+    jobs = tuple(_squeue_job(j) for j in _jobs_list(doc, "squeue --json"))
+    when = taken_at
+    if when is None:
+        when = _number(doc.get("last_update")) or int(time.time())
+    version = slurm_version(meta) if isinstance(meta, Mapping) else ""
+    return QueueSnapshot(taken_at=when, jobs=jobs, slurm_version=version)
+
+
+# ------------------------------------------------------------------------------- sacct
+
+
+def _exit_code(value: Any) -> int | None:
+    """``exit_code``: 22.05 {"status": "SUCCESS", "return_code": 0};
+    23.02+ {"status": ["SUCCESS"], "return_code": {set, infinite, number}, "signal": ...};
+    squeue 22.05 gives a plain number (wait status)."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        rc = _number(value.get("return_code"))
+        status = _text(value.get("status"))
+        if rc is None and "SIGNAL" in status.upper():
+            signal = value.get("signal")
+            sig = _number(signal.get("signal_id") if isinstance(signal, Mapping) else None)
+            if sig is None and isinstance(signal, Mapping):
+                sig = _number(signal.get("id"))
+            return None if sig is None else 128 + sig
+        return rc
+    n = _number(value)
+    if n is None:
+        return None
+    # squeue 22.05 prints the raw wait status: 768 = exit 3, 15 = killed by signal 15
+    if n & 0x7F:
+        return 128 + (n & 0x7F)
+    return (n >> 8) & 0xFF
+
+
+def _sacct_gpus(tres: Any) -> int:
+    if not isinstance(tres, Mapping):
+        return 0
+    for key in ("allocated", "requested"):
+        items = tres.get(key)
+        if not isinstance(items, list):
+            continue
+        total = 0
+        found = False
+        for item in items:
+            if not isinstance(item, Mapping):
+                continue
+            if item.get("type") == "gres" and _text(item.get("name")).split(":")[0] == "gpu":
+                total += _number(item.get("count")) or 0
+                found = True
+        if found:
+            return total
+    return 0
+
+
+def _sacct_cpus(tres: Any) -> int:
+    if not isinstance(tres, Mapping):
+        return 0
+    for key in ("allocated", "requested"):
+        items = tres.get(key)
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, Mapping) and item.get("type") == "cpu":
+                    return _number(item.get("count")) or 0
+    return 0
+
+
+def _sacct_exit_code(value: Any, state: JobState, shape: Shape) -> int | None:
+    if not state.is_finished:
+        return None
+    code = _exit_code(value)
+    if shape == "legacy" and code == 0 and state is JobState.FAILED:
+        # sacct --json of 22.05 reports return_code 0 for jobs that failed with a non-zero
+        # exit (plain sacct shows e.g. 3:0): we cannot know the code, so say so.
+        return None
+    return code
+
+
+def _sacct_job(job: Mapping[str, Any], shape: Shape) -> SlurmJob:
+    job_id_num = _number(job.get("job_id"))
+    if job_id_num is None:
+        raise _perr(f"sacct job without job_id: {dict(job)!r}"[:300])
+    array = _mapping(job.get("array"))
+    task = array.get("task")
+    job_id, array_job_id, array_task_id = _array_ids(
+        job_id_num,
+        _number(array.get("job_id")),
+        _number(array.get("task_id")),
+        _task_string(task) if isinstance(task, str) else "",
+    )
+    state_block = job.get("state")
+    if isinstance(state_block, Mapping):
+        current = state_block.get("current")
+        reason = _text(state_block.get("reason"))
+    else:
+        current, reason = state_block, ""
+    state, raw = map_state(current if isinstance(current, list) else _text(current))
+    times = _mapping(job.get("time"))
+    comment = job.get("comment")
+    comment_text = _text(comment.get("job") if isinstance(comment, Mapping) else comment)
+    required = _mapping(job.get("required"))
+    cpus = _sacct_cpus(job.get("tres")) or _number(required.get("CPUs")) or 0
+    return SlurmJob(
+        job_id=job_id,
+        name=_text(job.get("name")),
+        user=_text(job.get("user")),
+        account=_text(job.get("account")),
+        partition=_text(job.get("partition")),
+        state=state,
+        reason=reason,
+        submit=_epoch(times.get("submission")),
+        eligible=_epoch(times.get("eligible")),
+        start=_epoch(times.get("start")),
+        end=_epoch(times.get("end")),
+        time_limit=_minutes(times.get("limit")),
+        nodes=_number(job.get("allocation_nodes")) or 0,
+        cpus=cpus,
+        gpus=_sacct_gpus(job.get("tres")),
+        priority=_number(job.get("priority")),
+        dependency="",
+        comment=comment_text,
+        exit_code=_sacct_exit_code(job.get("exit_code"), state, shape),
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        raw_state=raw,
+    )
+
+
+def parse_sacct_json(text: str | bytes) -> list[SlurmJob]:
+    """``sacct --json`` (any supported shape) -> one record per job (steps are dropped)."""
+    doc = _load_json(text, "sacct --json")
+    shape = detect_shape(doc.get("meta"))
+    return [_sacct_job(j, shape) for j in _jobs_list(doc, "sacct --json")]
+
+
+# ----------------------------------------------------------------- text outputs
+
+
+def parse_slurm_time(value: str) -> int | None:
+    """``2026-11-26T23:21:03`` (UTC: the runner sets TZ=UTC) -> epoch; N/A, Unknown,
+    None, (null) -> None."""
+    value = value.strip()
+    if not value or value in {"N/A", "Unknown", "None", "(null)", "NONE"}:
+        return None
+    try:
+        tm = time.strptime(value, "%Y-%m-%dT%H:%M:%S")
+    except ValueError as exc:
+        raise _perr(f"unrecognised Slurm time {value!r}", value) from exc
+    return calendar.timegm(tm)
+
+
+#: Output format Mirage asks of ``squeue --start`` (see :func:`parse_start_estimates`).
+START_FORMAT = "%i|%S|%N|%P|%r"
+
+
+def parse_start_estimates(text: str) -> dict[str, StartEstimate]:
+    """``squeue --start -h -o '%i|%S|%N|%P|%r'`` -> {job id: estimate}.
+
+    ``start`` is None where Slurm prints N/A (no estimate yet)."""
+    out: dict[str, StartEstimate] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 4 or not fields[0].strip():
+            raise _perr(f"squeue --start line {lineno}: expected '%i|%S|%N|%P|...'", line)
+        job_id = fields[0].strip()
+        out[job_id] = StartEstimate(
+            job_id=job_id,
+            start=parse_slurm_time(fields[1]),
+            nodes=fields[2].strip(),
+            partition=fields[3].strip(),
+        )
+    return out
+
+
+_TEST_ONLY_RE = re.compile(
+    r"Job (?P<id>\d+) to start at (?P<start>\S+) using (?P<cpus>\d+) processors? on "
+    r"(?:nodes? )?(?P<nodes>\S*)(?: in partition (?P<part>\S+))?"
+)
+
+
+def parse_test_only(stderr: str) -> StartEstimate:
+    """``sbatch --test-only`` stderr -> the estimate it names; SlurmParseError otherwise."""
+    m = _TEST_ONLY_RE.search(stderr)
+    if not m:
+        raise _perr("sbatch --test-only gave no start estimate", stderr)
+    return StartEstimate(
+        job_id=m.group("id"),
+        start=parse_slurm_time(m.group("start")),
+        nodes=m.group("nodes"),
+        partition=m.group("part") or "",
+    )
+
+
+def parse_sbatch_parsable(stdout: str) -> str:
+    """``sbatch --parsable`` stdout ("123" or "123;cluster") -> "123"."""
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    if not lines:
+        raise _perr("sbatch --parsable printed nothing", stdout)
+    job_id = lines[-1].split(";")[0].strip()
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        raise _perr(f"sbatch --parsable printed {lines[-1]!r}, not a job id", stdout)
+    return job_id
+
+
+# A key starts a new field when it looks like Slurm's keys: an upper-case letter first, then
+# letters, digits and the separators Slurm uses in keys ("AllocNode:Sid", "CPUs/Task").
+_KEY_RE = re.compile(r"^([A-Z][A-Za-z0-9_:/.\-]*)=(.*)$", re.DOTALL)
+
+
+def parse_scontrol_oneliner(text: str) -> list[dict[str, str]]:
+    """``scontrol -o show partition|node|job`` (one entity per line) -> key/value dicts.
+
+    Values may contain spaces (``Comment=a b``, ``OS=Linux 6.1 #1 SMP``, node ``Reason``):
+    a whitespace-separated token continues the previous value unless it starts with an
+    upper-case ``Key=``. A value that itself contains `` Word=`` is therefore split; that
+    is Slurm's format, which has no quoting.
+    """
+    records: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        record: dict[str, str] = {}
+        key: str | None = None
+        for token in line.split(" "):
+            m = _KEY_RE.match(token)
+            if m:
+                key = m.group(1)
+                record[key] = m.group(2)
+            elif key is not None:
+                record[key] = f"{record[key]} {token}" if token or record[key] else token
+            elif token:
+                raise _perr(f"scontrol line does not start with Key=: {token!r}", line)
+        records.append({k: v.strip() for k, v in record.items()})
+    return records
+
+
+def parse_scontrol_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` (``Key = value`` lines) -> one dict; other lines ignored."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    if not out:
+        raise _perr("scontrol show config: no 'Key = value' lines", text)
+    return out

@@ -1,0 +1,222 @@
+"""The one place where Mirage starts Slurm commands.
+
+Every Slurm command goes through a :class:`Runner`: a callable that takes an argv list (never
+a shell string), optional stdin bytes and a timeout, and returns a :class:`CommandResult`.
+:class:`SubprocessRunner` is the real one; tests pass scripted fakes instead, so that the
+backends can be exercised against recorded conversations.
+
+A runner only raises for what prevents a result from existing at all (timeout:
+:class:`SlurmTimeoutError`; binary missing or not executable: :class:`SlurmUnreachableError`).
+Turning a non-zero exit into a typed error is :func:`check_result`'s job, so that fakes and
+real runs are classified by the same code.
+
+Environment cleaning (:func:`clean_environment`): Slurm's commands read many variables that
+silently change their output or behaviour. Removed from the child's environment:
+
+* every ``SQUEUE_*``, ``SACCT_*``, ``SINFO_*``, ``SCONTROL_*``, ``SCANCEL_*``, ``SBATCH_*``,
+  ``SALLOC_*``, ``SRUN_*`` and ``SPRIO_*`` variable (formats, sort orders, default
+  filters such as ``SQUEUE_USERS`` or ``SCANCEL_USER``, sbatch defaults such as
+  ``SBATCH_PARTITION``/``SBATCH_TIMELIMIT``/``SBATCH_EXPORT``);
+* every ``SLURM_*`` variable (``SLURM_TIME_FORMAT``, ``SLURM_CLUSTERS``, and the job
+  variables ``SLURM_JOB_ID`` etc. that leak in when Mirage itself runs inside a job and
+  would otherwise be exported into submitted jobs), except ``SLURM_CONF``, which is kept
+  unless ``keep_slurm_conf=False``;
+* ``TZ`` is set to ``UTC`` (by default) so that the few text outputs carrying local times
+  (``squeue --start``, ``sbatch --test-only``) are in UTC, and ``LC_ALL``/``LANG`` to ``C``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mirage.slurm.types import SlurmError, SlurmTimeoutError, SlurmUnreachableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+
+#: Prefixes of environment variables removed before running any Slurm command.
+REMOVED_PREFIXES: tuple[str, ...] = (
+    "SQUEUE_",
+    "SACCT_",
+    "SINFO_",
+    "SCONTROL_",
+    "SCANCEL_",
+    "SBATCH_",
+    "SALLOC_",
+    "SRUN_",
+    "SPRIO_",
+    "SLURM_",
+)
+#: Kept although it matches a removed prefix (unless the caller asks otherwise).
+KEPT_BY_DEFAULT: frozenset[str] = frozenset({"SLURM_CONF"})
+
+# stderr fragments meaning "the controller (or slurmdbd) could not be reached" rather than
+# "the command was refused". Matched case-insensitively.
+_UNREACHABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"unable to contact slurm controller",
+        r"socket timed out on send/recv",
+        r"connection refused",
+        r"connection timed out",
+        r"slurm_load_(jobs|partitions|node|ctl_conf)[a-z_]* error(?!: invalid)",
+        r"problem talking to the database",
+        r"unable to connect to database",
+        r"slurm_persist_conn_open",
+        r"sending persistinit msg",
+        r"zero bytes were transmitted or received",
+        r"communication connection failure",
+        r"slurmdbd.*(not responding|unreachable|down)",
+        r"unable to establish .*controller",
+        r"no route to host",
+    )
+)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command run produced."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration: float = 0.0
+
+
+class Runner(Protocol):
+    """Runs one command: argv list, optional stdin, timeout in seconds."""
+
+    def __call__(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult: ...
+
+
+def clean_environment(
+    base: Mapping[str, str] | None = None,
+    *,
+    keep_slurm_conf: bool = True,
+    tz: str | None = "UTC",
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment Slurm commands run in (see the module docstring for what goes)."""
+    source = os.environ if base is None else base
+    kept = KEPT_BY_DEFAULT if keep_slurm_conf else frozenset()
+    env = {k: v for k, v in source.items() if k in kept or not k.startswith(REMOVED_PREFIXES)}
+    env["LC_ALL"] = "C"
+    env["LANG"] = "C"
+    if tz is not None:
+        env["TZ"] = tz
+    if extra:
+        env.update(extra)
+    return env
+
+
+def is_unreachable(stderr: str) -> bool:
+    """Whether stderr says the controller or slurmdbd could not be reached."""
+    return any(p.search(stderr) for p in _UNREACHABLE_PATTERNS)
+
+
+def check_result(
+    result: CommandResult,
+    error: type[SlurmError] = SlurmError,
+    *,
+    ok_codes: frozenset[int] = frozenset({0}),
+) -> CommandResult:
+    """Return ``result`` if its exit code is fine, else raise the matching typed error.
+
+    Connection problems raise :class:`SlurmUnreachableError`; anything else raises ``error``
+    (e.g. :class:`SubmitError` for sbatch), carrying argv, exit code and stderr.
+    """
+    if result.returncode in ok_codes:
+        return result
+    if is_unreachable(result.stderr):
+        raise SlurmUnreachableError(
+            result.argv, result.returncode, result.stderr, "Slurm controller unreachable"
+        )
+    raise error(result.argv, result.returncode, result.stderr)
+
+
+class SubprocessRunner:
+    """The real runner: ``subprocess.run`` with an argv list, a timeout, a clean environment."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        keep_slurm_conf: bool = True,
+        tz: str | None = "UTC",
+        env_extra: Mapping[str, str] | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.keep_slurm_conf = keep_slurm_conf
+        self.tz = tz
+        self.env_extra = dict(env_extra or {})
+        self.base_env = None if base_env is None else dict(base_env)
+
+    def environment(self) -> dict[str, str]:
+        return clean_environment(
+            self.base_env, keep_slurm_conf=self.keep_slurm_conf, tz=self.tz, extra=self.env_extra
+        )
+
+    def __call__(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        args = tuple(str(a) for a in argv)
+        if not args:
+            raise ValueError("empty argv")
+        limit = self.timeout if timeout is None else timeout
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(  # noqa: S603 - argv list, no shell, clean env
+                args,
+                input=stdin,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=limit,
+                env=self.environment(),
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            duration = time.monotonic() - started
+            log.debug("slurm: %s timed out after %.3fs", args, duration)
+            raise SlurmTimeoutError(
+                args, None, _decode(exc.stderr), f"{args[0]} timed out after {limit:g}s"
+            ) from exc
+        except OSError as exc:  # binary missing / not executable: no Slurm client here
+            raise SlurmUnreachableError(args, None, str(exc), f"cannot run {args[0]}") from exc
+        duration = time.monotonic() - started
+        log.debug("slurm: %s -> rc=%d in %.3fs", args, proc.returncode, duration)
+        return CommandResult(
+            args, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration
+        )
+
+
+def _decode(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    return data.decode("utf-8", errors="replace")
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None = None,
+    timeout: float | None = None,
+    runner: Runner | None = None,
+    error: type[SlurmError] = SlurmError,
+) -> CommandResult:
+    """Run one command through ``runner`` (default: a :class:`SubprocessRunner`), checked."""
+    active: Runner = runner if runner is not None else SubprocessRunner()
+    return check_result(active(argv, stdin=stdin, timeout=timeout), error)

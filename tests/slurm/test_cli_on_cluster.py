@@ -1,0 +1,67 @@
+"""`mirage profile capture` and `mirage trace import` against the real test cluster."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from mirage.cli import main
+from mirage.profile.schema import load_profile
+from mirage.slurm.cli_backend import CliSlurmClient
+from mirage.slurm.types import JobState, SubmitRequest
+from mirage.trace.parquet import read_parquet
+from tests.slurm.conftest import wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def test_profile_capture_reads_the_test_cluster(tmp_path: Path) -> None:
+    out = tmp_path / "lab.toml"
+    result = CliRunner().invoke(main, ["profile", "capture", "--name", "lab", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    prof = load_profile(out)
+    gpu = prof.partition("gpu")
+    # scripts/slurm-testbed/start.sh: 4 nodes x 16 CPUs x 4 fake A100s, gpu MaxTime 2 days
+    assert (gpu.nodes, gpu.cpus_per_node, gpu.gpus_per_node, gpu.gpu_type) == (4, 16, 4, "a100")
+    assert gpu.max_time_s == 2 * 86400 and gpu.default
+    assert prof.partition("debug").max_time_s == 3600
+    assert prof.scheduler.bf_window_s >= gpu.max_time_s
+    assert prof.scheduler.priority_weight_age > 0
+
+
+def test_trace_import_round_trips_a_finished_job(slurm: CliSlurmClient, tmp_path: Path) -> None:
+    name = f"mirage-t-import-{uuid.uuid4().hex[:8]}"
+    t0 = int(time.time()) - 5
+    job_id = slurm.submit(
+        SubmitRequest(
+            script=b"#!/bin/sh\nsleep 2\n", job_name=name, time_limit=120, chdir=str(tmp_path)
+        )
+    )
+    slurm.mine.append(job_id)  # type: ignore[attr-defined]
+    wait_for(slurm, job_id, lambda j: j.state is JobState.COMPLETED, timeout=90, what="completed")
+    # slurmdbd lags the controller: poll accounting until the job is there with its end
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(j.job_id == job_id and j.end for j in slurm.accounting(t0, int(time.time()) + 5)):
+            break
+        time.sleep(1)
+    out = tmp_path / "acct.parquet"
+    start = pd.Timestamp(t0, unit="s", tz="UTC").isoformat()
+    end = pd.Timestamp(int(time.time()) + 5, unit="s", tz="UTC").isoformat()
+    result = CliRunner().invoke(
+        main, ["trace", "import", "--start", start, "--end", end, "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    jobs = read_parquet(out).jobs
+    row = jobs[jobs["job_id"] == job_id]
+    assert len(row) == 1, jobs
+    rec = row.iloc[0]
+    assert rec["name"] == name and rec["state"] == "COMPLETED"
+    assert rec["time_limit"] == 120
+    assert rec["submit"] <= rec["start"] < rec["end"]
+    assert 1 <= rec["end"] - rec["start"] <= 30

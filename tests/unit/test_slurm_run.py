@@ -1,0 +1,160 @@
+"""The subprocess chokepoint, with real subprocesses (small /bin/sh scripts in tmp_path)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from mirage.slurm.run import (
+    CommandResult,
+    SubprocessRunner,
+    check_result,
+    clean_environment,
+    is_unreachable,
+    run,
+)
+from mirage.slurm.types import (
+    SlurmError,
+    SlurmTimeoutError,
+    SlurmUnreachableError,
+    SubmitError,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_stdout_stderr_exit_code(tmp_path: Path) -> None:
+    prog = script(tmp_path, "talk", 'echo out "$1"; echo err >&2; exit 3\n')
+    result = SubprocessRunner()([prog, "a b; rm -rf /"])
+    assert result.returncode == 3
+    assert result.stdout == "out a b; rm -rf /\n"  # one argv element, no shell
+    assert result.stderr == "err\n"
+    assert result.argv == (prog, "a b; rm -rf /")
+    assert result.duration >= 0
+
+
+def test_stdin_bytes(tmp_path: Path) -> None:
+    prog = script(tmp_path, "cat", "exec cat\n")
+    assert SubprocessRunner()([prog], stdin=b"#!/bin/bash\necho hi\n").stdout == (
+        "#!/bin/bash\necho hi\n"
+    )
+    # without stdin the child reads /dev/null, it never blocks on ours
+    assert SubprocessRunner()([prog]).stdout == ""
+
+
+def test_timeout(tmp_path: Path) -> None:
+    prog = script(tmp_path, "slow", "exec sleep 30\n")
+    with pytest.raises(SlurmTimeoutError) as info:
+        SubprocessRunner(timeout=0.3)([prog])
+    assert info.value.argv == [prog]
+    assert info.value.returncode is None
+    with pytest.raises(SlurmTimeoutError):
+        SubprocessRunner(timeout=30)([prog], timeout=0.3)
+
+
+def test_missing_binary_is_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(SlurmUnreachableError):
+        SubprocessRunner()([str(tmp_path / "no-such-squeue")])
+
+
+def test_environment_is_cleaned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "SQUEUE_FORMAT": "%i",
+        "SQUEUE_FORMAT2": "jobid",
+        "SQUEUE_SORT": "-t",
+        "SQUEUE_USERS": "alice",
+        "SACCT_FORMAT": "jobid",
+        "SINFO_FORMAT": "%N",
+        "SLURM_TIME_FORMAT": "relative",
+        "SLURM_CLUSTERS": "other",
+        "SLURM_JOB_ID": "42",
+        "SBATCH_PARTITION": "wrong",
+        "SBATCH_TIMELIMIT": "1",
+        "SCANCEL_USER": "bob",
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+        "MIRAGE_KEEP_ME": "yes",
+        "TZ": "America/Chicago",
+    }.items():
+        monkeypatch.setenv(name, value)
+    prog = script(tmp_path, "env", "exec env\n")
+    lines = set(SubprocessRunner()([prog]).stdout.splitlines())
+    names = {line.split("=", 1)[0] for line in lines}
+    for gone in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_SORT", "SQUEUE_USERS"):
+        assert gone not in names
+    for gone in ("SACCT_FORMAT", "SINFO_FORMAT", "SLURM_TIME_FORMAT", "SLURM_CLUSTERS"):
+        assert gone not in names
+    for gone in ("SLURM_JOB_ID", "SBATCH_PARTITION", "SBATCH_TIMELIMIT", "SCANCEL_USER"):
+        assert gone not in names
+    assert "SLURM_CONF=/etc/slurm/slurm.conf" in lines
+    assert "MIRAGE_KEEP_ME=yes" in lines
+    assert "TZ=UTC" in lines and "LC_ALL=C" in lines
+    dropped = SubprocessRunner(keep_slurm_conf=False)([prog]).stdout
+    assert "SLURM_CONF=" not in dropped
+
+
+def test_clean_environment_pure() -> None:
+    env = clean_environment({"PATH": "/bin", "SLURM_CONF": "x", "SBATCH_EXPORT": "NONE"}, tz=None)
+    assert env == {"PATH": "/bin", "SLURM_CONF": "x", "LC_ALL": "C", "LANG": "C"}
+
+
+def test_debug_log_with_duration(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    prog = script(tmp_path, "ok", "exit 0\n")
+    with caplog.at_level(logging.DEBUG, logger="mirage.slurm.run"):
+        SubprocessRunner()([prog, "--json"])
+    assert "--json" in caplog.text and "rc=0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "unreachable"),
+    [
+        ("squeue-start-slurmctld-down.stderr", True),
+        ("sbatch-slurmctld-down.stderr", True),
+        ("sacct-slurmdbd-down.stderr", True),
+        ("sbatch-refused.stderr", False),
+        ("sbatch-test-only-refused.stderr", False),
+    ],
+)
+def test_recorded_failures_classified(name: str, unreachable: bool) -> None:
+    stderr = (DATA / name).read_text()
+    assert is_unreachable(stderr) is unreachable
+    result = CommandResult(("x",), 1, "", stderr)
+    with pytest.raises(SlurmError) as info:
+        check_result(result, SubmitError)
+    assert isinstance(info.value, SlurmUnreachableError) is unreachable
+    assert isinstance(info.value, SubmitError) is not unreachable
+    assert info.value.returncode == 1 and info.value.stderr == stderr
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "squeue: error: Socket timed out on send/recv operation\n",
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n",
+        "sacct: error: Problem talking to the database: Connection refused\n",
+        "scontrol: error: slurm_load_partitions error: Socket timed out\n",
+    ],
+)
+def test_unreachable_patterns(stderr: str) -> None:
+    assert is_unreachable(stderr)
+
+
+def test_invalid_job_id_is_not_unreachable() -> None:
+    assert not is_unreachable("slurm_load_jobs error: Invalid job id specified\n")
+
+
+def test_run_checks(tmp_path: Path) -> None:
+    ok = script(tmp_path, "ok", "echo fine\n")
+    assert run([ok]).stdout == "fine\n"
+    bad = script(tmp_path, "bad", "echo 'sbatch: error: Invalid account' >&2; exit 1\n")
+    with pytest.raises(SubmitError) as info:
+        run([bad], error=SubmitError)
+    assert "Invalid account" in str(info.value)
