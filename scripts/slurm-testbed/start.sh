@@ -54,7 +54,11 @@ waitfor() { # waitfor SECONDS CMD... : poll every 0.2 s
     sleep 0.2
   done
 }
-[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts daemons)"
+if [ "$(id -u)" != 0 ]; then
+  # it installs packages and starts daemons: re-run under passwordless sudo where there is one
+  command -v sudo > /dev/null && sudo -n true 2> /dev/null && exec sudo -n -E "$0" "$@"
+  die "must run as root (it installs packages and starts daemons); no passwordless sudo"
+fi
 mkdir -p "$LAB" "$RUN" "$LOG" "$SPOOL/slurmctld" "$LAB/fakedev" "$LAB/etc"
 chmod 755 "$LAB"
 

@@ -5,6 +5,9 @@
 #   --keep-jobs  do not scancel jobs first (their slurmstepd would outlive slurmd)
 #   --keep-munge leave munged running
 set -uo pipefail
+if [ "$(id -u)" != 0 ] && command -v sudo > /dev/null && sudo -n true 2> /dev/null; then
+  exec sudo -n -E "$0" "$@" # the daemons are root's: stop them as root
+fi
 LAB=${MIRAGE_SLURM_LAB:-/tmp/mirage-slurm}
 RUN=$LAB/run
 DBDIR=$LAB/mariadb
