@@ -173,6 +173,25 @@ def _data_rows(t: _Text, first: int, acc: _Acc) -> list[tuple[int, str]]:
     return rows
 
 
+def _local_times_to_utc(
+    acc: _Acc, df: pd.DataFrame, fmt: str, tz: str
+) -> tuple[pd.DataFrame, int, int]:
+    """Site-local submit/start/end text to UTC epoch seconds; drop unparseable rows.
+
+    Returns the table and the counts of ambiguous and non-existent local times.
+    """
+    bad = np.zeros(len(df), dtype=bool)
+    amb = miss = 0
+    for col in ("submit", "start", "end"):
+        conv = local_to_epoch(df[col], fmt, tz)
+        df[col] = conv.epoch.to_numpy()
+        bad |= conv.unparseable
+        amb += conv.ambiguous
+        miss += conv.missing
+    df = acc.drop(df, bad, "invalid date")
+    return _check_times(acc, df), amb, miss
+
+
 def _check_times(acc: _Acc, df: pd.DataFrame) -> pd.DataFrame:
     """Drop rows whose known times are impossible (start < submit, end < start)."""
     sub, sta, end = df["submit"], df["start"], df["end"]
@@ -304,15 +323,7 @@ def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     df = acc.frame()
     amb = miss = 0
     if not df.empty:
-        bad = np.zeros(len(df), dtype=bool)
-        for col in ("submit", "start", "end"):
-            conv = local_to_epoch(df[col], "%Y-%m-%dT%H:%M:%S", tz)
-            df[col] = conv.epoch.to_numpy()
-            bad |= conv.unparseable
-            amb += conv.ambiguous
-            miss += conv.missing
-        df = acc.drop(df, bad, "invalid date")
-        df = _check_times(acc, df)
+        df, amb, miss = _local_times_to_utc(acc, df, "%Y-%m-%dT%H:%M:%S", tz)
         for col in ("submit", "start", "end", "time_limit", "exit_code", "signal"):
             df[col] = df[col].astype("Int64")
         df["state"] = derive_ls6_state(
@@ -381,15 +392,7 @@ def read_eagle(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     amb = miss = 0
     notes: list[str] = []
     if not df.empty:
-        bad = np.zeros(len(df), dtype=bool)
-        for col in ("submit", "start", "end"):
-            conv = local_to_epoch(df[col], "%Y-%m-%d %H:%M:%S", tz)
-            df[col] = conv.epoch.to_numpy()
-            bad |= conv.unparseable
-            amb += conv.ambiguous
-            miss += conv.missing
-        df = acc.drop(df, bad, "invalid date")
-        df = _check_times(acc, df)
+        df, amb, miss = _local_times_to_utc(acc, df, "%Y-%m-%d %H:%M:%S", tz)
         run = pd.to_numeric(df["run_time"]).astype("Int64")
         ran = df["end"].astype("Int64") - df["start"].astype("Int64")
         differ = int((ran != run).fillna(False).sum())

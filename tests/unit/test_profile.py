@@ -23,8 +23,7 @@ from mirage.profile.schema import (
     profile_from_dict,
     profile_to_toml,
 )
-from mirage.slurm.client import SlurmClient
-from mirage.slurm.types import QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
+from tests.fakes import NullSlurmClient
 
 MINIMAL = """
 name = "lab"
@@ -164,7 +163,7 @@ def test_scheduler_from_config_converts_units() -> None:
     assert sched.bf_max_job_test == 500  # not set: Slurm's default
 
 
-class ShowOnlyClient(SlurmClient):
+class ShowOnlyClient(NullSlurmClient):
     """A client that answers only `scontrol show`, from canned records."""
 
     def __init__(self, records: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
@@ -174,36 +173,6 @@ class ShowOnlyClient(SlurmClient):
     def show(self, kind: str) -> list[Mapping[str, str]]:
         self.calls.append(kind)
         return list(self.records[kind])
-
-    def queue(self) -> QueueSnapshot:
-        raise NotImplementedError
-
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
-        raise NotImplementedError
-
-    def submit(self, request: SubmitRequest) -> str:
-        raise NotImplementedError
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
-        raise NotImplementedError
-
-    def hold(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def release(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def update_time_limit(self, job_id: str, seconds: int) -> None:
-        raise NotImplementedError
-
-    def start_estimates(self) -> dict[str, StartEstimate]:
-        raise NotImplementedError
-
-    def test_only(self, request: SubmitRequest) -> StartEstimate:
-        raise NotImplementedError
 
 
 def _node(name: str, parts: str, gres: str = "gpu:a100:4(S:0-1)") -> dict[str, str]:

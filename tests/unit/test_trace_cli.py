@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -11,19 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 import mirage.trace.cli as trace_cli
-from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import (
     JobState,
-    QueueSnapshot,
     SlurmError,
     SlurmJob,
-    StartEstimate,
-    SubmitRequest,
 )
 from mirage.trace.accounting import CHUNK_S, from_slurm_jobs, import_accounting
 from mirage.trace.cli import trace
 from mirage.trace.readers import FORMATS, load_trace
 from mirage.trace.schema import COLUMNS
+from tests.fakes import NullSlurmClient
 
 REPO = Path(__file__).resolve().parents[2]
 LS6_SLICE = REPO / "traces" / "ls6-a100-slice.log.gz"
@@ -56,7 +53,7 @@ def job(job_id: str, submit: int | None, start: int | None = None, end: int | No
     )
 
 
-class FakeClient(SlurmClient):
+class FakeClient(NullSlurmClient):
     def __init__(self, jobs: Sequence[SlurmJob], fail: bool = False) -> None:
         self.jobs = list(jobs)
         self.calls: list[tuple[int, int | None]] = []
@@ -68,36 +65,6 @@ class FakeClient(SlurmClient):
             raise SlurmError(["sacct"], 1, "sacct: error: slurmdbd unreachable")
         hi = end if end is not None else 2**62
         return [j for j in self.jobs if (j.submit or 0) < hi and (j.end is None or j.end >= start)]
-
-    def queue(self) -> QueueSnapshot:
-        raise NotImplementedError
-
-    def submit(self, request: SubmitRequest) -> str:
-        raise NotImplementedError
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
-        raise NotImplementedError
-
-    def hold(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def release(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def update_time_limit(self, job_id: str, seconds: int) -> None:
-        raise NotImplementedError
-
-    def start_estimates(self) -> dict[str, StartEstimate]:
-        raise NotImplementedError
-
-    def test_only(self, request: SubmitRequest) -> StartEstimate:
-        raise NotImplementedError
-
-    def show(self, kind: str) -> list[Mapping[str, str]]:
-        raise NotImplementedError
 
 
 # --------------------------------------------------------------------------- accounting

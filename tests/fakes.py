@@ -1,0 +1,45 @@
+"""Test doubles shared by the unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mirage.slurm.client import SlurmClient
+from mirage.slurm.types import QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
+
+
+class NullSlurmClient(SlurmClient):
+    """Every call fails loudly; a test overrides just the calls it expects."""
+
+    def queue(self) -> QueueSnapshot:
+        raise NotImplementedError
+
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        raise NotImplementedError
+
+    def submit(self, request: SubmitRequest) -> str:
+        raise NotImplementedError
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        raise NotImplementedError
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def update_time_limit(self, job_id: str, seconds: int) -> None:
+        raise NotImplementedError
+
+    def start_estimates(self) -> dict[str, StartEstimate]:
+        raise NotImplementedError
+
+    def test_only(self, request: SubmitRequest) -> StartEstimate:
+        raise NotImplementedError
+
+    def show(self, kind: str) -> list[Mapping[str, str]]:
+        raise NotImplementedError
