@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import (
@@ -66,29 +67,28 @@ def format_time(epoch: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
 
 
+# SubmitRequest field -> sbatch option; a field left at None is not passed at all.
+_SBATCH_OPTIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("job_name", "--job-name", str),
+    ("time_limit", "--time", format_time_limit),
+    ("nodes", "--nodes", str),
+    ("gres", "--gres", str),
+    ("partition", "--partition", str),
+    ("account", "--account", str),
+    ("dependency", "--dependency", str),
+    ("comment", "--comment", str),
+    ("signal", "--signal", str),
+    ("chdir", "--chdir", str),
+)
+
+
 def sbatch_options(request: SubmitRequest) -> list[str]:
     """The sbatch options for a request (no binary, no --parsable/--test-only, no script)."""
-    opts: list[str] = []
-    if request.job_name is not None:
-        opts.append(f"--job-name={request.job_name}")
-    if request.time_limit is not None:
-        opts.append(f"--time={format_time_limit(request.time_limit)}")
-    if request.nodes is not None:
-        opts.append(f"--nodes={request.nodes}")
-    if request.gres is not None:
-        opts.append(f"--gres={request.gres}")
-    if request.partition is not None:
-        opts.append(f"--partition={request.partition}")
-    if request.account is not None:
-        opts.append(f"--account={request.account}")
-    if request.dependency is not None:
-        opts.append(f"--dependency={request.dependency}")
-    if request.comment is not None:
-        opts.append(f"--comment={request.comment}")
-    if request.signal is not None:
-        opts.append(f"--signal={request.signal}")
-    if request.chdir is not None:
-        opts.append(f"--chdir={request.chdir}")
+    opts = [
+        f"{flag}={render(getattr(request, field))}"
+        for field, flag, render in _SBATCH_OPTIONS
+        if getattr(request, field) is not None
+    ]
     if request.hold:
         opts.append("--hold")
     opts.extend(str(a) for a in request.extra_args)
