@@ -1,0 +1,1 @@
+"""Provisioning policies: when to pre-submit a chain's next segment."""
