@@ -22,10 +22,13 @@ def _register() -> None:
     # Subcommand groups live beside their concept; imported here so that `mirage --help`
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
     from mirage.profile.cli import profile
+    from mirage.sim.cli import calibrate, simulate
     from mirage.trace.cli import trace
 
     main.add_command(trace)
     main.add_command(profile)
+    main.add_command(simulate)
+    main.add_command(calibrate)
 
 
 _register()

@@ -1,0 +1,689 @@
+"""Prepare a trace for replay (dependency holds, cut-off, warm-up) and calibrate a cluster.
+
+Dependency holds
+----------------
+A trace's "wait" (start - submit) of a job that sat behind a dependency is not queueing:
+ls6 users submit a whole chain at once (``dimer.10`` ... ``dimer.15``), each segment
+starting when the previous one ends, so the later segments show waits of days. Where the
+trace records an eligible time, it is used (``from_table`` turns it into a begin time). Where
+it does not, :func:`prepare_trace` finds chains with :func:`mirage.trace.chains.find_chains`
+and treats a chain link as a *hold* when the successor was submitted before its
+predecessor ended. A held successor gets ``afterany:<predecessor>`` in the simulator (so
+it cannot start before the simulated predecessor ends), and its real wait is measured
+from its real eligible time, the predecessor's real end. If the predecessor is not
+replayed (dropped: it never ran, or is larger than the cluster), the successor gets a
+begin time at the predecessor's real end instead (counted as ``begin_fallback``).
+
+Jobs are numbered so that a predecessor always gets a lower id than its successor (the
+simulator needs the parent to exist); this only reorders jobs submitted at the same
+instant, or a successor submitted before its predecessor (counted as ``reordered``).
+
+Partition opening
+-----------------
+The ls6 trace begins with jobs submitted weeks before the first job started (the
+partition opened on 2022-10-30). A job submitted before the trace's first start gets a
+begin time at that first start (its real eligible time too), and the comparison leaves out
+a warm-up (2 days from the first start by default).
+
+Comparison
+----------
+Waits are compared from eligible time on both sides (simulated: when the simulator made
+the job eligible; real: submit, or the eligible time above), for the jobs submitted after
+the warm-up. Waits below ``floor_s`` (Slurm's scheduling latency, which the simulator does
+not model; real ls6 waits of a few seconds are the norm) count as zero on both sides in
+the KS distance.
+
+Calibration
+-----------
+:func:`calibrate` replays the trace restricted to jobs submitted before a cut-off (rows at
+or after it are removed first, before chain detection, and never reach the simulator) on
+a range of node counts, coarse then fine, and picks the one with the smallest KS distance
+between simulated and real waits. Jobs submitted before the cut-off still carry their run
+times (some end after it: that is their own length, not the held-out window's load), but
+the comparison leaves out a cool-down (jobs submitted in the last 2 days before the
+cut-off) and any job that really started after the cut-off, so no real start later than
+the cut-off enters the loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mirage.profile.schema import ClusterProfile, profile_to_toml
+from mirage.sim.engine import Simulation
+from mirage.sim.workload import JobSpec, Workload, from_table
+from mirage.trace.chains import ChainParams, Chains, find_chains
+
+DAY = 86400
+WARMUP_S = 2 * DAY
+COOLDOWN_S = 2 * DAY
+FLOOR_S = 60
+
+#: Progress callback: (fraction of the replay done, 0..1).
+Progress = Callable[[float], None]
+
+
+@dataclass
+class HoldStats:
+    """How dependency holds were found and turned into simulator inputs."""
+
+    source: str  # "eligible" (the trace has eligible times), "chains", "off"
+    chains: int = 0
+    links: int = 0
+    held: int = 0  # jobs given afterany on their predecessor (or a begin fallback)
+    dependencies: int = 0  # of which: afterany dependencies
+    begin_fallback: int = 0  # of which: predecessor not replayed -> begin at its real end
+    reordered: int = 0  # predecessors numbered before a successor submitted earlier
+    trace_eligible: int = 0  # jobs whose trace records an eligible time after submit
+    before_open: int = 0  # jobs submitted before the trace's first start
+    real_mean_wait_submit_s: float = 0.0  # mean start - submit of the replayed jobs
+    real_mean_wait_eligible_s: float = 0.0  # mean start - eligible of the replayed jobs
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Prepared:
+    """A workload ready to replay and, per job (same order), what to compare it with."""
+
+    workload: Workload
+    real_eligible: np.ndarray  # int64 epoch s, trace clock
+    real_start: np.ndarray  # int64 epoch s, trace clock
+    measured: np.ndarray  # bool: submitted after the warm-up (part of the comparison)
+    holds: HoldStats
+    opened: int  # the trace's first start (epoch s)
+    cutoff: int | None = None  # only jobs submitted before this were kept
+
+    @property
+    def jobs(self) -> list[JobSpec]:
+        return self.workload.jobs
+
+    @property
+    def real_waits(self) -> np.ndarray:
+        """Real waits from eligible time, seconds (every job)."""
+        waits: np.ndarray = (self.real_start - self.real_eligible).astype(np.float64)
+        return waits
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    return df[name].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def restrict(df: pd.DataFrame, before: int | None) -> pd.DataFrame:
+    """Rows submitted strictly before ``before`` (epoch s); all rows if None.
+
+    Rows without a submit time are dropped too when a cut-off is given (their place in time
+    is unknown, so they could belong to the held-out window).
+    """
+    if before is None:
+        return df
+    submit = _col(df, "submit")
+    keep = ~np.isnan(submit) & (submit < before)
+    out: pd.DataFrame = df.loc[keep].reset_index(drop=True)
+    return out
+
+
+def _predecessors(chains: Chains, n: int) -> np.ndarray:
+    pred = np.full(n, -1, dtype=np.int64)
+    for chain in chains.chains:
+        for a, b in itertools.pairwise(chain):
+            pred[b] = a
+    return pred
+
+
+@dataclass
+class _Times:
+    submit: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ran: np.ndarray  # has submit, start and end
+    has_elig: np.ndarray  # the trace's eligible time is after submit
+    real_elig: np.ndarray  # trace clock
+
+
+def _times(df: pd.DataFrame) -> _Times:
+    submit, start, end = _col(df, "submit"), _col(df, "start"), _col(df, "end")
+    eligible = _col(df, "eligible")
+    ran = ~np.isnan(submit) & ~np.isnan(start) & ~np.isnan(end) & (end >= start)
+    has_elig = ~np.isnan(eligible) & (eligible > submit)
+    return _Times(submit, start, end, ran, has_elig, np.where(has_elig, eligible, submit))
+
+
+def _holds(
+    df: pd.DataFrame, t: _Times, chains: Chains | None, params: ChainParams | None
+) -> tuple[np.ndarray, HoldStats]:
+    """Per row, the held predecessor's row (-1: none); updates ``t.real_elig``."""
+    stats = HoldStats(source="eligible" if t.has_elig.any() else "chains")
+    stats.trace_eligible = int((t.has_elig & t.ran).sum())
+    found = chains if chains is not None else find_chains(df, params)
+    stats.chains, stats.links = len(found.chains), int(found.gaps.size)
+    pred = _predecessors(found, len(df))
+    pend = np.where(pred >= 0, t.end[np.maximum(pred, 0)], np.nan)
+    with np.errstate(invalid="ignore"):
+        held = (pred >= 0) & ~t.has_elig & t.ran & (t.submit < pend)
+    t.real_elig = np.where(held, np.maximum(t.real_elig, pend), t.real_elig)
+    return np.where(held, pred, -1), stats
+
+
+def _numbering(sim_submit: np.ndarray, succ_of: np.ndarray) -> tuple[np.ndarray, int]:
+    """Replay order putting every predecessor first, and how many jobs it moved.
+
+    Sort by the earliest submit over a job and everything after it in its chain, then by
+    depth in the chain, then by submit order (what ``from_table`` produced).
+    """
+    key = sim_submit.copy()
+    depth = np.zeros(sim_submit.size, dtype=np.int64)
+    has_pred = np.zeros(succ_of.size, dtype=bool)
+    has_pred[succ_of[succ_of >= 0]] = True
+    for head in np.flatnonzero((succ_of >= 0) & ~has_pred).tolist():
+        chain = [head]
+        while succ_of[chain[-1]] >= 0:
+            chain.append(int(succ_of[chain[-1]]))
+        depth[chain] = np.arange(len(chain))
+        for a, b in zip(reversed(chain[:-1]), reversed(chain[1:]), strict=True):
+            key[a] = min(key[a], key[b])
+    order = np.lexsort((np.arange(sim_submit.size), depth, key))
+    return order, int((key < sim_submit).sum())
+
+
+def _measured(t: _Times, kept: np.ndarray, after: int, before: int | None,
+              cooldown_s: int) -> np.ndarray:  # fmt: skip
+    """Which replayed jobs the comparison counts: after the warm-up; with a cut-off, only
+    those submitted ``cooldown_s`` before it and really started before it."""
+    measured: np.ndarray = t.submit[kept] >= after
+    if before is not None:
+        measured &= (t.submit[kept] < before - cooldown_s) & (t.start[kept] < before)
+    return measured
+
+
+def prepare_trace(
+    df: pd.DataFrame,
+    profile: ClusterProfile,
+    *,
+    arrival_scale: float = 1.0,
+    max_nodes: int | None = None,
+    holds: bool = True,
+    before: int | None = None,
+    warmup_s: int = WARMUP_S,
+    cooldown_s: int = COOLDOWN_S,
+    chain_params: ChainParams | None = None,
+    chains: Chains | None = None,
+) -> Prepared:
+    """Canonical table -> jobs to replay, with dependency holds made explicit.
+
+    ``before`` (epoch s): drop every row submitted at or after it first (nothing later is
+    read). ``chains``: precomputed ``find_chains`` of the (restricted) table, to share
+    between calls. See the module docstring for the rules.
+    """
+    df = restrict(df, before)
+    n = len(df)
+    t = _times(df)
+    opened = int(np.nanmin(t.start[t.ran])) if t.ran.any() else 0
+    pred = np.full(n, -1, dtype=np.int64)
+    stats = HoldStats(source="off", trace_eligible=int((t.has_elig & t.ran).sum()))
+    if holds:
+        pred, stats = _holds(df, t, chains, chain_params)
+    before_open = t.ran & (t.real_elig < opened)
+    stats.before_open = int(before_open.sum())
+    real_elig = np.maximum(t.real_elig, opened)
+
+    # Let from_table build the specs; row positions as job ids map specs back to rows.
+    keyed = df.copy()
+    keyed["job_id"] = pd.array([str(i) for i in range(n)], dtype="string")
+    wl = from_table(keyed, profile, arrival_scale=arrival_scale, max_nodes=max_nodes)
+    rows = np.array([int(j.trace_id) for j in wl.jobs], dtype=np.int64)
+    t0 = float(t.submit[rows].min()) if rows.size else 0.0
+
+    def sim_time(x: float) -> int:
+        return math.floor(t0 + (x - t0) / arrival_scale)
+
+    pos = np.full(n, -1, dtype=np.int64)  # row -> index in wl.jobs
+    pos[rows] = np.arange(rows.size)
+    succ_of = np.full(rows.size, -1, dtype=np.int64)
+    linked = pred[rows] >= 0
+    pk = pos[pred[rows][linked]]
+    succ_of[pk[pk >= 0]] = np.flatnonzero(linked)[pk >= 0]
+    order, stats.reordered = _numbering(np.array([j.submit for j in wl.jobs]), succ_of)
+    new_id = np.empty(rows.size, dtype=np.int64)
+    new_id[order] = np.arange(rows.size) + 1  # Simulation's first_id
+
+    trace_ids = df["job_id"].astype(str).to_numpy()
+    jobs: list[JobSpec] = []
+    for k in order.tolist():
+        spec, r = wl.jobs[k], int(rows[k])
+        changes: dict[str, Any] = {"trace_id": str(trace_ids[r])}
+        p = int(pred[r])
+        if p >= 0:
+            stats.held += 1
+            if pos[p] >= 0:
+                changes["dependency"] = f"afterany:{int(new_id[pos[p]])}"
+                stats.dependencies += 1
+            else:
+                changes["begin"] = max(spec.begin or 0, sim_time(t.end[p]))
+                stats.begin_fallback += 1
+        if before_open[r]:
+            changes["begin"] = max(changes.get("begin", spec.begin) or 0, sim_time(opened))
+        jobs.append(dataclasses.replace(spec, **changes))
+    kept = rows[order]
+    real_start = t.start[kept].astype(np.int64)
+    real_eligible = real_elig[kept].astype(np.int64)
+    if kept.size:
+        stats.real_mean_wait_submit_s = float((t.start[kept] - t.submit[kept]).mean())
+        stats.real_mean_wait_eligible_s = float((real_start - real_eligible).mean())
+    return Prepared(
+        workload=Workload(jobs=jobs, dropped=wl.dropped),
+        real_eligible=real_eligible,
+        real_start=real_start,
+        measured=_measured(t, kept, opened + warmup_s, before, cooldown_s),
+        holds=stats,
+        opened=opened,
+        cutoff=before,
+    )
+
+
+# ---- replay and comparison ---------------------------------------------------------
+
+
+@dataclass
+class Replay:
+    """One replay: the simulation, how long it took, whether it ran to the end."""
+
+    sim: Simulation
+    nodes: int
+    wall_s: float
+    complete: bool  # False: stopped at the time budget (jobs left pending or unsubmitted)
+
+
+def replay(
+    prep: Prepared,
+    profile: ClusterProfile,
+    nodes: int | None = None,
+    *,
+    budget_s: float | None = None,
+    progress: Progress | None = None,
+    chunks: int = 200,
+) -> Replay:
+    """Replay ``prep`` on ``profile`` (``nodes``: the default partition's node count).
+
+    The simulation runs in ``chunks`` slices of simulated time (submit span first, then the
+    drain), so that ``progress`` is called and ``budget_s`` (wall seconds) checked between
+    slices; a replay over budget stops there (``complete=False``).
+    """
+    t_wall = time.perf_counter()
+    jobs = prep.jobs
+    first = min((j.submit for j in jobs), default=0)
+    last = max((j.submit for j in jobs), default=0)
+    sim = Simulation(profile, nodes=nodes, start_time=first, track_estimates=False)
+    sim.add_jobs(jobs)
+    step = max(1, (last - first) // max(1, chunks))
+
+    def over() -> bool:
+        return budget_s is not None and time.perf_counter() - t_wall > budget_s
+
+    t = first
+    complete = True
+    while t < last:
+        t = min(last, t + step)
+        sim.run_until(t)
+        if progress is not None:
+            progress(0.95 * (t - first) / max(1, last - first))
+        if over():
+            complete = False
+            break
+    if complete:
+        heap = getattr(sim, "heap", None)
+        if heap is None:
+            sim.run()
+        else:
+            left = max(1, len(heap))
+            while heap:  # drain what is left, still checking the budget
+                sim.run_until(sim.now + step)
+                if progress is not None:
+                    progress(0.95 + 0.05 * max(0.0, 1 - len(heap) / left))
+                if over():
+                    complete = False
+                    break
+    if progress is not None and complete:
+        progress(1.0)
+    wall = time.perf_counter() - t_wall
+    return Replay(sim=sim, nodes=sim.total_nodes, wall_s=wall, complete=complete)
+
+
+def sim_waits(prep: Prepared, sim: Simulation) -> np.ndarray:
+    """Simulated waits from eligible time, per job of ``prep`` (NaN: never started)."""
+    out = np.full(len(prep.jobs), np.nan)
+    for k, v in enumerate(sim.all_jobs()[: len(prep.jobs)]):
+        if v.start is not None:
+            out[k] = v.start - (v.eligible if v.eligible is not None else v.spec.submit)
+    return out
+
+
+def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov distance: sup |F_a(x) - F_b(x)| (inf values allowed)."""
+    if a.size == 0 or b.size == 0:
+        return 1.0
+    a, b = np.sort(a), np.sort(b)
+    x = np.concatenate([a, b])
+    fa = np.searchsorted(a, x, side="right") / a.size
+    fb = np.searchsorted(b, x, side="right") / b.size
+    return float(np.max(np.abs(fa - fb)))
+
+
+@dataclass
+class WaitComparison:
+    """Simulated vs real waits (from eligible time) over the measured jobs, in seconds."""
+
+    jobs: int  # measured jobs
+    unstarted: int  # of which the simulation never started (counted as infinite waits)
+    ks: float
+    sim_mean_s: float
+    sim_median_s: float
+    real_mean_s: float
+    real_median_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compare(prep: Prepared, sim: Simulation, floor_s: int = FLOOR_S) -> WaitComparison:
+    """KS distance, mean and median of simulated vs real waits over the measured jobs."""
+    sim_w = sim_waits(prep, sim)[prep.measured]
+    real_w = prep.real_waits[prep.measured]
+    started = ~np.isnan(sim_w)
+    s_ks = np.where(started, sim_w, np.inf)
+    s_ks = np.where(s_ks < floor_s, 0.0, s_ks)
+    r_ks = np.where(real_w < floor_s, 0.0, real_w)
+    s = sim_w[started]
+
+    def stat(x: np.ndarray, f: Callable[[np.ndarray], Any]) -> float:
+        return float(f(x)) if x.size else math.nan
+
+    return WaitComparison(
+        jobs=int(real_w.size),
+        unstarted=int((~started).sum()),
+        ks=ks_distance(s_ks, r_ks),
+        sim_mean_s=stat(s, np.mean),
+        sim_median_s=stat(s, np.median),
+        real_mean_s=stat(real_w, np.mean),
+        real_median_s=stat(real_w, np.median),
+    )
+
+
+# ---- calibration -------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    nodes: int
+    settings: dict[str, Any]  # scheduler overrides tried with this node count
+    waits: WaitComparison
+    wall_s: float
+    complete: bool
+
+    @property
+    def ks(self) -> float:
+        return self.waits.ks
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "settings": dict(self.settings),
+            "wall_s": self.wall_s,
+            "complete": self.complete,
+            **self.waits.as_dict(),
+        }
+
+
+@dataclass
+class Calibration:
+    candidates: list[Candidate]
+    best: Candidate
+    profile: ClusterProfile  # the input profile with the best nodes and settings
+    holds: HoldStats
+    cutoff: int
+    jobs: int  # replayed jobs (submitted before the cut-off)
+    measured: int  # of which compared (after the warm-up)
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "best": self.best.as_dict(),
+            "cutoff": self.cutoff,
+            "jobs": self.jobs,
+            "measured": self.measured,
+            "holds": self.holds.as_dict(),
+            "wall_s": self.wall_s,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "notes": list(self.notes),
+        }
+
+
+def with_settings(
+    profile: ClusterProfile, nodes: int | None = None, settings: dict[str, Any] | None = None
+) -> ClusterProfile:
+    """``profile`` with the default partition's node count and scheduler settings replaced."""
+    sched = dataclasses.replace(profile.scheduler, **(settings or {}))
+    default = profile.partition().name
+    parts = tuple(
+        dataclasses.replace(p, nodes=nodes) if nodes is not None and p.name == default else p
+        for p in profile.partitions
+    )
+    return dataclasses.replace(profile, scheduler=sched, partitions=parts)
+
+
+def _fits(df: pd.DataFrame, nodes: int) -> int:
+    """The largest job size that fits in ``nodes`` (workloads are equal when this is)."""
+    sizes = np.nan_to_num(_col(df, "nodes"), nan=1.0)
+    fit = sizes[sizes <= nodes]
+    return int(fit.max()) if fit.size else 0
+
+
+class _Search:
+    """Replays candidates once each (workloads cached by the largest job that fits)."""
+
+    def __init__(self, df: pd.DataFrame, profile: ClusterProfile, *, before: int, holds: bool,
+                 warmup_s: int, floor_s: int, budget_s: float | None,
+                 on_candidate: Callable[[Candidate], None] | None) -> None:  # fmt: skip
+        self.df, self.profile, self.before, self.holds = df, profile, before, holds
+        self.warmup_s, self.floor_s, self.budget_s = warmup_s, floor_s, budget_s
+        self.on_candidate = on_candidate
+        self.chains = find_chains(df) if holds else None
+        self.cache: dict[int, Prepared] = {}
+        self.done: dict[tuple[int, str], Candidate] = {}
+
+    def prepared(self, n: int) -> Prepared:
+        key = _fits(self.df, n)
+        if key not in self.cache:
+            self.cache[key] = prepare_trace(
+                self.df, self.profile, max_nodes=n, holds=self.holds, before=self.before,
+                warmup_s=self.warmup_s, chains=self.chains)  # fmt: skip
+        return self.cache[key]
+
+    def run(self, n: int, settings: dict[str, Any] | None = None) -> Candidate:
+        key = (n, repr(sorted((settings or {}).items())))
+        if key in self.done:
+            return self.done[key]
+        prep = self.prepared(n)
+        prof = with_settings(self.profile, n, settings)
+        rep = replay(prep, prof, n, budget_s=self.budget_s)
+        cand = Candidate(nodes=n, settings=dict(settings or {}),
+                         waits=compare(prep, rep.sim, self.floor_s), wall_s=rep.wall_s,
+                         complete=rep.complete)  # fmt: skip
+        self.done[key] = cand
+        if self.on_candidate is not None:
+            self.on_candidate(cand)
+        return cand
+
+    def best(self) -> Candidate:
+        return min(self.done.values(), key=lambda c: (c.ks, -c.nodes))
+
+
+def calibrate(
+    df: pd.DataFrame,
+    profile: ClusterProfile,
+    before: int,
+    *,
+    nodes_min: int = 40,
+    nodes_max: int = 120,
+    coarse_step: int = 8,
+    settings_grid: Sequence[dict[str, Any]] = (),
+    holds: bool = True,
+    warmup_s: int = WARMUP_S,
+    floor_s: int = FLOOR_S,
+    budget_s: float | None = None,
+    stop_ratio: float = 3.0,
+    settings_min_gain: float = 0.01,
+    on_candidate: Callable[[Candidate], None] | None = None,
+) -> Calibration:
+    """Find the node count (and, optionally, scheduler settings) that best reproduce waits.
+
+    Only rows submitted before ``before`` are used: they are cut first, so chain detection
+    and the simulator never see a later row. Node counts from ``nodes_max`` down to
+    ``nodes_min`` in ``coarse_step`` steps, then every second and every single count around
+    the best. Going down stops early once the simulated mean wait exceeds ``stop_ratio``
+    times the real one with a worse KS (a smaller cluster only waits longer), or a replay
+    runs past ``budget_s``. Each entry of ``settings_grid`` (scheduler overrides) is then
+    tried at the best node count; one is kept only if it lowers the KS distance by at least
+    ``settings_min_gain`` (smaller differences are noise).
+    """
+    if not 0 < nodes_min <= nodes_max:
+        raise ValueError(f"bad node range {nodes_min}..{nodes_max}")
+    t0 = time.perf_counter()
+    search = _Search(restrict(df, before), profile, before=before, holds=holds, warmup_s=warmup_s,
+                     floor_s=floor_s, budget_s=budget_s, on_candidate=on_candidate)  # fmt: skip
+    notes = _descend(search, nodes_min, nodes_max, coarse_step, stop_ratio)
+    for step in (2, 1):
+        centre = search.best().nodes
+        width = max(coarse_step - 1, 1) if step == 2 else 1
+        for n in range(centre - width, centre + width + 1, step):
+            if nodes_min <= n <= nodes_max:
+                search.run(n)
+    top = search.best()
+    for settings in settings_grid:
+        search.run(top.nodes, settings)
+    tuned = search.best()
+    if top.ks - tuned.ks >= settings_min_gain:  # else within noise: keep the profile's
+        top = tuned
+    prep = search.prepared(top.nodes)
+    return Calibration(
+        candidates=sorted(search.done.values(), key=lambda c: (c.nodes, repr(c.settings))),
+        best=top,
+        profile=dataclasses.replace(
+            with_settings(profile, top.nodes, top.settings),
+            description=f"{profile.description} -- calibrated: {top.nodes} nodes".strip(" -"),
+        ),
+        holds=prep.holds,
+        cutoff=before,
+        jobs=len(prep.jobs),
+        measured=int(prep.measured.sum()),
+        wall_s=time.perf_counter() - t0,
+        notes=notes,
+    )
+
+
+def _descend(search: _Search, lo: int, hi: int, step: int, stop_ratio: float) -> list[str]:
+    """The coarse pass, from ``hi`` down; notes on why it stopped early."""
+    for n in _descending(lo, hi, step):
+        cand = search.run(n)
+        if not cand.complete:
+            return [f"stopped going down at {n} nodes: replay over {search.budget_s} s budget"]
+        ratio = cand.waits.sim_mean_s / max(1.0, cand.waits.real_mean_s)
+        if ratio > stop_ratio and cand.ks > search.best().ks:
+            return [f"stopped going down at {n} nodes: simulated mean wait {ratio:.1f}x real"]
+    return []
+
+
+def _descending(lo: int, hi: int, step: int) -> list[int]:
+    out = list(range(hi, lo - 1, -max(1, step)))
+    if out[-1] != lo:
+        out.append(lo)
+    return out
+
+
+def calibrated_toml(cal: Calibration, trace: str = "", tz: str = "UTC") -> str:
+    """The calibrated profile as TOML, with a comment header saying how it was obtained."""
+    b = cal.best
+    when = pd.Timestamp(cal.cutoff, unit="s", tz="UTC").tz_convert(tz).isoformat()
+    settings = ", ".join(f"{k} = {v}" for k, v in b.settings.items())
+    head = [
+        f"# Calibrated by `mirage calibrate` on {trace or 'a trace'},",
+        f"# jobs submitted before {when} ({cal.jobs} jobs; {cal.measured} compared, after",
+        "# the warm-up and before the cool-down). Loss: KS distance of waits from eligible",
+        "# time, simulated vs real.",
+        f"# Best: {b.nodes} nodes{'; ' + settings if settings else ''}; KS {b.ks:.3f}; "
+        f"mean wait {b.waits.sim_mean_s / 3600:.2f} h",
+        f"# simulated vs {b.waits.real_mean_s / 3600:.2f} h real, median "
+        f"{b.waits.sim_median_s:.0f} s vs {b.waits.real_median_s:.0f} s.",
+        f"# Dependency holds ({cal.holds.source}): {cal.holds.held} jobs held.",
+    ]
+    return "\n".join(head) + "\n" + profile_to_toml(cal.profile)
+
+
+def write_profile(cal: Calibration, path: str | Path, trace: str = "", tz: str = "UTC") -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(calibrated_toml(cal, trace, tz), encoding="utf-8")
+
+
+def parse_when(text: str, tz: str) -> int:
+    """An ISO date/time as epoch seconds; naive ones are read in zone ``tz``."""
+    when = pd.Timestamp(text)
+    if when.tzinfo is None:
+        when = when.tz_localize(tz)
+    return int(when.timestamp())
+
+
+def hours(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
+
+
+def table_rows(cands: Iterable[Candidate]) -> list[list[str]]:
+    """Rows for a candidates table: nodes, settings, KS, mean/median sim vs real, wall."""
+    rows = []
+    for c in cands:
+        w = c.waits
+        rows.append(
+            [
+                str(c.nodes),
+                ", ".join(f"{k}={v}" for k, v in c.settings.items()) or "-",
+                f"{c.ks:.3f}",
+                hours(w.sim_mean_s),
+                hours(w.real_mean_s),
+                "-" if math.isnan(w.sim_median_s) else f"{w.sim_median_s:.0f}",
+                f"{w.real_median_s:.0f}",
+                f"{c.wall_s:.1f}" + ("" if c.complete else " (budget)"),
+            ]
+        )
+    return rows
+
+
+TABLE_HEADER = (
+    "nodes",
+    "settings",
+    "KS",
+    "mean h sim",
+    "mean h real",
+    "median s sim",
+    "median s real",
+    "wall s",
+)
+
+#: Scheduler variants ``mirage calibrate --tune-settings`` tries at the best node count.
+SETTINGS_GRID: tuple[dict[str, Any], ...] = (
+    {"backfill": "easy"},
+    {"priority_max_age_s": DAY},
+    {"priority_max_age_s": 14 * DAY},
+    {"bf_window_s": DAY},
+)

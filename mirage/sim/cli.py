@@ -1,0 +1,380 @@
+"""``mirage simulate`` (replay a trace) and ``mirage calibrate`` (fit a cluster to a trace)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mirage.profile.schema import ClusterProfile
+    from mirage.sim.calibrate import Candidate, Progress
+
+_FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
+#: Replays of at least this many jobs get a progress bar (on a terminal, without --json).
+PROGRESS_MIN_JOBS = 2000
+
+
+def _load_table(path: str, fmt: str | None) -> pd.DataFrame:
+    from mirage.trace.load import TraceFormatError
+    from mirage.trace.readers import load_trace
+
+    try:
+        return load_trace(path, fmt).jobs
+    except (TraceFormatError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _load_profile(name: str, nodes: int | None, backfill: str | None) -> ClusterProfile:
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.sim.calibrate import with_settings
+
+    try:
+        prof = load_profile(name)
+    except ProfileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    prof = with_settings(prof, nodes, {"backfill": backfill} if backfill else None)
+    missing = [p.name for p in prof.partitions if p.nodes is None]
+    if missing:
+        raise click.ClickException(
+            f"profile {prof.name!r}: partition {missing[0]!r} has no node count; pass --nodes N"
+            " (or calibrate one: mirage calibrate)"
+        )
+    return prof
+
+
+@contextmanager
+def _progress(enabled: bool, label: str) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr (None when disabled or stderr is not a terminal)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=1.0)
+        yield lambda frac: bar.update(task, completed=frac)
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 4 * 86400:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+_TRACE = click.option(
+    "--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="Trace file."
+)
+_FORMAT = click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip detection.")
+_PROFILE = click.option(
+    "--profile", "profile_name", default="ls6", show_default=True, help="Built-in name or path."
+)
+_HOLDS = click.option(
+    "--holds/--no-holds",
+    default=True,
+    show_default=True,
+    help="Model dependency holds (trace eligible times, else detected chains).",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.command()
+@_TRACE
+@_FORMAT
+@_PROFILE
+@click.option("--nodes", type=click.IntRange(min=1), help="Nodes of the default partition.")
+@click.option(
+    "--arrival-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Compress inter-arrival times by this factor (2 = twice the load).",
+)
+@click.option("--backfill", type=click.Choice(["slurm", "easy"]), help="Override the profile.")
+@click.option("--before", help="Only jobs submitted before this ISO date (profile's zone).")
+@_HOLDS
+@_JSON
+def simulate(
+    *,
+    trace_path: str,
+    fmt: str | None,
+    profile_name: str,
+    nodes: int | None,
+    arrival_scale: float,
+    backfill: str | None,
+    before: str | None,
+    holds: bool,
+    as_json: bool,
+) -> None:
+    """Replay a trace through the simulator and summarise waits, utilisation and speed.
+
+    Waits are shown from submit (as in the trace) and from eligible time (dependency holds
+    taken out, after a 2-day warm-up), simulated against real.
+    """
+    from mirage.sim.calibrate import compare, prepare_trace, replay, sim_waits
+    from mirage.sim.engine import SimError
+    from mirage.sim.report import summarize, wait_stats
+
+    prof = _load_profile(profile_name, nodes, backfill)
+    cutoff = _cutoff(before, prof.timezone)
+    t0 = time.perf_counter()
+    df = _load_table(trace_path, fmt)
+    n = prof.partition().nodes
+    prep = prepare_trace(df, prof, arrival_scale=arrival_scale, max_nodes=n, holds=holds,
+                         before=cutoff)  # fmt: skip
+    load_s = time.perf_counter() - t0
+    if not prep.jobs:
+        raise click.ClickException(f"{trace_path}: no job to replay (none ran, or all too big)")
+    show = not as_json and len(prep.jobs) >= PROGRESS_MIN_JOBS
+    try:
+        with _progress(show, f"replaying {len(prep.jobs)} jobs") as progress:
+            rep = replay(prep, prof, n, progress=progress)
+    except SimError as exc:
+        raise click.ClickException(str(exc)) from exc
+    summ = summarize(rep.sim, rep.wall_s, prep.workload.dropped)
+    cmp = compare(prep, rep.sim)
+    sim_elig = sim_waits(prep, rep.sim)[prep.measured]
+    out: dict[str, Any] = {
+        "trace": trace_path,
+        "profile": prof.name,
+        "nodes": rep.sim.total_nodes,
+        "arrival_scale": arrival_scale,
+        "backfill": prof.scheduler.backfill,
+        "before": cutoff,
+        "jobs": summ.jobs,
+        "started": summ.started,
+        "dropped": summ.dropped,
+        "span_s": summ.span_s,
+        "utilisation": summ.utilisation,
+        "load_s": load_s,
+        "wall_s": summ.wall_s,
+        "jobs_per_s": summ.jobs_per_s,
+        "wait_s": {"simulated": summ.sim_wait, "real": summ.real_wait},
+        "wait_from_eligible_s": {
+            "jobs": cmp.jobs,
+            "simulated": wait_stats(sim_elig[~_isnan(sim_elig)]),
+            "real": wait_stats(prep.real_waits[prep.measured]),
+            "ks": cmp.ks,
+        },
+        "holds": prep.holds.as_dict(),
+    }
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        _render_summary(out)
+
+
+def _isnan(x: Any) -> Any:
+    import numpy as np
+
+    return np.isnan(x)
+
+
+def _cutoff(before: str | None, tz: str) -> int | None:
+    if before is None:
+        return None
+    from mirage.sim.calibrate import parse_when
+
+    try:
+        return parse_when(before, tz)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not an ISO date/time: {before!r}", param_hint="--before"
+        ) from exc
+
+
+def _render_summary(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    h = out["holds"]
+    info = Table(title=f"Replay of {out['trace']}", show_header=False)
+    info.add_column("", style="bold")
+    info.add_column("")
+    info.add_row("cluster", f"{out['profile']}: {out['nodes']} nodes, backfill {out['backfill']}")
+    info.add_row("jobs", f"{out['jobs']} (started {out['started']}), dropped {out['dropped'] or 0}")
+    info.add_row("arrival scale", f"{out['arrival_scale']:g}")
+    info.add_row("simulated span", f"{out['span_s'] / 86400:.1f} d")
+    info.add_row("utilisation", f"{out['utilisation']:.3f}")
+    info.add_row("wall time", f"{out['wall_s']:.2f} s (+ {out['load_s']:.2f} s to load)")
+    info.add_row("jobs per second", f"{out['jobs_per_s']:.0f}")
+    info.add_row(
+        "dependency holds",
+        f"{h['source']}: {h['held']} jobs held ({h['dependencies']} afterany, "
+        f"{h['begin_fallback']} begin); real mean wait {_dur(h['real_mean_wait_submit_s'])} "
+        f"from submit, {_dur(h['real_mean_wait_eligible_s'])} from eligible",
+    )
+    we = out["wait_from_eligible_s"]
+    waits = Table(
+        title="Waits",
+        caption=f"* from eligible time (holds taken out), {we['jobs']} jobs after the warm-up"
+        + ("" if out["arrival_scale"] == 1 else "; real waits are at the trace's own load"),
+    )
+    waits.add_column("")
+    for key in ("mean", "p50", "p75", "p90", "p99", "max"):
+        waits.add_column(key, justify="right")
+    for label, stats in (
+        ("simulated", out["wait_s"]["simulated"]),
+        ("real", out["wait_s"]["real"]),
+        ("simulated*", we["simulated"]),
+        ("real*", we["real"]),
+    ):
+        keys = ("mean", "p50", "p75", "p90", "p99", "max")
+        waits.add_row(label, *(_dur(stats.get(k)) for k in keys))
+    console = Console()
+    console.print(info)
+    console.print(waits)
+    console.print(f"KS distance (from eligible, after warm-up): {we['ks']:.3f}")
+
+
+@click.command()
+@_TRACE
+@_FORMAT
+@_PROFILE
+@click.option(
+    "--before",
+    required=True,
+    help="Use only jobs submitted before this ISO date/time (naive: the profile's zone).",
+)
+@click.option("--nodes-min", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--nodes-max", type=click.IntRange(min=1), default=120, show_default=True)
+@click.option(
+    "--step",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Coarse step (then every 2nd and every node count around the best).",
+)
+@click.option(
+    "--budget-s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Wall seconds per replay; a slower one stops there and ends the coarse descent.",
+)
+@click.option(
+    "--tune-settings",
+    is_flag=True,
+    help="Also try backfill and priority-age variants at the best node count.",
+)
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the calibrated profile here.")
+@_HOLDS
+@_JSON
+def calibrate(
+    *,
+    trace_path: str,
+    fmt: str | None,
+    profile_name: str,
+    before: str,
+    nodes_min: int,
+    nodes_max: int,
+    step: int,
+    budget_s: float | None,
+    tune_settings: bool,
+    out: str | None,
+    holds: bool,
+    as_json: bool,
+) -> None:
+    """Find the node count (and settings) whose replay best reproduces the trace's waits.
+
+    Loss: KS distance between simulated and real waits from eligible time (dependency holds
+    taken out), over jobs submitted after a 2-day warm-up and before --before.
+    """
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.sim import calibrate as cal_mod
+
+    if nodes_min > nodes_max:
+        raise click.BadParameter("must not exceed --nodes-max", param_hint="--nodes-min")
+    try:
+        prof = load_profile(profile_name)
+    except ProfileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    cutoff = _cutoff(before, prof.timezone)
+    assert cutoff is not None
+    df = _load_table(trace_path, fmt)
+
+    def report(c: Candidate) -> None:
+        if not as_json:
+            row = cal_mod.table_rows([c])[0]
+            click.echo("  " + "  ".join(f"{h}={v}" for h, v in zip(
+                cal_mod.TABLE_HEADER, row, strict=True)), err=True)  # fmt: skip
+
+    grid = cal_mod.SETTINGS_GRID if tune_settings else ()
+    result = cal_mod.calibrate(
+        df, prof, cutoff, nodes_min=nodes_min, nodes_max=nodes_max, coarse_step=step,
+        settings_grid=grid, holds=holds, budget_s=budget_s, on_candidate=report,
+    )  # fmt: skip
+    if result.jobs == 0:
+        raise click.ClickException(f"{trace_path}: no job submitted before {before}")
+    if out:
+        try:
+            cal_mod.write_profile(result, out, trace_path, prof.timezone)
+        except OSError as exc:
+            raise click.ClickException(f"{out}: cannot write: {exc.strerror or exc}") from exc
+    if as_json:
+        data = result.as_dict()
+        data["profile"] = asdict(result.profile)
+        data["out"] = out
+        click.echo(json.dumps(data, indent=2))
+        return
+    _render_calibration(result, out, trace_path, prof.timezone)
+
+
+def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mirage.sim import calibrate as cal_mod
+
+    table = Table(
+        title=f"Calibration on {result.jobs} jobs ({result.measured} compared)",
+        caption="waits from eligible time; KS counts waits under a minute as zero",
+    )
+    for h in cal_mod.TABLE_HEADER:
+        table.add_column(h, justify="left" if h == "settings" else "right")
+    for cand, row in zip(result.candidates, cal_mod.table_rows(result.candidates), strict=True):
+        style = "bold green" if cand is result.best else None
+        table.add_row(*row, style=style)
+    console = Console()
+    console.print(table)
+    h = result.holds
+    console.print(
+        f"dependency holds ({h.source}): {h.held} jobs held; real mean wait "
+        f"{_dur(h.real_mean_wait_submit_s)} from submit -> "
+        f"{_dur(h.real_mean_wait_eligible_s)} from eligible"
+    )
+    for note in result.notes:
+        console.print(note)
+    b = result.best
+    settings = f" {b.settings}" if b.settings else ""
+    console.print(f"best: {b.nodes} nodes{settings}, KS {b.ks:.3f} "
+                  f"({result.wall_s:.0f} s in all)")  # fmt: skip
+    if out:
+        console.print(f"wrote {out}")
+    else:
+        sys.stdout.write(cal_mod.calibrated_toml(result, trace, tz))

@@ -1,0 +1,133 @@
+"""``mirage simulate`` and ``mirage calibrate`` (CliRunner on the bundled ls6 slice)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from mirage.cli import main
+from mirage.profile.schema import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+LS6_SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def simulate_json(*args: str) -> dict[str, Any]:
+    res = run("simulate", "--trace", LS6_SLICE, "--json", *args)
+    assert res.exit_code == 0, res.output
+    data: dict[str, Any] = json.loads(res.stdout)
+    return data
+
+
+def test_commands_are_registered() -> None:
+    res = run("--help")
+    assert "simulate" in res.output and "calibrate" in res.output
+
+
+def test_simulate_json_summary() -> None:
+    out = simulate_json("--nodes", "88")
+    for key in ("jobs", "started", "span_s", "utilisation", "wall_s", "jobs_per_s", "wait_s",
+                "wait_from_eligible_s", "holds", "nodes", "arrival_scale"):  # fmt: skip
+        assert key in out
+    assert out["nodes"] == 88 and out["profile"] == "ls6"
+    assert out["jobs"] == 1999 and out["started"] == out["jobs"]
+    assert 0 < out["utilisation"] < 1
+    assert out["span_s"] > 100 * 86400  # the slice's two blocks are months apart
+    assert out["jobs_per_s"] > 0 and out["wall_s"] >= 0
+    for side in ("simulated", "real"):
+        stats = out["wait_s"][side]
+        assert 0 <= stats["p50"] <= stats["p90"] <= stats["p99"] <= stats["max"]
+    holds = out["holds"]
+    assert holds["source"] == "chains" and holds["held"] > 0
+    assert holds["dependencies"] == holds["held"]
+    assert holds["real_mean_wait_eligible_s"] < holds["real_mean_wait_submit_s"]
+    elig = out["wait_from_eligible_s"]
+    assert 0 <= elig["ks"] <= 1 and elig["jobs"] <= out["jobs"]
+    assert elig["real"]["mean"] < out["wait_s"]["real"]["mean"]
+
+
+def test_no_holds_and_a_higher_arrival_rate() -> None:
+    base = simulate_json("--nodes", "88", "--no-holds")
+    assert base["holds"]["source"] == "off" and base["holds"]["held"] == 0
+    fast = simulate_json("--nodes", "88", "--no-holds", "--arrival-scale", "2")
+    assert fast["jobs"] == base["jobs"]
+    assert fast["span_s"] < base["span_s"]
+    assert fast["wait_s"]["simulated"]["mean"] >= base["wait_s"]["simulated"]["mean"]
+
+
+def test_simulate_table_output_and_backfill_override() -> None:
+    res = run("simulate", "--trace", LS6_SLICE, "--nodes", "60", "--backfill", "easy")
+    assert res.exit_code == 0, res.output
+    assert "60 nodes, backfill easy" in res.stdout
+    for word in ("Waits", "simulated", "real", "utilisation", "jobs per second", "KS"):
+        assert word in res.stdout
+
+
+def test_simulate_before_restricts_the_trace() -> None:
+    out = simulate_json("--nodes", "88", "--before", "2022-12-01")
+    assert 0 < out["jobs"] < 1999
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--trace", LS6_SLICE], "--nodes"),  # ls6 leaves the node count out
+        (["--trace", LS6_SLICE, "--nodes", "8", "--profile", "nosuch"], "nosuch"),
+        (["--trace", "/nonexistent/trace.log", "--nodes", "8"], "nonexistent"),
+        (["--trace", LS6_SLICE, "--nodes", "8", "--before", "soon"], "--before"),
+    ],
+)
+def test_simulate_errors(args: list[str], needle: str) -> None:
+    res = run("simulate", *args)
+    assert res.exit_code != 0
+    assert needle in res.output
+    assert "Traceback" not in res.output
+
+
+def test_simulate_rejects_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.log"
+    bad.write_text("this is not a trace\n", encoding="utf-8")
+    res = run("simulate", "--trace", str(bad), "--nodes", "8")
+    assert res.exit_code != 0
+    assert "bad.log" in res.output and "Traceback" not in res.output
+
+
+def test_calibrate_json_and_profile_file(tmp_path: Path) -> None:
+    out = tmp_path / "ls6.toml"
+    res = run("calibrate", "--trace", LS6_SLICE, "--before", "2023-03-01", "--nodes-min", "4",
+              "--nodes-max", "12", "--step", "4", "--out", str(out), "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    best = data["best"]
+    assert 4 <= best["nodes"] <= 12 and 0 <= best["ks"] <= 1
+    tried = {c["nodes"] for c in data["candidates"]}
+    assert tried >= {8, 12}
+    assert 4 in tried or "stopped going down" in data["notes"][0]
+    assert data["holds"]["held"] > 0
+    assert data["cutoff"] == 1677650400  # 2023-03-01 00:00 America/Chicago
+    prof = load_profile(out)
+    assert prof.partition().nodes == best["nodes"]
+
+
+def test_calibrate_table() -> None:
+    res = run("calibrate", "--trace", LS6_SLICE, "--before", "2023-03-01", "--nodes-min", "6",
+              "--nodes-max", "8", "--step", "2")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "KS" in res.stdout and "best:" in res.stdout
+    assert "[[partitions]]" in res.stdout  # the calibrated profile, as TOML
+
+
+def test_calibrate_errors() -> None:
+    res = run("calibrate", "--trace", LS6_SLICE, "--before", "2023-03-01", "--nodes-min", "9",
+              "--nodes-max", "8")  # fmt: skip
+    assert res.exit_code != 0 and "--nodes-min" in res.output
+    res = run("calibrate", "--trace", LS6_SLICE, "--before", "1999-01-01")
+    assert res.exit_code != 0 and "no job" in res.output
