@@ -21,8 +21,11 @@ $(STAMP): setup.cfg pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Until the daemon's simulated-cluster demo exists: inspect the bundled real trace slice,
+# then replay it in the simulator on the calibrated ls6 cluster.
 demo: venv
 	$(BIN)/mirage trace inspect traces/ls6-a100-slice.log.gz
+	$(BIN)/mirage simulate --trace traces/ls6-a100-slice.log.gz --profile models/ls6/profile.toml
 
 lint: venv
 	$(BIN)/ruff check mirage tests scripts
