@@ -37,6 +37,36 @@ def gres_gpus(gres: str | None) -> int:
     return total
 
 
+def cpu_request(args: Sequence[str]) -> tuple[int, bool]:
+    """(CPUs per node, --exclusive) from sbatch options in ``extra_args``.
+
+    CPUs per node = --cpus-per-task (-c) x --ntasks-per-node; 0 when neither is given.
+    """
+    per_task = tasks = 0
+    exclusive = False
+    items = iter(args)
+    for arg in items:
+        name, eq, value = arg.partition("=")
+        if name == "--exclusive":
+            exclusive = True
+            continue
+        if name.startswith("-c") and not name.startswith("--") and len(name) > 2:
+            name, value, eq = "-c", name[2:], "="
+        if name not in ("--cpus-per-task", "-c", "--ntasks-per-node"):
+            continue
+        if not eq:
+            value = next(items, "")
+        if not value.isdigit() or int(value) < 1:
+            raise SubmitError(["sbatch"], 1, f"invalid {name} value {value!r}")
+        if name == "--ntasks-per-node":
+            tasks = int(value)
+        else:
+            per_task = int(value)
+    if not (per_task or tasks):
+        return 0, exclusive
+    return max(1, per_task) * max(1, tasks), exclusive
+
+
 def slurm_duration(seconds: int | None) -> str:
     """Seconds -> Slurm's "D-HH:MM:SS" ("UNLIMITED" for None)."""
     if seconds is None:
@@ -127,7 +157,7 @@ class SimSlurmClient(SlurmClient):
             end=v.end,
             time_limit=v.time_limit,
             nodes=s.nodes,
-            cpus=s.nodes * self._partition_cpus(s.partition),
+            cpus=s.cpus or s.nodes * self._partition_cpus(s.partition),
             gpus=s.gpus,
             priority=v.priority,
             dependency=s.dependency,
@@ -157,11 +187,20 @@ class SimSlurmClient(SlurmClient):
             part = profile.partition(request.partition)
         except ValueError as exc:
             raise SubmitError(["sbatch"], 1, str(exc)) from exc
-        gpus = gres_gpus(request.gres)
-        per_node = max(1, part.gpus_per_node)
-        nodes = request.nodes or max(1, -(-gpus // per_node))
-        if nodes > self.sim.capacity[part.name]:
+        gpus = gres_gpus(request.gres)  # per node, as sbatch --gres means it
+        cpus, exclusive = cpu_request(request.extra_args)
+        nodes = request.nodes or 1
+        if (
+            nodes > self.sim.capacity[part.name]
+            or gpus > part.gpus_per_node
+            or cpus > part.cpus_per_node
+        ):
             raise SubmitError(["sbatch"], 1, "Requested node configuration is not available")
+        # Neither GPUs nor CPUs asked for: whole nodes, as the simulator's traces do (real
+        # cons_tres would give such a job one CPU per node and share the rest).
+        whole = exclusive or (gpus == 0 and cpus == 0)
+        if whole:
+            gpus, cpus = part.gpus_per_node, part.cpus_per_node
         limit = request.time_limit if request.time_limit is not None else part.max_time_s
         if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
             raise SubmitError(["sbatch"], 1, "Requested time limit is invalid")
@@ -174,7 +213,9 @@ class SimSlurmClient(SlurmClient):
             time_limit=limit,
             nodes=nodes,
             partition=part.name,
-            gpus=gpus or nodes * part.gpus_per_node,
+            gpus=nodes * gpus,
+            cpus=nodes * max(1, cpus),
+            exclusive=whole,
             user=self.user,
             name=request.job_name or "",
             dependency=request.dependency or "",
@@ -225,39 +266,50 @@ class SimSlurmClient(SlurmClient):
         if kind == "partition":
             return [self._show_partition(p.name) for p in self.sim.profile.partitions]
         if kind == "node":
-            return [rec for p in self.sim.profile.partitions for rec in self._show_nodes(p.name)]
+            return self._show_nodes()
         if kind == "config":
             return [self._show_config()]
         raise SimError(f"show {kind!r}: only partition, node and config are simulated")
 
     def _show_partition(self, name: str) -> Mapping[str, str]:
         p = self.sim.profile.partition(name)
-        n = self.sim.capacity[name]
+        members = self.sim.part_nodes[name]
         return {
             "PartitionName": name,
-            "TotalNodes": str(n),
-            "TotalCPUs": str(n * p.cpus_per_node),
+            "TotalNodes": str(len(members)),
+            "TotalCPUs": str(sum(self.sim.node_cpus[n] for n in members)),
             "MaxTime": slurm_duration(p.max_time_s),
             "Default": "YES" if p.default else "NO",
             "State": "UP",
         }
 
-    def _show_nodes(self, name: str) -> list[Mapping[str, str]]:
-        p = self.sim.profile.partition(name)
-        gres = "(null)"
-        if p.gpus_per_node:
-            gres = f"gpu:{p.gpu_type}:{p.gpus_per_node}" if p.gpu_type else f"gpu:{p.gpus_per_node}"
-        return [
-            {
-                "NodeName": f"{name}-{k:04d}",
-                "CPUTot": str(p.cpus_per_node),
-                "RealMemory": str(p.memory_mb_per_node),
-                "Gres": gres,
-                "Partitions": name,
-                "State": "IDLE",
-            }
-            for k in range(self.sim.capacity[name])
-        ]
+    def _show_nodes(self) -> list[Mapping[str, str]]:
+        sim = self.sim
+        out: list[Mapping[str, str]] = []
+        for n, name in enumerate(sim.node_names):
+            p = self.sim.profile.partition(sim.node_parts[n][0])
+            gpus = sim.node_gpus[n]
+            gres = "(null)"
+            if gpus:
+                gres = f"gpu:{p.gpu_type}:{gpus}" if p.gpu_type else f"gpu:{gpus}"
+            if sim.nrun[n] == 0:
+                state = "IDLE"
+            elif sim.cfree[n] == 0 and sim.gfree[n] == 0:
+                state = "ALLOCATED"
+            else:
+                state = "MIXED"
+            out.append(
+                {
+                    "NodeName": name,
+                    "CPUTot": str(sim.node_cpus[n]),
+                    "CPUAlloc": str(sim.node_cpus[n] - sim.cfree[n]),
+                    "RealMemory": str(p.memory_mb_per_node),
+                    "Gres": gres,
+                    "Partitions": ",".join(sim.node_parts[n]),
+                    "State": state,
+                }
+            )
+        return out
 
     def _show_config(self) -> Mapping[str, str]:
         s = self.sim.sched

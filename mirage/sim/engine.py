@@ -20,19 +20,44 @@ Scheduling follows Slurm:
   reservation already made, so it delays none of them. The reservation time is the job's
   start estimate (what ``squeue --start`` shows).
 
-Modelling choices: whole-node allocation;
-partitions are disjoint node sets; priority = age (capped) + job size + partition weight,
-recomputed at every pass, no fair-share yet.
+Nodes and sharing (Slurm's select/cons_tres): every node has GPUs and CPUs; a job asks
+for N nodes with G GPUs and C CPUs on each (``JobSpec.per_node``) and fits on a node with
+that much free. A job with neither GPUs nor CPUs given (traces with node counts only)
+takes whole nodes, alone (``JobSpec.whole_nodes``). Partitions may overlap: free GPUs and
+CPUs are kept per node, and a node's idle state is seen by every partition it is in.
+Node choice: the lowest-numbered nodes of the partition that fit (now, or over the whole
+planned run for a backfill start). Slurm's cons_tres prefers the best-fitting nodes
+(fewest free resources left, then node weight); lowest-first is simpler and equal to it
+when nodes are empty or equally loaded.
+
+Planning: when every job takes whole nodes and no partition overlaps another, nodes are
+interchangeable and backfill plans on whole-node counts per partition (``Availability``,
+fast); otherwise on per-node free GPUs and CPUs (``NodePlan``), with reservations on
+named nodes as Slurm makes them.
+
+Speed with deep queues: pending jobs are also kept in numpy columns (a pool), so each
+pass computes every priority in one vectorised expression (the same float arithmetic as
+``priority``, hence the same integers) and sorts only the head of the order it uses
+(the main pass stops when every partition is blocked; backfill takes at most
+``bf_max_job_test``). The main pass is skipped when no eligible job fits the free
+resources at all. Without ``track_estimates``, backfill stops planning a partition once
+nothing in it is free now: later reservations could only move estimates, never starts.
+
+Modelling choices: priority = age (capped) + job size (nodes) + partition weight, at
+every pass or as of the last ``priority_calc_period_s`` multiple; no fair-share yet.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
+
+import numpy as np
 
 from mirage.profile.schema import ClusterProfile
-from mirage.sim.plan import Availability
+from mirage.sim.plan import Availability, Hold, NodePlan
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.types import JobState
 
@@ -46,9 +71,20 @@ DEP_OK, DEP_WAIT, DEP_NEVER = 0, 1, 2
 
 PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
 
+# Scheduling order key: -priority * KEY_SHIFT + job index (job indices stay below 2**32).
+KEY_SHIFT = 1 << 32
+KEY_MASK = KEY_SHIFT - 1
+
 
 class SimError(ValueError):
-    """A request the simulated controller refuses (unknown job, bad dependency, ...)."""
+    """A request the simulated controller refuses (unknown job, bad dependency, ...).
+
+    ``reason`` is a short key for counting refusals (``Simulation.skipped``).
+    """
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +103,7 @@ class JobView:
     estimate: int | None  # backfill's planned start for a pending job
     age: int  # seconds since submit (pending) or waited before start
     held: bool
+    nodes: tuple[str, ...] = ()  # the nodes a running job holds
 
 
 def _ceil(t: int, res: int) -> int:
@@ -85,11 +122,12 @@ def parse_dependency(text: str) -> list[tuple[str, str]]:
 
 
 class Simulation:
-    """One simulated cluster: its jobs, its clock, its event heap."""
+    """One simulated cluster: its nodes, its jobs, its clock, its event heap."""
 
     # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``).
     _MUTABLE = (
         "specs",
+        "dem",
         "state",
         "start",
         "end",
@@ -104,6 +142,19 @@ class Simulation:
         "running",
         "free",
         "heap",
+        "gfree",
+        "cfree",
+        "nrun",
+        "alloc",
+        "skipped",
+        "_slot",
+        "_pidx",
+        "_pok",
+        "_pelig",
+        "_pws",
+        "_ppart",
+        "_pnodes",
+        "_next_nodes",
     )
 
     def __init__(
@@ -113,21 +164,33 @@ class Simulation:
         start_time: int = 0,
         track_estimates: bool = True,
         first_id: int = 1,
+        *,
+        partition_nodes: Mapping[str, Sequence[str]] | None = None,
+        priority_calc_period_s: int = 0,
     ) -> None:
         """``nodes`` overrides the profile's node count (an int: the default partition).
 
-        ``track_estimates=False`` skips backfill passes that cannot start any job; the
+        ``partition_nodes`` names the nodes of some partitions ({"gpu": ["gpu1", ...],
+        "debug": ["gpu1"]}); a name in several partitions is one node shared by them (its
+        shape comes from the first of them in the profile). Other partitions get nodes of
+        their own, "<partition>-0000" onwards.
+
+        ``track_estimates=False`` skips backfill work that cannot start any job; the
         schedule is identical, only start estimates go stale (for fast replays).
+
+        ``priority_calc_period_s`` > 0: priorities are as of the last multiple of it
+        (Slurm's PriorityCalcPeriod); 0: recomputed at every scheduling pass.
         """
         self.profile = profile
         self.sched = profile.scheduler
-        self.capacity = self._capacities(profile, nodes)
         self.max_time = {p.name: p.max_time_s for p in profile.partitions}
-        self.total_nodes = sum(self.capacity.values())
         self.track_estimates = track_estimates
         self.first_id = first_id
+        self.priority_calc_period_s = priority_calc_period_s
+        self._build_nodes(profile, nodes, partition_nodes or {})
         self.now = start_time
         self.specs: list[JobSpec] = []
+        self.dem: list[tuple[int, int, int, bool]] = []  # nodes, GPUs/node, CPUs/node, whole
         self.state: list[JobState | None] = []
         self.start: list[int | None] = []
         self.end: list[int | None] = []
@@ -140,8 +203,25 @@ class Simulation:
         self.children: dict[int, tuple[int, ...]] = {}
         self.pending: set[int] = set()
         self.running: set[int] = set()
-        self.free: dict[str, int] = dict(self.capacity)
+        self.free: dict[str, int] = dict(self.capacity)  # idle whole nodes per partition
+        self.gfree: list[int] = list(self.node_gpus)
+        self.cfree: list[int] = list(self.node_cpus)
+        self.nrun: list[int] = [0] * len(self.node_names)  # jobs on each node
+        self.alloc: dict[int, tuple[Hold, ...]] = {}  # running job -> (node, GPUs, CPUs)
         self.heap: list[tuple[int, int, int]] = []
+        self.skipped: dict[str, int] = {}  # reason -> jobs add_jobs_skipping_invalid left out
+        self._next_nodes: dict[int, tuple[int, ...]] = {}
+        # The pending pool, as numpy columns for vectorised priorities (see _keys).
+        self._slot: list[int] = []  # job -> pool slot (-1: not pending)
+        self._pidx = np.full(64, -1, dtype=np.int64)  # slot -> job (-1: free slot)
+        self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
+        self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
+        self._pws = np.zeros(64)  # job size term of the priority
+        self._ppart = np.zeros(64, dtype=np.int64)  # partition number
+        self._pnodes = np.zeros(64, dtype=np.int64)
+        self._pn = 0  # slots used
+        self._pdead = 0  # slots used whose job left the pool
+        self._custom_priority = type(self).priority is not Simulation.priority
         self._dirty_main = False
         self._dirty_bf = False
         self._next_tick: int | None = None
@@ -150,46 +230,137 @@ class Simulation:
         self.main_passes = 0
         self.backfill_passes = 0
 
-    @staticmethod
-    def _capacities(
-        profile: ClusterProfile, nodes: int | Mapping[str, int] | None
-    ) -> dict[str, int]:
+    def _build_nodes(
+        self,
+        profile: ClusterProfile,
+        nodes: int | Mapping[str, int] | None,
+        named: Mapping[str, Sequence[str]],
+    ) -> None:
+        unknown = sorted(set(named) - {p.name for p in profile.partitions})
+        if unknown:
+            raise SimError(f"partition_nodes names unknown partition(s): {', '.join(unknown)}")
         over: dict[str, int] = {}
         if isinstance(nodes, int):
             over[profile.partition().name] = nodes
         elif nodes is not None:
             over.update(nodes)
-        caps: dict[str, int] = {}
+        self.node_names: list[str] = []
+        self.node_gpus: list[int] = []
+        self.node_cpus: list[int] = []
+        index: dict[str, int] = {}
+        members: dict[str, tuple[int, ...]] = {}
         for p in profile.partitions:
-            n = over.get(p.name, p.nodes)
-            if n is None:
-                raise SimError(f"partition {p.name!r} has no node count: pass nodes=")
-            caps[p.name] = n
-        return caps
+            if p.name in named:
+                names = list(named[p.name])
+            else:
+                n = over.get(p.name, p.nodes)
+                if n is None:
+                    raise SimError(f"partition {p.name!r} has no node count: pass nodes=")
+                names = [f"{p.name}-{k:04d}" for k in range(n)]
+            for name in names:
+                if name not in index:
+                    index[name] = len(self.node_names)
+                    self.node_names.append(name)
+                    self.node_gpus.append(p.gpus_per_node)
+                    self.node_cpus.append(p.cpus_per_node)
+            members[p.name] = tuple(sorted({index[name] for name in names}))
+        self.part_nodes = members
+        self._part_arr = {q: np.asarray(m, dtype=np.int64) for q, m in members.items()}
+        self._part_no = {q: k for k, q in enumerate(members)}
+        parts_of: list[list[str]] = [[] for _ in self.node_names]
+        for q, m in members.items():
+            for node in m:
+                parts_of[node].append(q)
+        self.node_parts = [tuple(ps) for ps in parts_of]
+        self.overlapping = any(len(ps) > 1 for ps in parts_of)
+        self.capacity = {p: len(m) for p, m in members.items()}
+        self.total_nodes = len(self.node_names)
+        # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
+        # the first job that shares nodes switches planning to per-node accounting.
+        self._packed = self.overlapping
 
     # ---- building the workload -------------------------------------------------------
 
     def add_jobs(self, specs: Iterable[JobSpec]) -> list[str]:
-        """Queue jobs for submission at their ``submit`` times (>= now); returns their ids."""
-        ids = [self._add(spec) for spec in specs]
-        heapq.heapify(self.heap)
+        """Queue jobs for submission at their ``submit`` times (>= now); returns their ids.
+
+        Submit times need not be sorted. An invalid job (larger than its partition, a
+        negative run time, a time limit <= 0, an unknown partition or dependency, a submit
+        in the past) raises ``SimError`` (the jobs before it stay added).
+        """
+        return self._add_all(specs, skip=False)
+
+    def add_jobs_skipping_invalid(self, specs: Iterable[JobSpec]) -> list[str]:
+        """``add_jobs``, but an invalid job is left out and counted by reason in ``skipped``.
+
+        The returned list has one entry per spec: its id, or "" where it was left out.
+        """
+        return self._add_all(specs, skip=True)
+
+    def _add_all(self, specs: Iterable[JobSpec], skip: bool) -> list[str]:
+        ids: list[str] = []
+        try:
+            for spec in specs:
+                try:
+                    ids.append(self._add(spec))
+                except SimError as exc:
+                    if not skip:
+                        raise
+                    self.skipped[exc.reason] = self.skipped.get(exc.reason, 0) + 1
+                    ids.append("")
+        finally:
+            heapq.heapify(self.heap)
         return ids
 
     def add_job(self, spec: JobSpec) -> str:
-        job_id = self._add(spec)
-        heapq.heapify(self.heap)
-        return job_id
+        try:
+            return self._add(spec)
+        finally:
+            heapq.heapify(self.heap)
+
+    def _check(self, spec: JobSpec) -> None:
+        """Raise SimError if the job could never be accepted as it is."""
+        if spec.submit < self.now:
+            raise SimError(f"cannot submit at {spec.submit}, before now ({self.now})", "past")
+        if spec.partition not in self.capacity:
+            raise SimError(f"no partition {spec.partition!r}", "unknown partition")
+        if spec.run < 0:
+            raise SimError(f"negative run time {spec.run}", "negative run time")
+        if spec.time_limit is not None and spec.time_limit <= 0:
+            raise SimError(f"time limit {spec.time_limit} s is not positive", "bad time limit")
+        if spec.nodes < 1:
+            raise SimError(f"a job needs at least one node, got {spec.nodes}", "bad node count")
+        members = self.part_nodes[spec.partition]
+        if spec.nodes > len(members):
+            raise SimError(
+                f"job needs {spec.nodes} nodes; partition {spec.partition!r} has {len(members)}",
+                "too many nodes",
+            )
+        if not spec.whole_nodes:
+            g, c = spec.per_node()
+            fit = sum(1 for n in members if self.node_gpus[n] >= g and self.node_cpus[n] >= c)
+            if fit < spec.nodes:
+                raise SimError(
+                    f"job needs {spec.nodes} node(s) with {g} GPUs and {c} CPUs each; "
+                    f"partition {spec.partition!r} has {fit}",
+                    "too many GPUs or CPUs per node",
+                )
 
     def _add(self, spec: JobSpec) -> str:
-        if spec.submit < self.now:
-            raise SimError(f"cannot submit at {spec.submit}, before now ({self.now})")
-        if spec.partition not in self.capacity:
-            raise SimError(f"no partition {spec.partition!r}")
+        self._check(spec)
         i = len(self.specs)
-        deps = tuple(
-            (kind, self._index(parent)) for kind, parent in parse_dependency(spec.dependency)
-        )
+        try:
+            deps = tuple(
+                (kind, self._index(parent)) for kind, parent in parse_dependency(spec.dependency)
+            )
+        except SimError as exc:
+            raise SimError(str(exc), "bad dependency") from None
+        whole = spec.whole_nodes
+        g, c = (0, 0) if whole else spec.per_node()
+        if not whole:
+            self._packed = True
         self.specs.append(spec)
+        self.dem.append((spec.nodes, g, c, whole))
         self.state.append(None)
         self.start.append(None)
         self.end.append(None)
@@ -200,6 +371,7 @@ class Simulation:
         self.deps.append(deps)
         self.dep_state.append(DEP_WAIT if deps else DEP_OK)
         self.estimate.append(None)
+        self._slot.append(-1)
         for _, parent in deps:
             self.children[parent] = (*self.children.get(parent, ()), i)
         self.heap.append((spec.submit, SUBMIT, i))  # callers heapify
@@ -214,6 +386,113 @@ class Simulation:
             raise SimError(f"unknown job id {job_id!r}")
         return i
 
+    # ---- the pending pool ------------------------------------------------------------
+
+    def _size_term(self, i: int) -> float:
+        f_size = self.dem[i][0] / self.total_nodes
+        if self.sched.priority_favor_small:
+            f_size = 1.0 - f_size
+        return self.sched.priority_weight_job_size * f_size
+
+    def _pool_add(self, i: int) -> None:
+        n = self._pn
+        if n == len(self._pidx):
+            self._pool_resize(max(64, 2 * (n - self._pdead)))
+            n = self._pn
+        self._pidx[n] = i
+        self._pws[n] = self._size_term(i)
+        self._ppart[n] = self._part_no[self.specs[i].partition]
+        self._pnodes[n] = self.dem[i][0]
+        self._slot[i] = n
+        self._pn = n + 1
+        self._pool_sync(i)
+
+    def _pool_sync(self, i: int) -> None:
+        """Refresh pending job ``i``'s candidate flag and eligible time in the pool."""
+        s = self._slot[i]
+        if s < 0:
+            return
+        e = self.eligible_at[i]
+        self._pok[s] = not self.held[i] and self.dep_state[i] == DEP_OK
+        self._pelig[s] = np.inf if e is None else e
+
+    def _pool_remove(self, i: int) -> None:
+        s = self._slot[i]
+        if s < 0:
+            return
+        self._pok[s] = False
+        self._pidx[s] = -1
+        self._slot[i] = -1
+        self._pdead += 1
+        if self._pdead > 256 and 2 * self._pdead > self._pn:
+            self._pool_resize(len(self._pidx))
+
+    def _pool_resize(self, size: int) -> None:
+        """Drop the slots of jobs that left, into arrays of ``size`` slots."""
+        live = np.flatnonzero(self._pidx[: self._pn] >= 0)
+        k = len(live)
+        size = max(size, 2 * k, 64)
+        cols = {}
+        for name, fill in (
+            ("_pidx", -1),
+            ("_pok", False),
+            ("_pelig", np.inf),
+            ("_pws", 0.0),
+            ("_ppart", 0),
+            ("_pnodes", 0),
+        ):
+            old = getattr(self, name)
+            new = np.full(size, fill, dtype=old.dtype)
+            new[:k] = old[live]
+            cols[name] = new
+        self.__dict__.update(cols)
+        for s, i in enumerate(self._pidx[:k].tolist()):
+            self._slot[i] = s
+        self._pn = k
+        self._pdead = 0
+
+    def _prio_time(self) -> int:
+        p = self.priority_calc_period_s
+        return self.now if p <= 0 else self.now - self.now % p
+
+    def _keys(self, slots: np.ndarray) -> np.ndarray:
+        """Scheduling order keys of pool slots: ascending key = (-priority, job index).
+
+        The same arithmetic as ``priority`` (so the same integers), vectorised; a subclass
+        that overrides ``priority`` gets it called per job instead.
+        """
+        idx = self._pidx[slots]
+        if self._custom_priority:
+            prio = np.fromiter((self.priority(i) for i in idx.tolist()), np.int64, len(idx))
+        else:
+            s = self.sched
+            m = s.priority_max_age_s
+            if m > 0:
+                f_age = np.clip(self._prio_time() - self._pelig[slots], 0, m) / m
+            else:
+                f_age = np.ones(len(idx))
+            prio = (
+                s.priority_weight_age * f_age + self._pws[slots] + s.priority_weight_partition
+            ).astype(np.int64)
+        return np.asarray(-prio * KEY_SHIFT + idx)
+
+    @staticmethod
+    def _in_order(keys: np.ndarray, first: int) -> Iterator[int]:
+        """Job indices by ascending key: a partial sort for the ``first``, then the rest."""
+        n = len(keys)
+        if n > first > 0:
+            part = np.argpartition(keys, first - 1)
+            head = np.sort(keys[part[:first]])
+            yield from (head & KEY_MASK).tolist()
+            keys = keys[part[first:]]
+        yield from (np.sort(keys) & KEY_MASK).tolist()
+
+    def priority_order(self) -> list[str]:
+        """Ids of the pending jobs the scheduler considers, highest priority first."""
+        slots = np.flatnonzero(self._pok[: self._pn])
+        return [str(i + self.first_id) for i in self._in_order(self._keys(slots), 0)]
+
+    # ---- running -------------------------------------------------------------------
     # ---- running -------------------------------------------------------------------
 
     def run_until(self, t: int) -> None:
@@ -293,11 +572,13 @@ class Simulation:
         if begin is not None and begin > self.now:
             heapq.heappush(self.heap, (begin, BEGIN, i))
         self._refresh_eligible(i)
+        self._pool_add(i)
         self._changed()
 
     def _on_begin(self, i: int) -> None:
         if self.state[i] is PENDING:
             self._refresh_eligible(i)
+            self._pool_sync(i)
             self._changed()
 
     def _on_end(self, i: int) -> None:
@@ -315,8 +596,9 @@ class Simulation:
     def _finish(self, i: int, final: JobState) -> None:
         if self.state[i] is RUNNING:
             self.running.discard(i)
-            self.free[self.specs[i].partition] += self.specs[i].nodes
+            self._release(i)
         self.pending.discard(i)
+        self._pool_remove(i)
         self.state[i] = final
         self.end[i] = self.now
         self.estimate[i] = None
@@ -324,6 +606,7 @@ class Simulation:
             if self.state[child] is PENDING and self.dep_state[child] == DEP_WAIT:
                 self.dep_state[child] = self._dep_status(child)
                 self._refresh_eligible(child)
+                self._pool_sync(child)
         self._changed()
 
     def _dep_status(self, i: int) -> int:
@@ -344,12 +627,43 @@ class Simulation:
         if begin is None or begin <= self.now:
             self.eligible_at[i] = self.now
 
+    def _pick(self, i: int, barred: set[int] | None = None) -> tuple[int, ...] | None:
+        """The lowest-numbered nodes of the job's partition that it fits on now, or None.
+
+        ``barred``: nodes not to use (those of partitions already blocked in this pass).
+        """
+        count, g, c, whole = self.dem[i]
+        chosen: list[int] = []
+        nrun, gfree, cfree = self.nrun, self.gfree, self.cfree
+        for n in self.part_nodes[self.specs[i].partition]:
+            if barred and n in barred:
+                continue
+            if (nrun[n] == 0) if whole else (gfree[n] >= g and cfree[n] >= c):
+                chosen.append(n)
+                if len(chosen) == count:
+                    return tuple(chosen)
+        return None
+
     def _start(self, i: int) -> None:
         spec = self.specs[i]
         now = self.now
+        nodes = self._next_nodes.pop(i, None) or self._pick(i)
+        assert nodes is not None, "started a job that does not fit"
+        _, g, c, whole = self.dem[i]
+        holds = []
+        for n in nodes:
+            hg, hc = (self.gfree[n], self.cfree[n]) if whole else (g, c)
+            self.gfree[n] -= hg
+            self.cfree[n] -= hc
+            if self.nrun[n] == 0:
+                for p in self.node_parts[n]:
+                    self.free[p] -= 1
+            self.nrun[n] += 1
+            holds.append((n, hg, hc))
+        self.alloc[i] = tuple(holds)
         self.pending.discard(i)
+        self._pool_remove(i)
         self.running.add(i)
-        self.free[spec.partition] -= spec.nodes
         self.state[i] = RUNNING
         self.start[i] = now
         end = now + min(spec.run, self.limit[i])
@@ -357,90 +671,143 @@ class Simulation:
         self.estimate[i] = None
         heapq.heappush(self.heap, (end, END, i))
 
+    def _release(self, i: int) -> None:
+        for n, hg, hc in self.alloc.pop(i, ()):
+            self.gfree[n] += hg
+            self.cfree[n] += hc
+            self.nrun[n] -= 1
+            if self.nrun[n] == 0:
+                for p in self.node_parts[n]:
+                    self.free[p] += 1
+
+    def nodes_of(self, job_id: str) -> list[str]:
+        """Names of the nodes a running job holds (empty when it is not running)."""
+        return [self.node_names[n] for n, _, _ in self.alloc.get(self._index(job_id), ())]
+
     # ---- scheduling ----------------------------------------------------------------
 
     def priority(self, i: int) -> int:
-        """Slurm's multifactor priority (integer, as Slurm truncates it)."""
+        """Slurm's multifactor priority (integer, as Slurm truncates it).
+
+        Age (capped at PriorityMaxAge, counted from the eligible time, as of the last
+        priority calculation) + job size (nodes over the cluster's) + partition weight.
+        """
         s = self.sched
         if self.held[i]:
             return 0
         eligible = self.eligible_at[i]
-        age = 0 if eligible is None else min(self.now - eligible, s.priority_max_age_s)
-        f_age = age / s.priority_max_age_s if s.priority_max_age_s > 0 else 1.0
-        f_size = self.specs[i].nodes / self.total_nodes
-        if s.priority_favor_small:
-            f_size = 1.0 - f_size
-        return int(
-            s.priority_weight_age * f_age
-            + s.priority_weight_job_size * f_size
-            + s.priority_weight_partition
-        )
+        m = s.priority_max_age_s
+        age = 0 if eligible is None else max(0, min(self._prio_time() - eligible, m))
+        f_age = age / m if m > 0 else 1.0
+        return int(s.priority_weight_age * f_age + self._size_term(i) + s.priority_weight_partition)
 
     def _by_priority(self, jobs: list[int]) -> list[int]:
-        """Highest priority first; ties by job id (submission order)."""
+        """Highest priority first; ties by job id (submission order). The reference order."""
         prio = self.priority
         return sorted(jobs, key=lambda i: (-prio(i), i))
 
+    def _fits_mask(self, slots: np.ndarray) -> np.ndarray:
+        """Which of these pool slots' jobs could start now, ignoring reservations (a bound)."""
+        if not self._packed:
+            free = np.array([self.free[p] for p in self._part_no], dtype=np.int64)
+            return np.asarray(self._pnodes[slots] <= free[self._ppart[slots]])
+        # shared nodes: a partition with no free CPU anywhere can start nothing
+        cfree = np.asarray(self.cfree)
+        room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
+        return np.asarray(room[self._ppart[slots]])
+
     def _main_pass(self) -> None:
         self._dirty_main = False
-        free = self.free
-        elig, held, specs = self.eligible_at, self.held, self.specs
-        cands = [
-            i
-            for i in self.pending
-            if elig[i] is not None and not held[i] and free[specs[i].partition] > 0
-        ]
-        if not cands:
+        n = self._pn
+        if not n:
             return
+        slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
+        if not slots.size or not self._fits_mask(slots).any():
+            return  # nothing can start: the pass would only find the first job blocked
         self.main_passes += 1
+        parts = (
+            1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
+        )
         blocked: set[str] = set()
+        # As Slurm's schedule(): a blocked job's partition nodes are off limits to every
+        # lower-priority job, also in other partitions that share them.
+        barred: set[int] = set()
         started = False
-        for i in self._by_priority(cands):
+        specs, dem, free, packed = self.specs, self.dem, self.free, self._packed
+        for i in self._in_order(self._keys(slots), 16):
             part = specs[i].partition
             if part in blocked:
                 continue
-            if specs[i].nodes <= free[part]:
+            nodes = None
+            if packed:
+                nodes = self._pick(i, barred)
+                if nodes is not None:
+                    self._next_nodes[i] = nodes
+            if (nodes is not None) if packed else dem[i][0] <= free[part]:
                 self._start(i)
                 started = True
             else:
                 blocked.add(part)
+                barred.update(self.part_nodes[part])
+                if len(blocked) == parts:
+                    break
         if started:  # the backfill plan must account for the new allocations
             self._dirty_bf = True
             self._want_tick()
 
-    def _backfill_candidates(self) -> list[int]:
-        held, dep = self.held, self.dep_state
-        return [i for i in self.pending if not held[i] and dep[i] == DEP_OK]
-
-    def _can_start_any(self, cands: list[int]) -> bool:
-        free, specs, elig = self.free, self.specs, self.eligible_at
-        return any(
-            elig[i] is not None and specs[i].nodes <= free[specs[i].partition] for i in cands
-        )
-
     def _backfill(self, force: bool) -> None:
         """One backfill pass at ``now`` (see the module docstring)."""
         self._dirty_bf = False
-        cands = self._backfill_candidates()
-        if not cands or not (force or self.track_estimates or self._can_start_any(cands)):
+        n = self._pn
+        if not n:
             return
+        slots = np.flatnonzero(self._pok[:n])
+        if not slots.size:
+            return
+        lazy = not (force or self.track_estimates)
+        if lazy:
+            now_ok = self._pelig[slots] <= self.now
+            if not (now_ok & self._fits_mask(slots)).any():
+                return
         self.backfill_passes += 1
         s = self.sched
-        now, res = self.now, max(1, s.bf_resolution_s)
+        res = max(1, s.bf_resolution_s)
+        order = islice(self._in_order(self._keys(slots), s.bf_max_job_test), s.bf_max_job_test)
+        if self._packed:
+            self._backfill_nodes(order, res, lazy)
+        else:
+            self._backfill_counts(order, res, lazy)
+
+    def _backfill_counts(self, order: Iterable[int], res: int, lazy: bool) -> None:
+        """Backfill over whole-node counts, one profile per (disjoint) partition."""
+        s = self.sched
+        now = self.now
         horizon = now + s.bf_window_s
         avail = self._availability(res)
         easy_done: set[str] = set()
+        specs, limit, elig = self.specs, self.limit, self.eligible_at
+        jobs = list(order)
+        durs = [_ceil(limit[i], res) for i in jobs]
+        # Lazy mode (no estimates) only needs the jobs that start now: with no node free
+        # now in a partition, none of its jobs can start, nor can their reservations (all
+        # in the future) change what starts now, so its remaining jobs are skipped.
+        full: set[str] = set()
         # Free nodes only ever decrease during a pass, so a job cannot start before the
         # earliest start found for an earlier job of the same shape: start the scan there
         # (queues are dominated by a few shapes, so this keeps long queues cheap).
         floor: dict[tuple[str, int, int], int] = {}
-        specs, limit, elig = self.specs, self.limit, self.eligible_at
-        for i in self._by_priority(cands)[: s.bf_max_job_test]:
+        for k, i in enumerate(jobs):
             spec = specs[i]
-            plan = avail[spec.partition]
+            part = spec.partition
+            plan = avail[part]
+            if lazy and (part in full or plan.free[0] <= 0):
+                full.add(part)
+                if len(full) == len(avail):
+                    break
+                continue
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = _ceil(limit[i], res)
-            shape = (spec.partition, spec.nodes, dur)
+            dur = durs[k]
+            shape = (part, spec.nodes, dur)
             t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
             if t is not None:
                 floor[shape] = t
@@ -454,10 +821,67 @@ class Simulation:
                 continue
             self.estimate[i] = t
             if s.backfill == "easy":
-                if spec.partition in easy_done:
+                if part in easy_done:
                     continue  # EASY: only the first blocked job holds a reservation
-                easy_done.add(spec.partition)
+                easy_done.add(part)
             plan.reserve(t, end, spec.nodes)
+
+    def _backfill_nodes(self, order: Iterable[int], res: int, lazy: bool) -> None:
+        """Backfill over per-node GPUs and CPUs (shared nodes, overlapping partitions)."""
+        s = self.sched
+        now = self.now
+        horizon = now + s.bf_window_s
+        plan = self._node_plan(res)
+        easy_done: set[str] = set()
+        full: set[str] = set()
+        floor: dict[tuple[str, int, int, int, bool, int], int] = {}
+        specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
+        gcap, ccap = self.node_gpus, self.node_cpus
+        for i in order:
+            spec = specs[i]
+            part = spec.partition
+            nodes = self._part_arr[part]
+            if lazy:
+                # as in _backfill_counts: nodes with no free CPU now take no job now, and
+                # reservations on them cannot hinder a job that starts now elsewhere
+                if part in full:
+                    continue
+                if plan.busy_now(nodes):
+                    full.add(part)
+                    if len(full) == len(self._part_arr):
+                        break
+                    continue
+            count, g, c, whole = dem[i]
+            not_before = now if elig[i] is not None else max(now, spec.begin or now)
+            dur = _ceil(limit[i], res)
+            shape = (part, count, g, c, whole, dur)
+            found = plan.earliest(
+                nodes,
+                count,
+                gpus=g,
+                cpus=c,
+                exclusive=whole,
+                duration=dur,
+                not_before=max(not_before, floor.get(shape, now)),
+            )
+            if found is not None:
+                floor[shape] = found[0]
+            if found is None or found[0] > horizon:
+                self.estimate[i] = None
+                continue
+            t, chosen = found
+            holds = [(n, gcap[n], ccap[n]) if whole else (n, g, c) for n in chosen]
+            if t == now and elig[i] is not None:
+                self._next_nodes[i] = chosen
+                self._start(i)
+                plan.reserve(t, t + dur, holds)
+                continue
+            self.estimate[i] = t
+            if s.backfill == "easy":
+                if part in easy_done:
+                    continue
+                easy_done.add(part)
+            plan.reserve(t, t + dur, holds)
 
     def _availability(self, res: int) -> dict[str, Availability]:
         releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}
@@ -467,6 +891,22 @@ class Simulation:
             assert st is not None
             releases[specs[i].partition].append((st + _ceil(limit[i], res), specs[i].nodes))
         return {p: Availability(self.now, self.free[p], releases[p]) for p in self.capacity}
+
+    def _node_plan(self, res: int) -> NodePlan:
+        start, limit, alloc = self.start, self.limit, self.alloc
+        releases = []
+        for i in self.running:
+            st = start[i]
+            assert st is not None
+            releases.append((st + _ceil(limit[i], res), alloc[i]))
+        return NodePlan(
+            self.now,
+            gpus_free=self.gfree,
+            cpus_free=self.cfree,
+            gpus_cap=self.node_gpus,
+            cpus_cap=self.node_cpus,
+            releases=releases,
+        )
 
     def schedule_now(self) -> None:
         """Run the main pass and a backfill pass at the current instant (sbatch --test-only)."""
@@ -488,6 +928,7 @@ class Simulation:
         i = self._index(job_id)
         if self.state[i] in (None, PENDING) and self.held[i] != held:
             self.held[i] = held
+            self._pool_sync(i)
             self._changed()
 
     def update_time_limit(self, job_id: str, seconds: int) -> None:
@@ -565,6 +1006,7 @@ class Simulation:
             estimate=self.estimate[i] if st is PENDING else None,
             age=max(0, age) if st is not None else 0,
             held=self.held[i],
+            nodes=tuple(self.node_names[n] for n, _, _ in self.alloc.get(i, ())),
         )
 
     def _expected_end(self, i: int) -> int | None:

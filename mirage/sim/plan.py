@@ -1,16 +1,23 @@
-"""The availability profile backfill plans on: free nodes of one partition over time.
+"""The availability profiles backfill plans on: free resources over time.
 
-A step function kept as two parallel lists: ``times[i]`` is where segment ``i`` begins and
-``free[i]`` the nodes free from then until ``times[i + 1]`` (the last segment lasts for
-ever). ``times[0]`` is the planning instant. Plain lists, not numpy: a partition has at
-most a few hundred breakpoints (one per running job end and per reservation edge), and at
-that size list scans beat numpy's per-call overhead.
+``Availability`` counts free whole nodes of one partition (the fast path, for clusters
+where every job takes whole nodes and partitions do not overlap). It is a step function
+kept as two parallel lists: ``times[i]`` is where segment ``i`` begins and ``free[i]`` the
+nodes free from then until ``times[i + 1]`` (the last segment lasts for ever).
+``times[0]`` is the planning instant. Plain lists, not numpy: a partition has at most a few
+hundred breakpoints (one per running job end and per reservation edge), and at that size
+list scans beat numpy's per-call overhead.
+
+``NodePlan`` keeps free GPUs and CPUs per node over time (shared nodes, overlapping
+partitions): the same step function, with a row of per-node values per segment, in numpy.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 
 class Availability:
@@ -72,3 +79,106 @@ class Availability:
 
     def free_at(self, t: int) -> int:
         return self.free[max(0, bisect_right(self.times, t) - 1)]
+
+
+#: One running job's hold on one node: (node index, GPUs, CPUs).
+Hold = tuple[int, int, int]
+
+
+class NodePlan:
+    """Free GPUs and CPUs of every node over time, for jobs that share nodes.
+
+    ``gpus[k, n]`` / ``cpus[k, n]``: what node ``n`` has free from ``times[k]`` until
+    ``times[k + 1]``. A job of ``count`` nodes x (``g`` GPUs, ``c`` CPUs) fits at a
+    breakpoint when ``count`` nodes of its partition each keep at least that much free over
+    the whole run (an exclusive job needs nodes with nothing else on them); candidate
+    starts are only breakpoints (a later start inside a segment never fits better).
+    """
+
+    __slots__ = ("ccap", "cpus", "gcap", "gpus", "times")
+
+    def __init__(
+        self,
+        now: int,
+        *,
+        gpus_free: Sequence[int],
+        cpus_free: Sequence[int],
+        gpus_cap: Sequence[int],
+        cpus_cap: Sequence[int],
+        releases: Iterable[tuple[int, tuple[Hold, ...]]],
+    ) -> None:
+        rel = [(max(t, now), holds) for t, holds in releases]
+        times = sorted({t for t, _ in rel} | {now})
+        row = {t: k for k, t in enumerate(times)}
+        n = len(gpus_free)
+        dg = np.zeros((len(times), n), dtype=np.int64)
+        dc = np.zeros((len(times), n), dtype=np.int64)
+        dg[0] = gpus_free
+        dc[0] = cpus_free
+        for t, holds in rel:
+            k = row[t]
+            for node, g, c in holds:
+                dg[k, node] += g
+                dc[k, node] += c
+        self.times = times
+        self.gpus = np.cumsum(dg, axis=0)
+        self.cpus = np.cumsum(dc, axis=0)
+        self.gcap = np.asarray(gpus_cap, dtype=np.int64)
+        self.ccap = np.asarray(cpus_cap, dtype=np.int64)
+
+    def earliest(
+        self,
+        nodes: np.ndarray,
+        count: int,
+        *,
+        gpus: int,
+        cpus: int,
+        exclusive: bool,
+        duration: int,
+        not_before: int,
+    ) -> tuple[int, tuple[int, ...]] | None:
+        """Earliest (start, chosen nodes) >= ``not_before``: the lowest-numbered that fit."""
+        i0 = self._split(not_before)
+        t = np.asarray(self.times, dtype=np.int64)
+        g, c = self.gpus[:, nodes], self.cpus[:, nodes]
+        if exclusive:
+            ok = (g == self.gcap[nodes]) & (c == self.ccap[nodes])
+        else:
+            ok = (g >= gpus) & (c >= cpus)
+        bad = np.zeros((len(t) + 1, len(nodes)), dtype=np.int64)
+        np.cumsum(~ok, axis=0, out=bad[1:])
+        starts = t[i0:]
+        # segments k .. ends-1 are those a run from times[k] overlaps
+        ends = np.searchsorted(t, starts + duration, side="left")
+        fits = bad[ends] == bad[i0 : len(t)]
+        counts = fits.sum(axis=1)
+        rows = np.flatnonzero(counts >= count)
+        if rows.size == 0:
+            return None
+        r = int(rows[0])
+        chosen = nodes[np.flatnonzero(fits[r])[:count]]
+        return int(starts[r]), tuple(int(x) for x in chosen)
+
+    def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:
+        """Take each hold's GPUs and CPUs away from its node over [start, end)."""
+        a = self._split(start)
+        b = self._split(end)
+        for node, g, c in holds:
+            self.gpus[a:b, node] -= g
+            self.cpus[a:b, node] -= c
+
+    def busy_now(self, nodes: np.ndarray) -> bool:
+        """No node of ``nodes`` has a free CPU at the planning instant (nothing can start)."""
+        return not bool((self.cpus[0, nodes] > 0).any())
+
+    def _split(self, t: int) -> int:
+        times = self.times
+        i = bisect_right(times, t) - 1
+        if i < 0:
+            raise ValueError(f"{t} is before the planning instant {times[0]}")
+        if times[i] == t:
+            return i
+        times.insert(i + 1, t)
+        self.gpus = np.insert(self.gpus, i + 1, self.gpus[i], axis=0)
+        self.cpus = np.insert(self.cpus, i + 1, self.cpus[i], axis=0)
+        return i + 1

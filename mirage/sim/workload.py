@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from mirage.profile.schema import ClusterProfile
+from mirage.profile.schema import ClusterProfile, Partition
 
 #: A stand-in for an unlimited time limit: far beyond any simulated horizon.
 INFINITE = 1 << 40
@@ -38,6 +38,26 @@ class JobSpec:
     trace_id: str = ""
     real_submit: int | None = None  # the trace's own times, for comparison only
     real_start: int | None = None
+    cpus: int = 0  # CPUs over all nodes (0: not given)
+    # Whole nodes, shared with no other job. None: exclusive exactly when neither GPUs nor
+    # CPUs are given (traces with node counts only, such as ls6).
+    exclusive: bool | None = None
+
+    @property
+    def whole_nodes(self) -> bool:
+        """Does the job take whole nodes (its ``exclusive`` flag, resolved)?"""
+        if self.exclusive is not None:
+            return self.exclusive
+        return self.gpus <= 0 and self.cpus <= 0
+
+    def per_node(self) -> tuple[int, int]:
+        """(GPUs, CPUs) the job needs on each of its nodes when it shares them.
+
+        Totals are spread evenly (rounded up); a sharing job takes at least one CPU per
+        node, as Slurm allocates at least one CPU per task.
+        """
+        n = max(1, self.nodes)
+        return -(-max(0, self.gpus) // n), max(1, -(-max(0, self.cpus) // n))
 
 
 @dataclass
@@ -66,32 +86,56 @@ def from_table(
 ) -> Workload:
     """Canonical table -> job specs.
 
-    Rows without start or end (never ran) are dropped and counted, as are jobs larger than
-    ``max_nodes`` (the simulated partition could never run them). ``arrival_scale`` > 1
-    compresses inter-arrival times (submit = t0 + (submit - t0) / scale), raising the load.
-    A trace eligible time later than submit becomes a begin time, shifted with the submit.
+    Rows the simulator could not replay are dropped and counted by reason in
+    ``Workload.dropped``: no submit/start/end ("no start/end"), an end before the start
+    ("end before start"), a time limit <= 0 ("time limit <= 0"), a repeated trace job id
+    after its first row ("duplicate job id"), more nodes than ``max_nodes`` (or, when it
+    is None, than the job's partition has, where the profile knows) ("too many nodes"),
+    more GPUs or CPUs per node than the partition's nodes have ("too many GPUs per node",
+    "too many CPUs per node"). Unknown node counts count as 1, unknown limits as the run
+    time, unknown partitions as the default one. Jobs with neither GPUs nor CPUs known
+    take whole nodes (``JobSpec.exclusive``); the others share nodes.
+
+    ``arrival_scale`` > 1 compresses inter-arrival times (submit = t0 + (submit - t0) /
+    scale), raising the load. A trace eligible time later than submit becomes a begin
+    time, shifted with the submit.
     """
     if arrival_scale <= 0:
         raise ValueError(f"arrival_scale must be positive, got {arrival_scale}")
     dropped: dict[str, int] = {}
     submit, start, end = _col(df, "submit"), _col(df, "start"), _col(df, "end")
-    ran = ~np.isnan(submit) & ~np.isnan(start) & ~np.isnan(end) & (end >= start)
+    ran = ~np.isnan(submit) & ~np.isnan(start) & ~np.isnan(end)
     dropped["no start/end"] = int((~ran).sum())
+    limit, gpus, cpus = _col(df, "time_limit"), _col(df, "gpus"), _col(df, "cpus")
+    code = _col(df, "exit_code")
+
+    def drop(mask: np.ndarray, reason: str) -> None:
+        nonlocal ran
+        hit = ran & mask
+        dropped[reason] = int(hit.sum())
+        ran &= ~hit
+
+    drop(end < start, "end before start")
+    drop(limit <= 0, "time limit <= 0")  # NaN compares False: unknown limits stay
+    trace_ids = df["job_id"].astype(str).to_numpy()
+    seen = pd.Series(trace_ids).where(ran).duplicated().to_numpy() & (trace_ids != "")
+    drop(seen, "duplicate job id")
     nodes = np.nan_to_num(_col(df, "nodes"), nan=1.0).clip(min=1.0)
-    if max_nodes is not None:
-        too_big = ran & (nodes > max_nodes)
-        dropped["too many nodes"] = int(too_big.sum())
-        ran &= ~too_big
+    known = {p.name: p for p in profile.partitions}
+    default = profile.partition().name
+    parts = df["partition"].astype(str).to_numpy()
+    sim_part = np.where(np.isin(parts, list(known)), parts, default)
+    cap_nodes = np.array([_nodes_of(known[p], max_nodes) for p in sim_part], dtype=np.float64)
+    drop(nodes > cap_nodes, "too many nodes")
+    gpn = np.ceil(np.nan_to_num(gpus, nan=0.0) / nodes)
+    cpn = np.ceil(np.nan_to_num(cpus, nan=0.0) / nodes)
+    drop(gpn > np.array([known[p].gpus_per_node for p in sim_part]), "too many GPUs per node")
+    drop(cpn > np.array([known[p].cpus_per_node for p in sim_part]), "too many CPUs per node")
     t0 = float(np.nanmin(submit[ran])) if ran.any() else 0.0
     sim_submit = np.floor(t0 + (submit - t0) / arrival_scale)
     eligible = _col(df, "eligible")
-    limit, gpus, code = _col(df, "time_limit"), _col(df, "gpus"), _col(df, "exit_code")
-    known = {p.name for p in profile.partitions}
-    default = profile.partition().name
-    parts = df["partition"].astype(str).to_numpy()
     states = df["state"].astype(str).to_numpy()
     users, names = df["user"].astype(str).to_numpy(), df["name"].astype(str).to_numpy()
-    trace_ids = df["job_id"].astype(str).to_numpy()
     jobs: list[JobSpec] = []
     for i in np.flatnonzero(ran):
         run = int(end[i] - start[i])
@@ -102,9 +146,9 @@ def from_table(
             JobSpec(
                 submit=int(sim_submit[i]),
                 run=run,
-                time_limit=run if np.isnan(limit[i]) else int(limit[i]),
+                time_limit=max(1, run) if np.isnan(limit[i]) else int(limit[i]),
                 nodes=int(nodes[i]),
-                partition=str(parts[i]) if parts[i] in known else default,
+                partition=str(sim_part[i]),
                 gpus=0 if np.isnan(gpus[i]) else int(gpus[i]),
                 user=str(users[i]),
                 name=str(names[i]),
@@ -113,10 +157,18 @@ def from_table(
                 trace_id=str(trace_ids[i]),
                 real_submit=int(submit[i]),
                 real_start=int(start[i]),
+                cpus=0 if np.isnan(cpus[i]) else int(cpus[i]),
+                exclusive=bool(np.isnan(gpus[i]) and np.isnan(cpus[i])),
             )
         )
     jobs.sort(key=lambda j: j.submit)  # stable: ties keep trace order
     return Workload(jobs=jobs, dropped={k: v for k, v in dropped.items() if v})
+
+
+def _nodes_of(part: Partition, max_nodes: int | None) -> float:
+    if max_nodes is not None:
+        return float(max_nodes)
+    return float("inf") if part.nodes is None else float(part.nodes)
 
 
 def _failed(code: float, state: str) -> bool:

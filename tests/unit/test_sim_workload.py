@@ -45,7 +45,7 @@ def test_fields_and_defaults() -> None:
 
 
 def test_arrival_scale_compresses_inter_arrival_times() -> None:
-    jobs = from_table(table(), toy_profile(4), arrival_scale=2.0).jobs
+    jobs = from_table(table(), toy_profile(16), arrival_scale=2.0).jobs
     assert [j.submit for j in jobs] == [1000, 1050, 1150]
     assert jobs[1].begin == 1150  # the eligible delay itself is kept
 
