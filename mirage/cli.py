@@ -21,6 +21,7 @@ def main(verbose: int) -> None:
 def _register() -> None:
     # Subcommand groups live beside their concept; imported here so that `mirage --help`
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
+    from mirage.evaluate.cli import evaluate
     from mirage.profile.cli import profile
     from mirage.sim.cli import calibrate, simulate
     from mirage.trace.cli import trace
@@ -29,6 +30,7 @@ def _register() -> None:
     main.add_command(profile)
     main.add_command(simulate)
     main.add_command(calibrate)
+    main.add_command(evaluate)
 
 
 _register()

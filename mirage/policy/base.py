@@ -12,6 +12,8 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -53,6 +55,25 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class WaitHistory:
+    """Waits of jobs that have started, as ``sacct`` shows them to a live daemon.
+
+    ``starts`` (sorted) and ``waits`` (start - eligible, seconds) are parallel int64 arrays;
+    only jobs that started at or before the decision time may be in them.
+    """
+
+    starts: np.ndarray
+    waits: np.ndarray
+
+    def recent(self, now: int, span_s: int) -> np.ndarray:
+        """Waits of the jobs that started in ``(now - span_s, now]``."""
+        lo = int(np.searchsorted(self.starts, now - span_s, side="right"))
+        hi = int(np.searchsorted(self.starts, now, side="right"))
+        out: np.ndarray = self.waits[lo:hi]
+        return out
+
+
+@dataclass(frozen=True)
 class DecisionContext:
     """What a policy may look at: only what a live daemon can see.
 
@@ -65,6 +86,7 @@ class DecisionContext:
     snapshot: QueueSnapshot
     profile: ClusterProfile
     estimate_start: Callable[[SubmitRequest], StartEstimate] | None = None
+    history: WaitHistory | None = None  # recent waits (sacct), for wait-based baselines
 
 
 class Policy(abc.ABC):

@@ -1,0 +1,1 @@
+"""The evaluation harness: Mirage's protocol, one cost, baselines, the oracle, reports."""

@@ -1,0 +1,236 @@
+"""``mirage evaluate``: tune the baselines on the tuning split, report them on test."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mirage.evaluate.protocol import (
+    HOUR,
+    MINUTE,
+    Protocol,
+    Setting,
+    Split,
+    default_splits,
+    parse_when,
+    sample_times,
+    scaled_nodes,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+KNOWN_TRACES = {
+    "ls6": "tacc_ls6_a100/ls6-a100.log.gz",
+    "theta": "alcf_theta_2023/theta_argonne.swf.gz",
+    "cerit": "cerit_wagap_2013/wagap-2013.swf.gz",
+}
+
+
+def _default_trace(cluster: str) -> str | None:
+    rel = KNOWN_TRACES.get(cluster)
+    if rel is None:
+        return None
+    for root in (REPO.parent / "shared" / "traces", REPO / "traces"):
+        if (root / rel).exists():
+            return str(root / rel)
+    return None
+
+
+def _default_profile(cluster: str) -> str:
+    calibrated = REPO / "models" / cluster / "profile.toml"
+    return str(calibrated) if calibrated.exists() else cluster
+
+
+def _split(text: str | None, name: str, tz: str, default: Split) -> Split:
+    if not text:
+        return default
+    a, _, b = text.partition(":")
+    if not b:
+        raise click.BadParameter(f"expected START:END dates, got {text!r}")
+    return Split(name, parse_when(a, tz), parse_when(b, tz))
+
+
+@click.command("evaluate")
+@click.option("--cluster", required=True, help="Cluster name (ls6, theta, cerit, ...).")
+@click.option("--trace", "trace_path", default=None, help="Trace file (default: known path).")
+@click.option("--profile", "profile_name", default=None, help="Profile (default: calibrated).")
+@click.option(
+    "--policies",
+    default="reactive,fixed-lead,slurm-estimate,running-average,qbets,oracle",
+    show_default=True,
+    help="Comma-separated methods.",
+)
+@click.option("--load", "loads", multiple=True, type=float, help="Load factor(s) (default 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--out", "out_dir", default="out/eval", show_default=True, help="JSON and PNGs.")
+@click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
+@click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
+@click.option("--dask-address", default=None, help="Run probes on this Dask scheduler.")
+@click.option("--nodes", default=1, show_default=True, help="Chain request: nodes.")
+@click.option("--gpus", default=0, show_default=True, help="Chain request: GPUs (0: whole nodes).")
+@click.option("--time-limit-h", default=48.0, show_default=True)
+@click.option("--step-min", default=10.0, show_default=True, help="Decision step.")
+@click.option("--every-h", default=4.0, show_default=True, help="One sample every ...")
+@click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
+@click.option("--warmup-h", default=48.0, show_default=True)
+@click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@click.option("--tune-split", default=None, help="START:END of the tuning split.")
+@click.option("--test-split", default=None, help="START:END of the test split.")
+@click.option("--max-samples", default=0, help="Use at most this many samples per split.")
+@click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
+def evaluate(**kw: Any) -> None:
+    """Tune the baselines on the tuning split and report every method on the test split."""
+    from mirage.evaluate.harness import METHODS
+    from mirage.profile.schema import load_profile
+    from mirage.trace.readers import load_trace
+
+    cluster = kw["cluster"]
+    trace = kw["trace_path"] or _default_trace(cluster)
+    if trace is None:
+        raise click.UsageError(f"no known trace for {cluster!r}: pass --trace")
+    profile_name = kw["profile_name"] or _default_profile(cluster)
+    profile = load_profile(profile_name)
+    methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise click.BadParameter(f"unknown: {', '.join(bad)}; known: {', '.join(METHODS)}")
+    if "reactive" not in methods:
+        methods.insert(0, "reactive")  # load levels and "J removed" need it
+    protocol = Protocol(
+        nodes=kw["nodes"],
+        gpus=kw["gpus"],
+        time_limit_s=int(kw["time_limit_h"] * HOUR),
+        step_s=int(kw["step_min"] * MINUTE),
+        every_s=int(kw["every_h"] * HOUR),
+        window_s=int(kw["window_h"] * HOUR),
+        warmup_s=int(kw["warmup_h"] * HOUR),
+        alpha=kw["alpha"],
+    )
+    part = profile.partition(protocol.partition)
+    if part.nodes is None:
+        raise click.UsageError(f"profile {profile_name!r} has no node count: calibrate it first")
+    df = load_trace(trace).jobs
+    first, last = int(df["submit"].min()), int(df["submit"].max())
+    splits = default_splits(cluster, profile.timezone, first, last)
+    tune_split = _split(kw["tune_split"], "tune", profile.timezone, splits["tune"])
+    test_split = _split(kw["test_split"], "test", profile.timezone, splits["test"])
+    if tune_split.end > test_split.start:
+        raise click.UsageError("the tuning split must end before the test split starts")
+    out_dir = Path(kw["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "cluster": cluster,
+        "trace": trace,
+        "profile": profile_name,
+        "protocol": protocol.__dict__,
+        "methods": methods,
+        "splits": {"tune": tune_split.as_dict(), "test": test_split.as_dict()},
+        "loads": {},
+    }
+    texts = []
+    for load in kw["loads"] or (1.0,):
+        text, entry = _evaluate_load(
+            load, trace, profile_name, protocol, (tune_split, test_split), first, methods, kw
+        )
+        texts.append(text)
+        report["loads"][f"{load:g}"] = entry
+    path = out_dir / f"eval-{cluster}.json"
+    path.write_text(json.dumps(_clean(report), indent=1, sort_keys=True), encoding="utf-8")
+    if kw["as_json"]:
+        click.echo(json.dumps(_clean(report), sort_keys=True))
+    else:
+        click.echo("\n\n".join(texts))
+        click.echo(f"\nwrote {path} and plots in {out_dir}")
+
+
+def _evaluate_load(  # noqa: PLR0917 - one call site
+    load: float,
+    trace: str,
+    profile_name: str,
+    protocol: Protocol,
+    splits: tuple[Split, Split],
+    first: int,
+    methods: list[str],
+    kw: dict[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    from mirage.evaluate.harness import Walker, tune
+    from mirage.evaluate.harness import evaluate as run_methods
+    from mirage.evaluate.probes import generate
+    from mirage.evaluate.report import plots, render, to_json
+    from mirage.evaluate.stats import level_counts, table
+    from mirage.profile.schema import load_profile
+
+    profile = load_profile(profile_name)
+    part = profile.partition(protocol.partition)
+    assert part.nodes is not None
+    nodes = scaled_nodes(part.nodes, load)
+    t0 = time.perf_counter()
+    walkers = {}
+    for split in splits:
+        setting = Setting(trace, profile_name, nodes, load, split, protocol)
+        times = sample_times(split, protocol, first)
+        if kw["max_samples"]:
+            times = times[: kw["max_samples"]]
+        samples = _generate(generate, setting, times, kw)
+        walkers[split.name] = Walker(samples, protocol, profile, part.name)
+    tuned = tune(walkers["tune"], methods, protocol.alpha)
+    results = run_methods(walkers["test"], methods, tuned.params, protocol.alpha)
+    tab = table(results, protocol.alpha, boot=kw["boot"])
+    tag = f"{kw['cluster']}-load{load:g}"
+    pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
+    test = splits[1]
+    title = (
+        f"{kw['cluster']} load {load:g} ({nodes} nodes), test {_day(test.start)} to "
+        f"{_day(test.end)}: {len(walkers['test'].samples)} usable samples; "
+        f"tuned on {len(walkers['tune'].samples)}: {tuned.params}"
+    )
+    entry = {
+        "nodes": nodes,
+        "samples": {k: len(w.samples) for k, w in walkers.items()},
+        "levels": level_counts(results),
+        "tuned": tuned.params,
+        "tuning_scores_mean_J_s": tuned.scores,
+        "table": to_json(tab),
+        "plots": [str(p) for p in pngs],
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    return render(tab, title), entry
+
+
+def _day(t: int) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
+
+
+def _generate(generate: Any, setting: Setting, times: list[int], kw: dict[str, Any]) -> Any:
+    from rich.progress import Progress
+
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(f"probes {setting.split.name}", total=len(times))
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return generate(
+            setting,
+            times,
+            cache=kw["cache"] or None,
+            n_jobs=kw["n_jobs"],
+            dask_address=kw["dask_address"],
+            progress=progress,
+        )
+
+
+def _clean(x: Any) -> Any:
+    """NaN -> None, so that the JSON is standard."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x

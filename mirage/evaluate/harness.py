@@ -1,0 +1,207 @@
+"""Walk policies along recorded samples; the oracle; tuning on the tuning split.
+
+A policy's decision at step k sees only the step-k view of the base world (no successor
+yet): the time, the chain's times, Slurm's estimate recorded at that step and the waits of
+jobs started by then. Its first "submit" fixes the submission step; the successor's start
+is read from the sample's outcome curve. The oracle picks the step minimising J.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mirage.evaluate.probes import SampleResult
+from mirage.evaluate.protocol import Protocol
+from mirage.policy.base import DecisionContext, PendingTransition, Policy, WaitHistory
+from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
+from mirage.policy.cost import DEFAULT_ALPHA, Transition
+from mirage.profile.schema import ClusterProfile
+from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
+
+HOUR = 3600
+ORACLE = "oracle"
+
+
+@dataclass
+class Outcomes:
+    """Per-sample results of one method (arrays over the usable samples, seconds)."""
+
+    step: np.ndarray
+    interruption: np.ndarray
+    overlap: np.ndarray
+    gap: np.ndarray
+
+    def cost(self, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+        out: np.ndarray = self.interruption + alpha * self.overlap
+        return out
+
+
+def transition(sample: SampleResult, k: int) -> Transition:
+    return Transition(
+        pred_start=sample.pred_start,
+        pred_time_limit=sample.time_limit,
+        pred_end=sample.planned_end,  # the predecessor runs to its limit
+        succ_start=int(sample.succ_start[k]),
+    )
+
+
+def curve_cost(sample: SampleResult, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+    """J for every submission step of the sample (the outcome curve, in cost)."""
+    end = sample.planned_end
+    start = sample.succ_start.astype(np.float64)
+    cost: np.ndarray = np.maximum(0.0, start - end) + alpha * np.maximum(0.0, end - start)
+    return cost
+
+
+def oracle_step(sample: SampleResult, alpha: float = DEFAULT_ALPHA) -> int:
+    """The step with the least J (the latest such step on ties: least early commitment)."""
+    cost = curve_cost(sample, alpha)
+    return int(len(cost) - 1 - np.argmin(cost[::-1]))
+
+
+def pending_of(sample: SampleResult, protocol: Protocol, partition: str) -> PendingTransition:
+    part_gpus = protocol.gpus
+    return PendingTransition(
+        chain_id="eval",
+        pred_job_id="pred",
+        pred_start=sample.pred_start,
+        pred_time_limit=sample.time_limit,
+        succ_nodes=protocol.nodes,
+        succ_gpus=part_gpus,
+        succ_time_limit=sample.time_limit,
+        partition=partition,
+    )
+
+
+def contexts(sample: SampleResult, profile: ClusterProfile) -> list[DecisionContext]:
+    """The step views of a sample (the last step, the planned end, is not asked)."""
+    history = WaitHistory(sample.hist_start, sample.hist_wait)
+    out = []
+    for k in range(len(sample.steps) - 1):
+        now = int(sample.steps[k])
+        est = int(sample.estimate[k])
+
+        def estimate(_req: SubmitRequest, est: int = est) -> StartEstimate:
+            return StartEstimate(None, None if est < 0 else est)
+
+        out.append(
+            DecisionContext(
+                now=now,
+                snapshot=QueueSnapshot(taken_at=now, jobs=(), slurm_version="sim-recorded"),
+                profile=profile,
+                estimate_start=estimate,
+                history=history,
+            )
+        )
+    return out
+
+
+def submission_step(policy: Policy, ctxs: Sequence[DecisionContext], p: PendingTransition) -> int:
+    for k, ctx in enumerate(ctxs):
+        policy.observe(ctx)
+        if policy.decide(ctx, [p])[0].submit:
+            return k
+    return len(ctxs)  # submitted at the predecessor's end regardless
+
+
+def outcomes_at(samples: Sequence[SampleResult], steps: Sequence[int]) -> Outcomes:
+    trans = [transition(s, k) for s, k in zip(samples, steps, strict=True)]
+    return Outcomes(
+        step=np.asarray(steps, dtype=np.int64),
+        interruption=np.array([t.interruption for t in trans], dtype=np.float64),
+        overlap=np.array([t.overlap for t in trans], dtype=np.float64),
+        gap=np.array([t.gap for t in trans], dtype=np.float64),
+    )
+
+
+PolicyFactory = Callable[[], Policy]
+
+
+class Walker:
+    """Evaluates policies on a fixed list of usable samples (contexts built once)."""
+
+    def __init__(
+        self,
+        samples: Sequence[SampleResult],
+        protocol: Protocol,
+        profile: ClusterProfile,
+        partition: str,
+    ) -> None:
+        self.samples = [s for s in samples if s.ok]
+        self.protocol = protocol
+        self.ctxs = [contexts(s, profile) for s in self.samples]
+        self.pending = [pending_of(s, protocol, partition) for s in self.samples]
+
+    def run(self, make: PolicyFactory) -> Outcomes:
+        steps = []
+        for ctxs, p in zip(self.ctxs, self.pending, strict=True):
+            steps.append(submission_step(make(), ctxs, p))  # a fresh policy per chain
+        return outcomes_at(self.samples, steps)
+
+    def oracle(self, alpha: float) -> Outcomes:
+        return outcomes_at(self.samples, [oracle_step(s, alpha) for s in self.samples])
+
+
+# ---- the methods and their tuning ----------------------------------------------------
+
+#: Tuning grids (chosen before looking at any result; tuned on the tuning split only).
+GRIDS: dict[str, list[float]] = {
+    "fixed-lead": [h * HOUR for h in (0, 1 / 6, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24, 36, 47)],
+    "running-average": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0],
+    "qbets": [0.25, 0.5, 0.75, 0.9, 0.95],
+}
+METHODS = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
+
+
+def factory(method: str, param: float | None) -> PolicyFactory:
+    if method == "reactive":
+        return Reactive
+    if method == "slurm-estimate":
+        return SlurmEstimate
+    if method == "fixed-lead":
+        lead = int(param if param is not None else HOUR)
+        return lambda: FixedLead(lead)
+    if method == "running-average":
+        factor = float(param if param is not None else 1.0)
+        return lambda: RunningAverage(factor)
+    if method == "qbets":
+        q = float(param if param is not None else 0.5)
+        return lambda: Qbets(q)
+    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+
+
+@dataclass
+class Tuned:
+    params: dict[str, float]
+    scores: dict[str, dict[str, float]]  # method -> {param: mean J on the tuning split}
+
+
+def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
+    """Each tunable method's constant minimising mean J on the tuning split."""
+    params: dict[str, float] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for m in methods:
+        grid = GRIDS.get(m)
+        if not grid:
+            continue
+        by = {g: float(walker.run(factory(m, g)).cost(alpha).mean()) for g in grid}
+        params[m] = min(grid, key=lambda g: (by[g], grid.index(g)))
+        scores[m] = {repr(g): v for g, v in by.items()}
+    return Tuned(params=params, scores=scores)
+
+
+def evaluate(
+    walker: Walker, methods: Sequence[str], params: Mapping[str, float], alpha: float
+) -> dict[str, Outcomes]:
+    out: dict[str, Outcomes] = {}
+    for m in methods:
+        out[m] = walker.oracle(alpha) if m == ORACLE else walker.run(factory(m, params.get(m)))
+    return out
+
+
+def replace_protocol(protocol: Protocol, **changes: object) -> Protocol:
+    return dataclasses.replace(protocol, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,342 @@
+"""Counterfactual probes: a sample's whole outcome curve, from forks of one replay.
+
+For a sample at ``t`` the replay (forked at ``t``) gets the predecessor; it starts at
+``s``. At every decision step ``tau_k = s + k * step`` (k = 0..K, ``tau_K`` = the
+predecessor's planned end, where the successor is submitted regardless) the base
+simulation (predecessor, no successor) is forked twice:
+
+- *estimate*: the successor is submitted and one scheduling pass planned at once
+  (``sbatch --test-only``): Slurm's start estimate for "submit now" (-1: none);
+- *outcome*: the successor is submitted and the fork runs until it starts: its start
+  if submitted at ``tau_k`` (capped at the end of the sample's window; ``censored``).
+
+Every policy's result on the sample follows from these curves without re-simulating: a
+policy picks a step, using only what is visible at that step (the base world before the
+successor exists: queue features, Slurm's estimate, the waits of jobs started so far);
+the oracle is the step minimising J. These records are also the dataset for learned
+policies.
+
+Records are cached per sample (``<cache>/<setting key>/<t>.npz``), so a second run reads
+them back and an interrupted run resumes; generation runs in parallel with joblib
+processes, or on a Dask cluster given its address, each task replaying once up to its
+first sample and forking forward from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirage.evaluate.protocol import Protocol, Setting
+from mirage.profile.schema import ClusterProfile, load_profile
+from mirage.sim.engine import Simulation
+from mirage.sim.workload import JobSpec
+
+log = logging.getLogger(__name__)
+
+#: Per-step queue features recorded beside the outcome curve (what squeue shows).
+QUEUE_FEATURES = (
+    "pending_jobs",
+    "pending_nodes",
+    "running_jobs",
+    "running_nodes",
+    "free_nodes",
+    "pending_ahead_nodes",  # nodes asked by pending jobs of higher priority than a new one
+)
+
+
+@dataclass
+class SampleResult:
+    """One sample's outcome curve and what a policy could see at each step."""
+
+    t: int  # sample time: the predecessor's submission
+    pred_start: int  # -1: the predecessor did not start within the window (unusable)
+    time_limit: int
+    steps: np.ndarray  # int64 (K+1,): decision times; steps[-1] = planned end
+    succ_start: np.ndarray  # int64 (K+1,): successor start if submitted at steps[k]
+    censored: np.ndarray  # bool (K+1,): did not start by the window's end (start = cap)
+    estimate: np.ndarray  # int64 (K+1,): Slurm's estimate at steps[k], -1 if none
+    queue: np.ndarray  # float64 (K+1, len(QUEUE_FEATURES))
+    hist_start: np.ndarray  # int64: starts of jobs started in [t - history, planned end]
+    hist_wait: np.ndarray  # int64: their waits (start - eligible), sorted by start
+
+    @property
+    def ok(self) -> bool:
+        return self.pred_start >= 0
+
+    @property
+    def planned_end(self) -> int:
+        return self.pred_start + self.time_limit
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(
+            tmp,
+            meta=np.array([self.t, self.pred_start, self.time_limit], dtype=np.int64),
+            steps=self.steps,
+            succ_start=self.succ_start,
+            censored=self.censored,
+            estimate=self.estimate,
+            queue=self.queue,
+            hist_start=self.hist_start,
+            hist_wait=self.hist_wait,
+        )
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> SampleResult:
+        with np.load(path) as z:
+            t, s, lim = (int(x) for x in z["meta"])
+            return cls(
+                t=t,
+                pred_start=s,
+                time_limit=lim,
+                steps=z["steps"],
+                succ_start=z["succ_start"],
+                censored=z["censored"],
+                estimate=z["estimate"],
+                queue=z["queue"],
+                hist_start=z["hist_start"],
+                hist_wait=z["hist_wait"],
+            )
+
+
+def _empty(t: int, protocol: Protocol) -> SampleResult:
+    z = np.zeros(0, dtype=np.int64)
+    return SampleResult(
+        t=t,
+        pred_start=-1,
+        time_limit=protocol.time_limit_s,
+        steps=z,
+        succ_start=z,
+        censored=np.zeros(0, dtype=bool),
+        estimate=z,
+        queue=np.zeros((0, len(QUEUE_FEATURES))),
+        hist_start=z,
+        hist_wait=z,
+    )
+
+
+def chain_spec(sim: Simulation, protocol: Protocol, name: str) -> JobSpec:
+    part = sim.profile.partition(protocol.partition)
+    whole = protocol.gpus <= 0
+    return JobSpec(
+        submit=sim.now,
+        run=protocol.time_limit_s,
+        time_limit=protocol.time_limit_s,
+        nodes=protocol.nodes,
+        partition=part.name,
+        gpus=protocol.nodes * part.gpus_per_node if whole else protocol.gpus,
+        cpus=protocol.nodes * part.cpus_per_node if whole else 0,
+        exclusive=whole,
+        user="mirage-eval",
+        name=name,
+    )
+
+
+def queue_features(sim: Simulation, partition: str) -> list[float]:
+    pend = [v for v in sim.pending_jobs() if v.spec.partition == partition]
+    run = [v for v in sim.running_jobs() if v.spec.partition == partition]
+    eligible = [v for v in pend if v.eligible is not None and not v.held]
+    # A new submission has age 0: every eligible pending job has at least its priority.
+    ahead = sum(v.spec.nodes for v in eligible)
+    return [
+        float(len(pend)),
+        float(sum(v.spec.nodes for v in pend)),
+        float(len(run)),
+        float(sum(v.spec.nodes for v in run)),
+        float(sim.free.get(partition, 0)),
+        float(ahead),
+    ]
+
+
+def _estimate(base: Simulation, spec: JobSpec) -> int:
+    probe = base.fork()
+    probe.track_estimates = True
+    job = probe.add_job(spec)
+    probe.run_until(probe.now)
+    probe.schedule_now()
+    v = probe.view(job)
+    start = v.start if v.start is not None else v.estimate
+    return -1 if start is None else int(start)
+
+
+def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:
+    """The outcome curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
+    t = sim.now
+    cap = t + protocol.window_s
+    base = sim.fork()
+    spec = chain_spec(base, protocol, "pred")
+    pred = base.add_job(spec)
+    s = base.run_until_started(pred, until=cap)
+    if s is None or s + protocol.time_limit_s >= cap:
+        return _empty(t, protocol)
+    end = s + protocol.time_limit_s
+    k_steps = protocol.steps
+    steps = np.array([min(end, s + k * protocol.step_s) for k in range(k_steps + 1)], np.int64)
+    succ = np.empty(k_steps + 1, dtype=np.int64)
+    cens = np.zeros(k_steps + 1, dtype=bool)
+    est = np.empty(k_steps + 1, dtype=np.int64)
+    queue = np.empty((k_steps + 1, len(QUEUE_FEATURES)))
+    part = spec.partition
+    for k, tau in enumerate(steps.tolist()):
+        base.run_until(tau)
+        queue[k] = queue_features(base, part)
+        sspec = dataclasses.replace(spec, submit=tau, name="succ")
+        est[k] = _estimate(base, sspec)
+        fork = base.fork()
+        job = fork.add_job(sspec)
+        start = fork.run_until_started(job, until=cap)
+        cens[k] = start is None
+        succ[k] = cap if start is None else start
+    starts, waits = [], []
+    for v in base.all_jobs():
+        if v.start is None or v.start < t - protocol.history_s or v.start > end:
+            continue
+        starts.append(v.start)
+        ready = v.eligible if v.eligible is not None else v.spec.submit
+        waits.append(max(0, v.start - ready))
+    order = np.argsort(np.array(starts, dtype=np.int64), kind="stable")
+    return SampleResult(
+        t=t,
+        pred_start=int(s),
+        time_limit=protocol.time_limit_s,
+        steps=steps,
+        succ_start=succ,
+        censored=cens,
+        estimate=est,
+        queue=queue,
+        hist_start=np.array(starts, dtype=np.int64)[order],
+        hist_wait=np.array(waits, dtype=np.int64)[order],
+    )
+
+
+# ---- building the replay a task forks from ------------------------------------------
+
+
+def load_setting_jobs(setting: Setting) -> tuple[ClusterProfile, list[JobSpec]]:
+    """The profile and the prepared jobs of ``setting`` (the trace cut at the split's end)."""
+    from mirage.sim.calibrate import prepare_trace
+    from mirage.trace.readers import load_trace
+
+    profile = load_profile(setting.profile)
+    df = load_trace(setting.trace).jobs
+    part = profile.partition(setting.protocol.partition)
+    sized = dataclasses.replace(part, nodes=setting.nodes)
+    profile = dataclasses.replace(
+        profile, partitions=tuple(sized if p.name == part.name else p for p in profile.partitions)
+    )
+    prep = prepare_trace(df, profile, before=setting.split.end)
+    return profile, prep.jobs
+
+
+def run_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[SampleResult]:
+    """One task: replay up to each sample time in turn, probe it (or read it cached)."""
+    out: list[SampleResult] = []
+    todo = [t for t in times if cache is None or not _path(cache, setting, t).exists()]
+    sim: Simulation | None = None
+    if todo:
+        profile, jobs = load_setting_jobs(setting)
+        first = min(j.submit for j in jobs)
+        sim = Simulation(profile, start_time=min(first, *todo), track_estimates=False)
+        sim.add_jobs_skipping_invalid(jobs)
+    for t in times:
+        path = _path(cache, setting, t) if cache is not None else None
+        if path is not None and path.exists():
+            out.append(SampleResult.load(path))
+            continue
+        assert sim is not None
+        sim.run_until(t)
+        res = probe_sample(sim, setting.protocol)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            res.save(path)
+        out.append(res)
+    return out
+
+
+def _path(cache: str, setting: Setting, t: int) -> Path:
+    return Path(cache) / setting.key() / f"{t}.npz"
+
+
+def chunks(times: Sequence[int], n: int) -> list[list[int]]:
+    """Contiguous chunks (each task replays once to its first sample)."""
+    n = max(1, min(n, len(times)))
+    size = -(-len(times) // n) if times else 0
+    return [list(times[i : i + size]) for i in range(0, len(times), size)] if times else []
+
+
+Progress = Callable[[int, int], None]
+
+
+def generate(
+    setting: Setting,
+    times: Sequence[int],
+    *,
+    cache: str | None = None,
+    n_jobs: int = 1,
+    tasks: int | None = None,
+    dask_address: str | None = None,
+    progress: Progress | None = None,
+) -> list[SampleResult]:
+    """Every sample of ``times`` (in order), probing in parallel the ones not cached."""
+    times = sorted(times)
+    cached = [t for t in times if cache is not None and _path(cache, setting, t).exists()]
+    todo = [t for t in times if t not in set(cached)]
+    results: dict[int, SampleResult] = {}
+    for t in cached:
+        assert cache is not None
+        results[t] = SampleResult.load(_path(cache, setting, t))
+    done = len(cached)
+    if progress is not None:
+        progress(done, len(times))
+    parts = chunks(todo, tasks or max(1, n_jobs) * 2)
+    t0 = time.perf_counter()
+    for batch in _execute(setting, parts, cache, n_jobs, dask_address):
+        for r in batch:
+            results[r.t] = r
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(times))
+    if todo:
+        log.info("probed %d samples in %.1f s", len(todo), time.perf_counter() - t0)
+    return [results[t] for t in times]
+
+
+def _execute(
+    setting: Setting,
+    parts: list[list[int]],
+    cache: str | None,
+    n_jobs: int,
+    dask_address: str | None,
+) -> Iterable[list[SampleResult]]:
+    if not parts:
+        return
+    if dask_address:
+        from distributed import Client, as_completed
+
+        with Client(dask_address) as client:  # type: ignore[no-untyped-call]
+            futures = [client.submit(run_task, setting, p, cache, pure=False) for p in parts]
+            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
+                yield fut.result()
+        return
+    if n_jobs <= 1:
+        for p in parts:
+            yield run_task(setting, p, cache)
+        return
+    from joblib import Parallel, delayed
+
+    par = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
+    yield from par(delayed(run_task)(setting, p, cache) for p in parts)
+
+
+def summary(results: Sequence[SampleResult]) -> dict[str, Any]:
+    ok = [r for r in results if r.ok]
+    return {"samples": len(results), "usable": len(ok)}

@@ -1,0 +1,103 @@
+"""The evaluation table as text and JSON, and the PNG plots."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirage.evaluate.harness import Outcomes
+from mirage.evaluate.stats import LEVELS, METRICS, MIN_N, Cell, load_levels
+
+SHORT = {
+    "mean_J_h": "J h",
+    "mean_interruption_h": "intr h",
+    "mean_overlap_h": "ovl h",
+    "mean_abs_gap_h": "|gap| h",
+    "zero_interruption": "intr=0",
+    "abs_gap_le_30min": "|gap|<=30m",
+    "p90_interruption_h": "p90 intr h",
+    "removed": "J removed",
+}
+
+
+def _fmt(c: Cell) -> str:
+    if math.isnan(c.value):
+        return "-"
+    lo = "?" if math.isnan(c.lo) else f"{c.lo:.2f}"
+    hi = "?" if math.isnan(c.hi) else f"{c.hi:.2f}"
+    return f"{c.value:.2f} [{lo},{hi}]"
+
+
+def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "") -> str:
+    """One block per load level: a row per method, a column per metric (value [95% CI])."""
+    lines = [title] if title else []
+    methods = list(tab)
+    for level in LEVELS:
+        n = next(iter(tab.values()))[level]["mean_J_h"].n if tab else 0
+        flag = "" if level == "all" or n >= MIN_N else f"  (n < {MIN_N}: does not count)"
+        lines.append(f"\n[{level}] n = {n}{flag}")
+        header = ["method"] + [SHORT[m] for m in METRICS]
+        rows = [[m] + [_fmt(tab[m][level][k]) for k in METRICS] for m in methods]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        for r in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines)
+
+
+def to_json(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]]) -> dict[str, Any]:
+    return {
+        m: {lv: {k: c.as_dict() for k, c in cells.items()} for lv, cells in per.items()}
+        for m, per in tab.items()
+    }
+
+
+def plots(results: Mapping[str, Outcomes], alpha: float, out: Path, tag: str) -> list[Path]:
+    """J and gap CDFs per method and load level; box plots of interruption and overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    levels = load_levels(results["reactive"].gap) if "reactive" in results else None
+    written = []
+    for what in ("J", "gap"):
+        fig, axes = plt.subplots(1, len(LEVELS), figsize=(4 * len(LEVELS), 3.4), squeeze=False)
+        for ax, level in zip(axes[0], LEVELS, strict=True):
+            for name, o in results.items():
+                x = o.cost(alpha) if what == "J" else o.gap
+                if levels is not None and level != "all":
+                    x = x[levels == level]
+                if x.size == 0:
+                    continue
+                xs = np.sort(x) / 3600
+                ax.step(xs, np.arange(1, xs.size + 1) / xs.size, where="post", label=name)
+            ax.set_title(f"{level}")
+            ax.set_xlabel(f"{what} (h)")
+            ax.set_ylabel("CDF")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(f"{what} CDF ({tag})")
+        fig.tight_layout()
+        path = out / f"{tag}-{what.lower()}-cdf.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    names = list(results)
+    for ax, what in zip(axes, ("interruption", "overlap"), strict=True):
+        data = [getattr(results[n], what) / 3600 for n in names]
+        ax.boxplot(data)
+        ax.set_xticks(range(1, len(names) + 1), names, rotation=30, fontsize=7)
+        ax.set_ylabel(f"{what} (h)")
+    fig.suptitle(f"interruption and overlap ({tag})")
+    fig.tight_layout()
+    path = out / f"{tag}-box.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
+    return written

@@ -1,0 +1,131 @@
+"""The report's figures with bootstrap 95% intervals (numpy, seeded), by load level.
+
+Load levels are Mirage's classes by the reactive gap: low <= 2 h, medium 2-12 h,
+heavy > 12 h. A level counts only with n >= 30 (``counts``); a target holds only at
+its interval's bound. "Removed" is the share of reactive's J removed,
+1 - sum J(method) / sum J(reactive), with a paired bootstrap (same resampled samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from mirage.evaluate.harness import Outcomes
+
+HOUR = 3600
+MIN_N = 30
+LEVELS = ("all", "low", "medium", "heavy")
+METRICS = (
+    "mean_J_h",
+    "mean_interruption_h",
+    "mean_overlap_h",
+    "mean_abs_gap_h",
+    "zero_interruption",
+    "abs_gap_le_30min",
+    "p90_interruption_h",
+    "removed",
+)
+
+
+def load_levels(reactive_gap: np.ndarray) -> np.ndarray:
+    """ "low" / "medium" / "heavy" per sample, by the reactive gap (seconds)."""
+    return np.where(
+        reactive_gap <= 2 * HOUR, "low", np.where(reactive_gap <= 12 * HOUR, "medium", "heavy")
+    )
+
+
+@dataclass
+class Cell:
+    value: float
+    lo: float
+    hi: float
+    n: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+Stat = Callable[[np.ndarray], np.ndarray]  # (B, n) resampled rows -> (B,)
+
+
+def _boot(x: np.ndarray, idx: np.ndarray, f: Stat) -> tuple[float, float, float]:
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    value = float(f(x[None, :])[0])
+    res = f(x[idx])
+    res = res[np.isfinite(res)]
+    if res.size == 0:
+        return value, float("nan"), float("nan")
+    lo, hi = np.percentile(res, [2.5, 97.5])
+    return value, float(lo), float(hi)
+
+
+def _mean(a: np.ndarray) -> np.ndarray:
+    out: np.ndarray = a.mean(axis=1)
+    return out
+
+
+def _p90(a: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.percentile(a, 90, axis=1)
+    return out
+
+
+def table(
+    results: Mapping[str, Outcomes],
+    alpha: float,
+    reactive: str = "reactive",
+    boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Cell]]]:
+    """method -> level -> metric -> Cell. Needs the reactive method among ``results``."""
+    levels = load_levels(results[reactive].gap)
+    base_j = results[reactive].cost(alpha)
+    out: dict[str, dict[str, dict[str, Cell]]] = {}
+    for name, o in results.items():
+        j = o.cost(alpha)
+        per: dict[str, dict[str, Cell]] = {}
+        for level in LEVELS:
+            mask = np.ones(j.size, bool) if level == "all" else levels == level
+            n = int(mask.sum())
+            rng = np.random.default_rng(seed)
+            idx = rng.integers(0, n, size=(boot, n)) if n else np.zeros((boot, 0), np.int64)
+            cols = {
+                "mean_J_h": (j[mask] / HOUR, _mean),
+                "mean_interruption_h": (o.interruption[mask] / HOUR, _mean),
+                "mean_overlap_h": (o.overlap[mask] / HOUR, _mean),
+                "mean_abs_gap_h": (np.abs(o.gap[mask]) / HOUR, _mean),
+                "zero_interruption": ((o.interruption[mask] == 0).astype(float), _mean),
+                "abs_gap_le_30min": ((np.abs(o.gap[mask]) <= 1800).astype(float), _mean),
+                "p90_interruption_h": (o.interruption[mask] / HOUR, _p90),
+            }
+            cells = {}
+            for metric, (x, f) in cols.items():
+                v, lo, hi = _boot(x, idx, f)
+                cells[metric] = Cell(v, lo, hi, n)
+            cells["removed"] = _removed(j[mask], base_j[mask], idx, n)
+            per[level] = cells
+        out[name] = per
+    return out
+
+
+def _removed(j: np.ndarray, base: np.ndarray, idx: np.ndarray, n: int) -> Cell:
+    def share(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out: np.ndarray = 1.0 - a.sum(axis=-1) / b.sum(axis=-1)
+        return out
+
+    if n == 0 or base.sum() == 0:
+        return Cell(float("nan"), float("nan"), float("nan"), n)
+    value = float(share(j, base))
+    res = share(j[idx], base[idx])
+    res = res[np.isfinite(res)]
+    lo, hi = np.percentile(res, [2.5, 97.5]) if res.size else (float("nan"), float("nan"))
+    return Cell(value, float(lo), float(hi), n)
+
+
+def level_counts(results: Mapping[str, Outcomes], reactive: str = "reactive") -> dict[str, int]:
+    levels = load_levels(results[reactive].gap)
+    return {lv: int((levels == lv).sum()) for lv in ("low", "medium", "heavy")}

@@ -1,0 +1,127 @@
+"""The harness on a hand-made scenario, the oracle bound, resumable probes, the statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mirage.evaluate import probes
+from mirage.evaluate.harness import METHODS, ORACLE, Walker, curve_cost, evaluate, tune
+from mirage.evaluate.probes import SampleResult, generate, probe_sample
+from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
+from mirage.evaluate.stats import load_levels, table
+from mirage.profile.schema import ClusterProfile, Partition
+from mirage.sim import JobSpec, Simulation
+
+H = 3600
+REPO = Path(__file__).resolve().parents[2]
+SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+LS6 = str(REPO / "models" / "ls6" / "profile.toml")
+TWO = ClusterProfile("two", (Partition("gpu", 8, 1000, nodes=2, gpus_per_node=0),))
+SMALL = Protocol(time_limit_s=4 * H, step_s=30 * 60, every_s=12 * H, window_s=10 * H,
+                 warmup_s=12 * H)  # fmt: skip
+
+
+def scenario() -> SampleResult:
+    """2 nodes. A 1-node job runs 0-50 h; the predecessor (1 node, 48 h) starts at 0; at
+    1 h a 2-node, 10 h job queues and gets a reservation at 50 h. A successor submitted
+    at the predecessor's end cannot backfill (48 h would delay that reservation): it
+    starts at 60 h, a 12 h gap. Submitted before 1 h, it is older than the 2-node job
+    and takes the predecessor's node at 48 h: no gap."""
+    sim = Simulation(TWO, start_time=0)
+    sim.add_job(JobSpec(submit=0, run=50 * H, time_limit=50 * H, nodes=1, partition="gpu"))
+    sim.add_job(JobSpec(submit=H, run=10 * H, time_limit=10 * H, nodes=2, partition="gpu"))
+    sim.run_until(0)
+    return probe_sample(sim, Protocol(step_s=30 * 60))
+
+
+def test_reactive_gap_and_oracle_on_hand_made_scenario() -> None:
+    r = scenario()
+    assert r.ok and r.pred_start == 0 and r.planned_end == 48 * H
+    assert r.succ_start[-1] == 60 * H  # reactive: the analytically known 12 h gap
+    assert r.succ_start[0] == 48 * H and r.succ_start[1] == 48 * H  # before the 2-node job
+    walker = Walker([r], Protocol(step_s=30 * 60), TWO, "gpu")
+    res = evaluate(walker, METHODS, {"fixed-lead": 3600.0}, 0.5)
+    assert res["reactive"].gap[0] == 12 * H and res["reactive"].interruption[0] == 12 * H
+    assert res[ORACLE].cost()[0] == 0.0 and res[ORACLE].step[0] == 1
+    assert res["fixed-lead"].gap[0] == 12 * H  # an hour ahead is too late here
+    assert r.estimate[-1] == 60 * H  # Slurm's estimate at the end matches the outcome
+
+
+@pytest.fixture(scope="module")
+def slice_samples(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Setting, list[SampleResult], Path]:
+    cache = tmp_path_factory.mktemp("cache")
+    split = Split("tune", parse_when("2022-11-06", "UTC"), parse_when("2022-11-14", "UTC"))
+    setting = Setting(SLICE, LS6, 40, 2.0, split, SMALL)
+    times = sample_times(split, SMALL, 0)
+    assert len(times) == 16
+    return setting, generate(setting, times, cache=str(cache), tasks=2), cache
+
+
+def test_oracle_beats_every_baseline_on_each_sample(
+    slice_samples: tuple[Setting, list[SampleResult], Path],
+) -> None:
+    _, samples, _ = slice_samples
+    walker = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)),
+                    "gpu-a100")  # fmt: skip
+    assert len(walker.samples) >= 10
+    tuned = tune(walker, METHODS, 0.5)
+    res = evaluate(walker, METHODS, tuned.params, 0.5)
+    oracle = res[ORACLE].cost()
+    for name, o in res.items():
+        assert np.all(oracle <= o.cost() + 1e-9), name
+    for s, k in zip(walker.samples, res[ORACLE].step, strict=True):
+        assert curve_cost(s)[k] == curve_cost(s).min()
+    assert set(tuned.params) == {"fixed-lead", "running-average", "qbets"}
+
+
+def test_probes_resume_from_cache(
+    slice_samples: tuple[Setting, list[SampleResult], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setting, first, cache = slice_samples
+    calls = []
+    monkeypatch.setattr(probes, "probe_sample", lambda *a: calls.append(a))
+    again = generate(setting, [s.t for s in first], cache=str(cache))
+    assert not calls
+    for a, b in zip(first, again, strict=True):
+        assert a.t == b.t and a.pred_start == b.pred_start
+        assert np.array_equal(a.succ_start, b.succ_start)
+        assert np.array_equal(a.estimate, b.estimate)
+
+
+def test_statistics() -> None:
+    from mirage.evaluate.harness import Outcomes
+
+    rng = np.random.default_rng(1)
+    n = 60
+    gap = np.concatenate([rng.uniform(0, 2 * H, 40), rng.uniform(3 * H, 11 * H, 20)])
+    react = Outcomes(np.zeros(n, np.int64), gap, np.zeros(n), gap)
+    half = Outcomes(np.zeros(n, np.int64), gap / 2, np.zeros(n), gap / 2)
+    tab = table({"reactive": react, "half": half}, 0.5, boot=500)
+    assert list(load_levels(np.array([0, 2 * H, 2 * H + 1, 13 * H]))) == [
+        "low", "low", "medium", "heavy"]  # fmt: skip
+    cell = tab["half"]["all"]["removed"]
+    assert cell.value == pytest.approx(0.5) and cell.lo == pytest.approx(0.5)
+    assert tab["reactive"]["all"]["removed"].value == 0.0
+    j = tab["reactive"]["all"]["mean_J_h"]
+    assert j.lo <= j.value <= j.hi and j.n == n
+    assert tab["reactive"]["low"]["mean_J_h"].n == 40
+    assert tab["reactive"]["heavy"]["mean_J_h"].n == 0
+
+
+def test_probes_on_a_dask_cluster(
+    slice_samples: tuple[Setting, list[SampleResult], Path], tmp_path: Path
+) -> None:
+    from distributed import LocalCluster
+
+    setting, first, _ = slice_samples
+    times = [s.t for s in first[:3]]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:  # type: ignore[no-untyped-call]
+        got = generate(setting, times, cache=str(tmp_path), dask_address=cluster.scheduler_address)
+    for a, b in zip(first[:3], got, strict=True):
+        assert np.array_equal(a.succ_start, b.succ_start) and a.pred_start == b.pred_start
+    assert len(list(tmp_path.rglob("*.npz"))) == 3
