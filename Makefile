@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | sha1sum | cu
 # Unit tests in parallel; real-Slurm tests in their own run, sharing one cluster start.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down clean
+.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down fidelity clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,11 @@ slurm-tests: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 $(BIN)/pytest -m slurm -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
 
 test: lint unit slurm-tests
+
+# Simulator against real Slurm (two real runs of a scripted workload, ~9 min); opt-in.
+fidelity: venv slurm-up
+	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -p no:xdist -s -m slurm \
+	  tests/slurm/test_fidelity.py; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

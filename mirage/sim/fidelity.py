@@ -1,0 +1,706 @@
+"""Simulator fidelity: one scripted workload on the real test cluster and in the simulator.
+
+The workload (:func:`scripted_workload`) is deterministic for a seed: jobs of 1-2 nodes,
+1-4 GPUs and 2-4 CPUs per GPU per node, time limits of 1-5 whole minutes, submitted at
+offsets from t0 (a burst at t0 so the queue builds, then a trickle). Each job's script
+sleeps for its run time: most finish early, some sleep past their limit and end TIMEOUT.
+
+:func:`run_real` submits it through a :class:`~mirage.slurm.cli_backend.CliSlurmClient`
+at its offsets and collects Slurm's start times; :func:`run_sim` replays it in the
+simulator configured from the same cluster (:func:`testbed_model`); :func:`compare_starts`
+scores per-job start differences. Real against real is the noise floor.
+
+What the simulator is told beyond the captured profile, and why (:class:`TestbedSimulation`):
+
+- Job size priority as Slurm computes it: ``(nodes / cluster nodes + cpus / cluster cpus) / 2``
+  (the engine counts nodes only).
+- Priorities change only when set (at submit) and at each ``PriorityCalcPeriod``
+  recalculation (5 min by default), counted from slurmctld's start, as in Slurm. With
+  PriorityMaxAge = 1 day the age term is worth about 1 point a minute; job size 15-50.
+  From its first recalculation on, an ``--exclusive`` job's CPUs count as its nodes' (as
+  sprio shows on the test cluster).
+- Slurm enforces time limits on a 30 s cycle counted from slurmctld's start: a job that
+  outlives its limit ends at the first check after it (0-30 s late). The simulated job
+  does the same when the cycle's phase is known (:class:`ClusterClock`, read from the
+  slurmctld log before a real run; :func:`sim_like` replays a run with the clocks as at
+  its t0), else ``kill_delay_s`` (the mean, 15 s) after its limit. Backfill still plans
+  with the limit, and sees a job past it as ending at the next step.
+- Node choice and backfill reservations on shared nodes as cons_tres and sched/backfill
+  make them (:class:`BestFitNodePlan`): best fit (fewest free CPUs), and a reservation for
+  a later start takes its nodes whole.
+
+The real runner starts t0 half a second into a second, so that a submit and a job end in
+the same second reach slurmctld in the order the simulator handles them (end first).
+
+Jobs share nodes (cons_tres: GPUs and CPUs per node) unless run with ``exclusive``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import heapq
+import random
+import re
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from mirage.profile.capture import capture_profile, parse_slurm_duration
+from mirage.profile.schema import ClusterProfile, Partition, SchedulerSettings
+from mirage.sim.engine import END, Simulation
+from mirage.sim.plan import Availability, Hold, NodePlan
+from mirage.sim.workload import JobSpec
+from mirage.slurm.client import SlurmClient
+from mirage.slurm.types import SlurmError, SlurmJob, SubmitRequest
+
+#: The pass mark's tolerance: a simulated start within this many seconds of the real one.
+TOLERANCE_S = 35
+#: The simulated share may be this far below the real-against-real share.
+ALLOWED_GAP = 0.10
+#: Slurm checks time limits about every 30 s (PERIODIC_TIMEOUT in slurmctld).
+LIMIT_CHECK_S = 30
+#: Test and benchmark job names start with this (cleanup looks for it).
+TEST_PREFIX = "mirage-t-fid-"
+BENCH_PREFIX = "mirage-fid-"
+DEFAULT_SEED = 65
+#: The real runner submits half a second into a second and Slurm stamps whole seconds: a
+#: job submitted at t0 + offset is scheduled from the next second on (measured: the jobs
+#: submitted at t0 start at t0 + 1 on the test cluster).
+SUBMIT_LATENCY_S = 1
+PARTITION = "gpu"
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+# ---- the workload -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FidelityJob:
+    """One scripted job. Times in seconds; ``offset`` is the submit time after t0."""
+
+    key: str
+    offset: int
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int
+    limit: int  # whole minutes, in seconds
+    run: int  # the script sleeps this long; run > limit: killed (TIMEOUT)
+
+    @property
+    def hits_limit(self) -> bool:
+        return self.run > self.limit
+
+    @property
+    def total_cpus(self) -> int:
+        return self.nodes * self.cpus_per_node
+
+
+def scripted_workload(seed: int = DEFAULT_SEED, n: int = 42, burst: int = 14) -> list[FidelityJob]:
+    """``n`` jobs: a burst of 14 at t0, the rest over the next ~2.5 minutes.
+
+    Shapes: 1 node (two thirds) or 2 nodes; 1-4 GPUs per node with 2-4 CPUs each (GPUs, not
+    cores, are the scarce resource: 4 GPUs x 4 CPUs fill a 16-core node). Run times: about
+    a sixth of the jobs outlive a 1- or 2-minute limit (TIMEOUT); the others finish early,
+    well inside limits of 1-5 minutes, so backfill plans with far too pessimistic ends.
+    """
+    rng = random.Random(seed)
+    jobs: list[FidelityJob] = []
+    t = 0
+    for k in range(n):
+        if k >= burst:
+            t += rng.choice((0, 0, 2, 4, 6, 8, 10))
+        nodes = 2 if rng.random() < 0.25 else 1
+        gpus = rng.randint(1, 4)
+        cpus = gpus * rng.randint(2, 4)
+        if rng.random() < 0.15:
+            limit = 60 * (1 if nodes == 2 or rng.random() < 0.7 else 2)
+            run = limit + 60
+        else:
+            limit = 60 * rng.randint(1, 5)
+            run = rng.randint(5, 30)
+        jobs.append(FidelityJob(f"j{k:02d}", t, nodes, gpus, cpus, limit, run))
+    return jobs
+
+
+def job_script(job: FidelityJob) -> bytes:
+    return f"#!/bin/sh\nsleep {job.run}\n".encode()
+
+
+def submit_request(
+    job: FidelityJob, name: str, workdir: str, exclusive: bool = False
+) -> SubmitRequest:
+    extra = [
+        "--output=/dev/null",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={job.cpus_per_node}",
+    ]
+    if exclusive:
+        extra.append("--exclusive")
+    return SubmitRequest(
+        script=job_script(job),
+        job_name=name,
+        time_limit=job.limit,
+        nodes=job.nodes,
+        gres=f"gpu:{job.gpus_per_node}",
+        partition=PARTITION,
+        chdir=workdir,
+        extra_args=tuple(extra),
+    )
+
+
+# ---- comparing starts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartComparison:
+    """Per-job |start difference| between two runs of the same workload."""
+
+    diffs: dict[str, int]  # job key -> |a - b| seconds (jobs that started in both)
+    missing: tuple[str, ...]  # keys started in only one of the two
+    tolerance: int
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs) + len(self.missing)
+
+    @property
+    def within(self) -> int:
+        return sum(d <= self.tolerance for d in self.diffs.values())
+
+    @property
+    def share(self) -> float:
+        """Share of jobs within tolerance; a job missing from either run counts as a miss."""
+        return self.within / self.n if self.n else 1.0
+
+    @property
+    def median_abs(self) -> float:
+        return float(statistics.median(self.diffs.values())) if self.diffs else 0.0
+
+    @property
+    def max_abs(self) -> int:
+        return max(self.diffs.values(), default=0)
+
+
+def compare_starts(
+    a: Mapping[str, int | None], b: Mapping[str, int | None], tolerance: int = TOLERANCE_S
+) -> StartComparison:
+    """Compare per-job starts (seconds after t0; None = never started) over all keys."""
+    diffs: dict[str, int] = {}
+    missing: list[str] = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None:
+            if not (x is None and y is None):
+                missing.append(key)
+            continue
+        diffs[key] = abs(x - y)
+    return StartComparison(diffs, tuple(missing), tolerance)
+
+
+def passes(sim_vs_real: float, real_vs_real: float, gap: float = ALLOWED_GAP) -> bool:
+    """The pass mark: the simulated share is at most ``gap`` below the real noise floor."""
+    return sim_vs_real >= real_vs_real - gap - 1e-9
+
+
+def count_differences(
+    a: Mapping[str, int | None], b: Mapping[str, int | None], min_diff: int = 5
+) -> int:
+    """Jobs whose start differs by at least ``min_diff`` seconds (or runs in one only)."""
+    cmp = compare_starts(a, b, tolerance=min_diff - 1)
+    return cmp.n - cmp.within
+
+
+# ---- the simulator side --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """What the simulator needs to mimic the test cluster."""
+
+    profile: ClusterProfile  # the workload's partition only (the engine's are disjoint)
+    cluster_nodes: int
+    cluster_cpus: int
+    calc_period_s: int = 300  # PriorityCalcPeriod
+    calc_phase_s: int = 0  # recalculations at calc_phase_s + k * calc_period_s (sim time)
+    kill_delay_s: int = LIMIT_CHECK_S // 2  # used when the limit-check phase is unknown
+    kill_phase_s: int | None = None  # limit checks at kill_phase_s + k * 30 (sim time)
+    exclusive: bool = False  # --exclusive: whole nodes (else GPUs and CPUs are shared)
+
+
+def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
+    """Capture the live cluster's profile and keep what the workload runs on."""
+    profile = capture_profile(client, "testbed")
+    nodes = client.show("node")
+    (config,) = client.show("config") or [{}]
+    period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
+    part = profile.partition(PARTITION)
+    return SimModel(
+        profile=replace(profile, partitions=(replace(part, default=True),)),
+        cluster_nodes=len(nodes),
+        cluster_cpus=sum(int(n.get("CPUTot", "0") or 0) for n in nodes),
+        calc_period_s=period,
+        exclusive=exclusive,
+    )
+
+
+def default_model(exclusive: bool = False) -> SimModel:
+    """The model of scripts/slurm-testbed as its slurm.conf sets it (no cluster needed)."""
+    part = Partition(
+        name=PARTITION,
+        cpus_per_node=16,
+        memory_mb_per_node=128000,
+        nodes=4,
+        gpus_per_node=4,
+        gpu_type="a100",
+        max_time_s=2 * 86400,
+        default=True,
+    )
+    sched = SchedulerSettings(
+        priority_weight_age=1000,
+        priority_weight_job_size=100,
+        priority_weight_fairshare=10000,
+        priority_max_age_s=86400,
+        bf_interval_s=1,
+        bf_window_s=2880 * 60,
+        bf_resolution_s=1,
+        sched_interval_s=1,
+    )
+    profile = ClusterProfile(name="testbed", partitions=(part,), scheduler=sched)
+    return SimModel(profile, cluster_nodes=4, cluster_cpus=64, exclusive=exclusive)
+
+
+class BestFitNodePlan(NodePlan):
+    """The engine's node plan with two Slurm details.
+
+    - Best fit, as cons_tres: of the nodes that fit, the fewest free CPUs first.
+    - A reservation for a job that starts later takes its nodes whole: Slurm's backfill
+      keeps its plan as one node bitmap per time slot (node_space_map), so no
+      lower-priority job is planned beside a reservation, even where GPUs and CPUs are
+      left. A job started now holds only what it asked for.
+    """
+
+    __slots__ = ()
+
+    def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:
+        if start > self.times[0]:
+            holds = [(n, int(self.gcap[n]), int(self.ccap[n])) for n, _, _ in holds]
+        super().reserve(start, end, holds)
+
+    def earliest(
+        self,
+        nodes: np.ndarray,
+        count: int,
+        *,
+        gpus: int,
+        cpus: int,
+        exclusive: bool,
+        duration: int,
+        not_before: int,
+    ) -> tuple[int, tuple[int, ...]] | None:
+        found = super().earliest(
+            nodes,
+            count,
+            gpus=gpus,
+            cpus=cpus,
+            exclusive=exclusive,
+            duration=duration,
+            not_before=not_before,
+        )
+        if found is None or exclusive:
+            return found
+        start = found[0]
+        k = self._split(start)
+        end = start + duration
+        rows = [r for r, t in enumerate(self.times) if k <= r and (t < end or r == k)]
+        g = self.gpus[rows][:, nodes].min(axis=0)
+        c = self.cpus[rows][:, nodes].min(axis=0)
+        ok = np.flatnonzero((g >= gpus) & (c >= cpus))
+        if len(ok) < count:
+            return found
+        order = sorted(ok.tolist(), key=lambda x: (int(self.cpus[k, nodes[x]]), int(nodes[x])))
+        return start, tuple(sorted(int(nodes[x]) for x in order[:count]))
+
+
+@dataclass(frozen=True)
+class ClusterClock:
+    """When slurmctld's periodic work happens (epoch seconds), read from its log.
+
+    slurmctld checks time limits every 30 s and recalculates priorities every
+    PriorityCalcPeriod, both counted from its start; a limit check logs
+    "Time limit exhausted", which pins the 30 s cycle exactly.
+    """
+
+    ctld_start: int
+    limit_check: int  # one instant of the 30 s limit-check cycle
+
+    def phases(self, t0: int, calc_period_s: int) -> tuple[int, int]:
+        """(limit-check phase, priority-recalculation phase) in sim time for a run at t0."""
+        calc = (self.ctld_start - t0) % calc_period_s if calc_period_s > 0 else 0
+        return (self.limit_check - t0) % LIMIT_CHECK_S, calc
+
+
+_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?\] (.*)$")
+
+
+def read_cluster_clock(client: SlurmClient) -> ClusterClock | None:
+    """The controller's clock from its log (SlurmctldLogFile); None if it cannot be read."""
+    (config,) = client.show("config") or [{}]
+    path = config.get("SlurmctldLogFile", "")
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines() if path else []
+    except OSError:
+        return None
+    return clock_from_log(lines)
+
+
+def clock_from_log(lines: Iterable[str]) -> ClusterClock | None:
+    """Parse slurmctld log lines: the last start, and a limit check after it if any."""
+    start: int | None = None
+    check: int | None = None
+    for line in lines:
+        m = _LOG_TIME.match(line)
+        if not m:
+            continue
+        t = calendar.timegm(time.strptime(m[1], "%Y-%m-%dT%H:%M:%S"))
+        if "slurmctld version" in m[2] and "started" in m[2]:
+            start, check = t, None
+        elif m[2].startswith("Time limit exhausted"):
+            check = t
+    if start is None:
+        return None
+    # without a logged check: the first comes about 30 s and one loop turn after the start
+    return ClusterClock(start, check if check is not None else start + 1)
+
+
+class TestbedSimulation(Simulation):
+    """The engine with the Slurm details it lacks (see the module docstring)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, model: SimModel, cpus: Sequence[int]) -> None:
+        super().__init__(model.profile, start_time=0)
+        self.model = model
+        self.cpus = list(cpus)  # total CPUs per job, by index
+
+    def priority(self, i: int) -> int:
+        s, m = self.sched, self.model
+        if self.held[i]:
+            return 0
+        age = 0
+        cpus = self.cpus[i]
+        nodes = self.specs[i].nodes
+        eligible = self.eligible_at[i]
+        if m.calc_period_s > 0:
+            last_calc = self.now - (self.now - m.calc_phase_s) % m.calc_period_s
+            if eligible is not None:
+                age = max(0, min(last_calc - eligible, s.priority_max_age_s))
+            if m.exclusive and last_calc >= self.specs[i].submit:
+                # recalculated: Slurm then counts an exclusive job's CPUs as whole nodes'
+                cpus = nodes * m.cluster_cpus // max(1, m.cluster_nodes)
+        f_age = age / s.priority_max_age_s if s.priority_max_age_s > 0 else 1.0
+        f_nodes = nodes / m.cluster_nodes
+        f_cpus = cpus / m.cluster_cpus if m.cluster_cpus else f_nodes
+        if s.priority_favor_small:
+            f_nodes, f_cpus = 1.0 - f_nodes, 1.0 - f_cpus
+        f_size = (f_nodes + f_cpus) / 2
+        return int(
+            s.priority_weight_age * f_age
+            + s.priority_weight_job_size * f_size
+            + s.priority_weight_partition
+        )
+
+    def _start(self, i: int) -> None:
+        super()._start(i)
+        start = self.start[i]
+        if self.specs[i].run > self.limit[i] and start is not None:
+            # killed at the next limit check, not at the limit: re-time the END event (the
+            # one the engine queued is now stale and ignored)
+            due = start + self.limit[i]
+            phase = self.model.kill_phase_s
+            if phase is None:
+                end = due + self.model.kill_delay_s
+            else:
+                end = due + (phase - due) % LIMIT_CHECK_S
+            self.end[i] = end
+            heapq.heappush(self.heap, (end, END, i))
+
+    def _availability(self, res: int) -> dict[str, Availability]:
+        # as the engine's, but a job running past its limit frees its nodes at the next
+        # step, not "now" (they are not free yet)
+        releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}
+        for i in self.running:
+            releases[self.specs[i].partition].append(
+                (self._expected_release(i, res), self.dem[i][0])
+            )
+        return {p: Availability(self.now, self.free[p], releases[p]) for p in self.capacity}
+
+    def _pick(self, i: int, barred: set[int] | None = None) -> tuple[int, ...] | None:
+        """Best fit, as cons_tres: of the nodes the job fits on now, the fewest free CPUs."""
+        count, g, c, whole = self.dem[i]
+        if whole:
+            return super()._pick(i, barred)
+        fit = [
+            n
+            for n in self.part_nodes[self.specs[i].partition]
+            if not (barred and n in barred) and self.gfree[n] >= g and self.cfree[n] >= c
+        ]
+        if len(fit) < count:
+            return None
+        fit.sort(key=lambda n: (self.cfree[n], self.gfree[n], n))
+        return tuple(sorted(fit[:count]))
+
+    def _node_plan(self, res: int) -> NodePlan:
+        releases = [(self._expected_release(i, res), self.alloc[i]) for i in self.running]
+        return BestFitNodePlan(
+            self.now,
+            gpus_free=self.gfree,
+            cpus_free=self.cfree,
+            gpus_cap=self.node_gpus,
+            cpus_cap=self.node_cpus,
+            releases=releases,
+        )
+
+    def _expected_release(self, i: int, res: int) -> int:
+        start = self.start[i]
+        assert start is not None
+        return max(start + -(-self.limit[i] // res) * res, self.now + res)
+
+
+def sim_specs(jobs: Sequence[FidelityJob], model: SimModel) -> list[JobSpec]:
+    """The jobs as the simulator sees them: submitted ``SUBMIT_LATENCY_S`` after their offset."""
+    return [
+        JobSpec(
+            submit=j.offset + SUBMIT_LATENCY_S,
+            run=j.run,
+            time_limit=j.limit,
+            nodes=j.nodes,
+            partition=PARTITION,
+            gpus=j.nodes * j.gpus_per_node,
+            cpus=j.total_cpus,
+            exclusive=model.exclusive,
+            name=j.key,
+        )
+        for j in jobs
+    ]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Per-job outcome of one run, times in seconds after t0."""
+
+    starts: dict[str, int | None]
+    ends: dict[str, int | None] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    t0: float = 0.0
+    label: str = ""
+    clock: ClusterClock | None = None  # the controller's clock when the run began (real)
+
+    @property
+    def makespan(self) -> int:
+        return max((e for e in self.ends.values() if e is not None), default=0)
+
+
+def run_sim(
+    jobs: Sequence[FidelityJob],
+    model: SimModel,
+    backfill: Literal["slurm", "easy"] = "slurm",
+    fifo: bool = False,
+) -> RunResult:
+    """Replay the workload in the simulator; ``fifo`` drops every weight but age."""
+    sched = replace(model.profile.scheduler, backfill=backfill)
+    if fifo:
+        # every priority equal: Slurm (and the engine) then order by submission
+        sched = replace(
+            sched, priority_weight_age=0, priority_weight_job_size=0, priority_weight_partition=0
+        )
+    model = replace(model, profile=replace(model.profile, scheduler=sched))
+    sim = TestbedSimulation(model, [j.total_cpus for j in jobs])
+    ids = sim.add_jobs(sim_specs(jobs, model))
+    sim.run()
+    starts: dict[str, int | None] = {}
+    ends: dict[str, int | None] = {}
+    states: dict[str, str] = {}
+    for job, job_id in zip(jobs, ids, strict=True):
+        view = sim.view(job_id)
+        starts[job.key], ends[job.key] = view.start, view.end
+        states[job.key] = view.state.value if view.state else "?"
+    label = f"sim {backfill}{' fifo' if fifo else ''}"
+    return RunResult(starts, ends, states, 0.0, label)
+
+
+def model_at(model: SimModel, run: RunResult) -> SimModel:
+    """The model with the controller's limit-check and priority clocks as at ``run``'s t0."""
+    if run.clock is None:
+        return model
+    kill, calc = run.clock.phases(int(run.t0), model.calc_period_s)
+    return replace(model, kill_phase_s=kill, calc_phase_s=calc)
+
+
+def sim_like(jobs: Sequence[FidelityJob], model: SimModel, run: RunResult) -> RunResult:
+    """The simulated twin of a real run: same workload, same controller clocks at t0."""
+    sim = run_sim(jobs, model_at(model, run))
+    return replace(sim, label=f"sim@{run.label.split()[-1]}")
+
+
+# ---- the real cluster side -----------------------------------------------------------------
+
+
+def drain_queue(
+    client: SlurmClient,
+    prefixes: Iterable[str] = ("mirage-t-", BENCH_PREFIX),
+    timeout_s: float = 300.0,
+    log: Log = _quiet,
+) -> None:
+    """Cancel active jobs named with one of ``prefixes``; wait until no job is active.
+
+    Raises ``TimeoutError`` if other jobs still hold the queue after ``timeout_s``.
+    """
+    prefixes = tuple(prefixes)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        active = [j for j in client.queue().jobs if j.state.is_active]
+        if not active:
+            return
+        ours = [j.job_id for j in active if j.name.startswith(prefixes)]
+        if ours:
+            log(f"cancelling {len(ours)} leftover test job(s)")
+            client.cancel(ours)
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{j.job_id}:{j.name}" for j in active[:8])
+            raise TimeoutError(f"queue not empty after {timeout_s:.0f} s: {names}")
+        time.sleep(2.0)
+
+
+def run_real(
+    client: SlurmClient,
+    jobs: Sequence[FidelityJob],
+    *,
+    prefix: str = BENCH_PREFIX,
+    exclusive: bool = False,
+    timeout_s: float = 900.0,
+    poll_s: float = 2.0,
+    log: Log = _quiet,
+) -> RunResult:
+    """Submit the workload at its offsets, wait for every job to end, read starts back."""
+    tag = uuid.uuid4().hex[:6]
+    names = {f"{prefix}{tag}-{j.key}": j.key for j in jobs}
+    by_key = {v: k for k, v in names.items()}
+    ids: dict[str, str] = {}
+    order = sorted(jobs, key=lambda j: j.offset)
+    clock = read_cluster_clock(client)
+    with tempfile.TemporaryDirectory(prefix="mirage-fid-") as workdir:
+        # Start half a second into a second: submits then land after the jobs that end in
+        # the same second (they end a fraction of a second after it begins), the order
+        # the simulator uses for events of one instant (ends, then submits).
+        time.sleep((0.5 - time.time() % 1.0) % 1.0)
+        t0 = time.time()
+        try:
+            for job in order:
+                delay = t0 + job.offset - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                req = submit_request(job, by_key[job.key], workdir, exclusive)
+                ids[job.key] = client.submit(req)
+            log(f"run {tag}: {len(ids)} jobs submitted in {time.time() - t0:.0f} s")
+            _wait_all_done(client, set(ids.values()), t0 + timeout_s, poll_s, log)
+            records = _accounting(client, int(t0) - 5, set(ids.values()))
+        finally:
+            with contextlib.suppress(SlurmError):
+                client.cancel(list(ids.values()))
+    base = int(t0)
+    starts: dict[str, int | None] = {}
+    ends: dict[str, int | None] = {}
+    states: dict[str, str] = {}
+    for key, job_id in ids.items():
+        rec = records.get(job_id)
+        starts[key] = None if rec is None or rec.start is None else rec.start - base
+        ends[key] = None if rec is None or rec.end is None else rec.end - base
+        states[key] = rec.state.value if rec is not None else "?"
+    return RunResult(starts, ends, states, t0, f"real {tag}", clock)
+
+
+def _wait_all_done(
+    client: SlurmClient, ids: set[str], deadline: float, poll_s: float, log: Log
+) -> None:
+    last = -1
+    while True:
+        queue = client.queue().by_id()
+        active = [i for i in ids if i in queue and queue[i].state.is_active]
+        if not active:
+            return
+        if len(active) != last:
+            last = len(active)
+            log(f"  {len(active)} job(s) still active")
+        if time.time() > deadline:
+            raise TimeoutError(f"{len(active)} job(s) still active at the deadline")
+        time.sleep(poll_s)
+
+
+def _accounting(client: SlurmClient, since: int, ids: set[str]) -> dict[str, SlurmJob]:
+    """sacct records for ``ids`` once all of them show a final state (slurmdbd may lag)."""
+    found: dict[str, SlurmJob] = {}
+    for _ in range(30):
+        found = {j.job_id: j for j in client.accounting(since) if j.job_id in ids}
+        if len(found) == len(ids) and all(j.state.is_finished for j in found.values()):
+            break
+        time.sleep(1.0)
+    return found
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+
+def describe(jobs: Sequence[FidelityJob]) -> str:
+    limit_hits = sum(j.hits_limit for j in jobs)
+    two = sum(j.nodes == 2 for j in jobs)
+    return (
+        f"{len(jobs)} jobs ({two} of 2 nodes), limits "
+        f"{min(j.limit for j in jobs) // 60}-{max(j.limit for j in jobs) // 60} min, "
+        f"{len(jobs) - limit_hits} early finishes, {limit_hits} limit hits, "
+        f"submits over {max(j.offset for j in jobs)} s"
+    )
+
+
+def job_table(
+    jobs: Sequence[FidelityJob], runs: Sequence[RunResult], ref: int = 0, top: int = 12
+) -> str:
+    """The ``top`` jobs with the largest |start - runs[ref].start| over the other runs."""
+    by_key = {j.key: j for j in jobs}
+
+    def worst(key: str) -> int:
+        base = runs[ref].starts.get(key)
+        gaps = [
+            abs(s - base) for r in runs if (s := r.starts.get(key)) is not None and base is not None
+        ]
+        return max(gaps, default=10**9)
+
+    keys = sorted(by_key, key=worst, reverse=True)[:top]
+    head = "job  sub  N G  cpu lim  run | " + " | ".join(f"{r.label[:14]:>14}" for r in runs)
+    lines = [head]
+    for key in keys:
+        j = by_key[key]
+        cells = " | ".join(
+            f"{_fmt(r.starts.get(key)):>6} {r.states.get(key, '?')[:7]:>7}" for r in runs
+        )
+        lines.append(
+            f"{key} {j.offset:4d}  {j.nodes} {j.gpus_per_node} {j.cpus_per_node:4d} "
+            f"{j.limit // 60:3d} {j.run:4d} | {cells}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(x: int | None) -> str:
+    return "-" if x is None else str(x)
