@@ -139,7 +139,8 @@ def evaluate(**kw: Any) -> None:
         )
         texts.append(text)
         report["loads"][f"{load:g}"] = entry
-    path = out_dir / f"eval-{cluster}.json"
+    # one file per set of loads, so that separate runs at other loads do not overwrite it
+    path = out_dir / f"eval-{cluster}-load{'+'.join(report['loads'])}.json"
     path.write_text(json.dumps(_clean(report), indent=1, sort_keys=True), encoding="utf-8")
     if kw["as_json"]:
         click.echo(json.dumps(_clean(report), sort_keys=True))

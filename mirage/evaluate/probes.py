@@ -171,12 +171,14 @@ def _estimate(base: Simulation, spec: JobSpec) -> int:
 def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:
     """The outcome curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
     t = sim.now
-    cap = t + protocol.window_s
     base = sim.fork()
     spec = chain_spec(base, protocol, "pred")
     pred = base.add_job(spec)
-    s = base.run_until_started(pred, until=cap)
-    if s is None or s + protocol.time_limit_s >= cap:
+    s = base.run_until_started(pred, until=t + protocol.window_s)
+    if s is None:
+        return _empty(t, protocol)
+    cap = s + protocol.window_s
+    if s + protocol.time_limit_s >= cap:
         return _empty(t, protocol)
     end = s + protocol.time_limit_s
     k_steps = protocol.steps

@@ -50,7 +50,10 @@ class Protocol:
     time_limit_s: int = 48 * HOUR
     step_s: int = 10 * MINUTE  # decision step
     every_s: int = 4 * HOUR  # one sample every ...
-    window_s: int = 5 * DAY  # a sample's window (predecessor wait + run + successor wait)
+    # A sample's window runs from the predecessor's start (its run + the successor's wait).
+    # The predecessor itself may queue up to one more window first: on a loaded cluster it
+    # rarely starts at once, and counting its wait inside the window dropped every sample.
+    window_s: int = 5 * DAY
     warmup_s: int = 2 * DAY  # at least this much replay before the first sample
     history_s: int = 24 * HOUR  # how far back the recorded waits go before a sample
     alpha: float = 0.5  # not part of the probes: J is computed afterwards
@@ -87,7 +90,7 @@ class Setting:
                 "nodes": self.nodes,
                 "cut": self.split.end,
                 "protocol": self.protocol.probe_key(),
-                "version": 1,
+                "version": 2,  # 2: the window starts at the predecessor's start
             },
             sort_keys=True,
         )

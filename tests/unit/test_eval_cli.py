@@ -25,7 +25,7 @@ def test_evaluate_smoke(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "[all]" in res.output and "oracle" in res.output
-    report = json.loads((tmp_path / "out" / "eval-ls6.json").read_text())
+    report = json.loads((tmp_path / "out" / "eval-ls6-load2.json").read_text())
     load = report["loads"]["2"]
     assert load["nodes"] == 40 and load["samples"]["test"] > 0
     cell = load["table"]["oracle"]["all"]["mean_J_h"]
