@@ -23,6 +23,17 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
     bf_resolution_s = 60                # bf_resolution
     bf_max_job_test = 500               # bf_max_job_test (Slurm 22.05 default)
     sched_interval_s = 60               # sched_interval
+    # Optional Slurm details (the defaults keep the simulator's simpler model):
+    priority_size_cpus = false          # job size = (nodes/N + cpus/C) / 2, as multifactor
+                                        # (false: nodes/N only); --exclusive jobs count
+                                        # whole-node CPUs from their first recalculation
+    priority_calc_period_s = 300        # PriorityCalcPeriod; omitted or 0 = every pass
+    limit_check_interval_s = 30         # jobs past their limit end at the next check
+                                        # (slurmctld: ~30 s); omitted = at the limit
+    node_choice = "lowest"              # "lowest" nodes that fit, or "best_fit" (fewest
+                                        # free CPUs, as select/cons_tres) on shared nodes
+    bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
+                                        # its nodes whole (sched/backfill's node bitmaps)
 
     [[partitions]]                      # one or more
     name = "gpu-a100"                   # required
@@ -63,6 +74,11 @@ class SchedulerSettings:
     bf_resolution_s: int = 60
     bf_max_job_test: int = 500
     sched_interval_s: int = 60
+    priority_size_cpus: bool = False
+    priority_calc_period_s: int | None = None
+    limit_check_interval_s: int | None = None
+    node_choice: Literal["lowest", "best_fit"] = "lowest"
+    bf_reserve_whole_nodes: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,7 +234,9 @@ def profile_to_toml(profile: ClusterProfile) -> str:
     lines.append(f"timezone = {_toml(profile.timezone)}")
     lines += ["", "[scheduler]"]
     for f in fields(SchedulerSettings):
-        lines.append(f"{f.name} = {_toml(getattr(profile.scheduler, f.name))}")
+        value = getattr(profile.scheduler, f.name)
+        if value is not None:
+            lines.append(f"{f.name} = {_toml(value)}")
     for p in profile.partitions:
         lines += ["", "[[partitions]]"]
         for f in fields(Partition):

@@ -26,9 +26,10 @@ that much free. A job with neither GPUs nor CPUs given (traces with node counts 
 takes whole nodes, alone (``JobSpec.whole_nodes``). Partitions may overlap: free GPUs and
 CPUs are kept per node, and a node's idle state is seen by every partition it is in.
 Node choice: the lowest-numbered nodes of the partition that fit (now, or over the whole
-planned run for a backfill start). Slurm's cons_tres prefers the best-fitting nodes
-(fewest free resources left, then node weight); lowest-first is simpler and equal to it
-when nodes are empty or equally loaded.
+planned run for a backfill start); with ``node_choice = "best_fit"``, for jobs that share
+nodes, those with the fewest free CPUs (then GPUs, then the lowest number), as cons_tres
+(node weights are not modelled). Lowest-first equals best fit when nodes are empty or
+equally loaded.
 
 Planning: when every job takes whole nodes and no partition overlaps another, nodes are
 interchangeable and backfill plans on whole-node counts per partition (``Availability``,
@@ -43,8 +44,29 @@ pass computes every priority in one vectorised expression (the same float arithm
 resources at all. Without ``track_estimates``, backfill stops planning a partition once
 nothing in it is free now: later reservations could only move estimates, never starts.
 
-Modelling choices: priority = age (capped) + job size (nodes) + partition weight, at
-every pass or as of the last ``priority_calc_period_s`` multiple; no fair-share yet.
+Modelling choices: priority = age (capped) + job size + partition weight, at every pass
+or as of the last recalculation; no fair-share yet.
+
+Optional Slurm details (``SchedulerSettings``; the defaults keep the simpler model, which
+the ls6 calibration used; mirage.sim.fidelity switches them all on to match Slurm 22.05
+on the test cluster):
+
+- ``priority_size_cpus``: the job size factor as priority/multifactor computes it,
+  ``(nodes / N + cpus / C) / 2`` over the simulation's distinct nodes (N) and their CPUs
+  (C), each term ``1 - x`` with PriorityFavorSmall; default: ``nodes / N``. An exclusive
+  job's CPUs are those it asked for until the first recalculation after its submit, then
+  its nodes' (its partition's ``cpus_per_node`` each), as sprio shows.
+- ``priority_calc_period_s`` (PriorityCalcPeriod): priorities are set at submit and
+  recalculated at phase + k x period (``Simulation(priority_calc_phase_s=...)``: Slurm
+  counts from slurmctld's start); None or 0: recomputed at every pass (the default).
+- ``limit_check_interval_s``: a job that outlives its time limit ends at the first limit
+  check after it (checks at ``limit_check_phase_s`` + k x interval; an unknown phase:
+  half an interval after the limit), TIMEOUT, unless it finishes before the check. Backfill
+  plans a running job past its limit as ending at the next step (now + bf_resolution):
+  its nodes are not free now. None: killed exactly at the limit (the default).
+- ``bf_reserve_whole_nodes``: a backfill reservation for a later start holds its nodes
+  whole (sched/backfill plans on node bitmaps), so no lower-priority job is planned beside
+  it; a job started now holds only what it asked for.
 """
 
 from __future__ import annotations
@@ -152,6 +174,8 @@ class Simulation:
         "_pok",
         "_pelig",
         "_pws",
+        "_pwsx",
+        "_psub",
         "_ppart",
         "_pnodes",
         "_next_nodes",
@@ -166,7 +190,9 @@ class Simulation:
         first_id: int = 1,
         *,
         partition_nodes: Mapping[str, Sequence[str]] | None = None,
-        priority_calc_period_s: int = 0,
+        priority_calc_period_s: int | None = None,
+        priority_calc_phase_s: int = 0,
+        limit_check_phase_s: int | None = None,
     ) -> None:
         """``nodes`` overrides the profile's node count (an int: the default partition).
 
@@ -178,15 +204,22 @@ class Simulation:
         ``track_estimates=False`` skips backfill work that cannot start any job; the
         schedule is identical, only start estimates go stale (for fast replays).
 
-        ``priority_calc_period_s`` > 0: priorities are as of the last multiple of it
-        (Slurm's PriorityCalcPeriod); 0: recomputed at every scheduling pass.
+        ``priority_calc_period_s`` overrides the profile's (``SchedulerSettings``): > 0,
+        priorities are as of the last recalculation, at ``priority_calc_phase_s`` + k x
+        period (Slurm counts PriorityCalcPeriod from slurmctld's start: the phase is that
+        start in simulated time, modulo the period); 0 or None: recomputed at every pass.
+
+        ``limit_check_phase_s``: with the profile's ``limit_check_interval_s`` set, time
+        limits are checked at this phase + k x interval (slurmctld's cycle, also counted
+        from its start); None: the phase is unknown, and a job past its limit ends half an
+        interval after it (the mean delay).
         """
         self.profile = profile
         self.sched = profile.scheduler
         self.max_time = {p.name: p.max_time_s for p in profile.partitions}
         self.track_estimates = track_estimates
         self.first_id = first_id
-        self.priority_calc_period_s = priority_calc_period_s
+        self._configure(priority_calc_period_s, priority_calc_phase_s, limit_check_phase_s)
         self._build_nodes(profile, nodes, partition_nodes or {})
         self.now = start_time
         self.specs: list[JobSpec] = []
@@ -217,6 +250,8 @@ class Simulation:
         self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
         self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
         self._pws = np.zeros(64)  # job size term of the priority
+        self._pwsx = np.zeros(64)  # ... once recalculated (exclusive jobs: whole-node CPUs)
+        self._psub = np.zeros(64)  # submit time
         self._ppart = np.zeros(64, dtype=np.int64)  # partition number
         self._pnodes = np.zeros(64, dtype=np.int64)
         self._pn = 0  # slots used
@@ -229,6 +264,16 @@ class Simulation:
         self.events = 0
         self.main_passes = 0
         self.backfill_passes = 0
+
+    def _configure(self, calc_period: int | None, calc_phase: int, check_phase: int | None) -> None:
+        """The optional Slurm details (``SchedulerSettings``) and the controller's clocks."""
+        period = self.sched.priority_calc_period_s if calc_period is None else calc_period
+        self.priority_calc_period_s = period or 0
+        self.priority_calc_phase_s = calc_phase
+        self.limit_check_s = self.sched.limit_check_interval_s or 0
+        self.limit_check_phase_s = check_phase
+        self._best_fit = self.sched.node_choice == "best_fit"
+        self._size_changes = False  # some pooled job's size term changes at recalculation
 
     def _build_nodes(
         self,
@@ -275,6 +320,8 @@ class Simulation:
         self.overlapping = any(len(ps) > 1 for ps in parts_of)
         self.capacity = {p: len(m) for p, m in members.items()}
         self.total_nodes = len(self.node_names)
+        self.total_cpus = sum(self.node_cpus)
+        self._part_cpus = {p.name: p.cpus_per_node for p in profile.partitions}
         # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
         # the first job that shares nodes switches planning to per-node accounting.
         self._packed = self.overlapping
@@ -388,11 +435,28 @@ class Simulation:
 
     # ---- the pending pool ------------------------------------------------------------
 
-    def _size_term(self, i: int) -> float:
-        f_size = self.dem[i][0] / self.total_nodes
-        if self.sched.priority_favor_small:
-            f_size = 1.0 - f_size
-        return self.sched.priority_weight_job_size * f_size
+    def _size_term(self, i: int, recalculated: bool = False) -> float:
+        """The job size term of the priority (see ``SchedulerSettings.priority_size_cpus``).
+
+        ``recalculated``: as of a recalculation after the submit, where an exclusive job's
+        CPUs are its whole nodes' (as sprio shows on Slurm 22.05; at submit they are the
+        CPUs it asked for).
+        """
+        s = self.sched
+        count = self.dem[i][0]
+        f_size = count / self.total_nodes
+        if not s.priority_size_cpus:
+            if s.priority_favor_small:
+                f_size = 1.0 - f_size
+            return s.priority_weight_job_size * f_size
+        spec = self.specs[i]
+        cpus = max(spec.cpus, count)
+        if recalculated and self.dem[i][3]:
+            cpus = count * self._part_cpus[spec.partition]
+        f_cpus = cpus / self.total_cpus if self.total_cpus else f_size
+        if s.priority_favor_small:
+            f_size, f_cpus = 1.0 - f_size, 1.0 - f_cpus
+        return s.priority_weight_job_size * ((f_size + f_cpus) / 2)
 
     def _pool_add(self, i: int) -> None:
         n = self._pn
@@ -401,6 +465,10 @@ class Simulation:
             n = self._pn
         self._pidx[n] = i
         self._pws[n] = self._size_term(i)
+        self._pwsx[n] = self._size_term(i, recalculated=True)
+        self._psub[n] = self.specs[i].submit
+        if self._pwsx[n] != self._pws[n]:
+            self._size_changes = True
         self._ppart[n] = self._part_no[self.specs[i].partition]
         self._pnodes[n] = self.dem[i][0]
         self._slot[i] = n
@@ -438,6 +506,8 @@ class Simulation:
             ("_pok", False),
             ("_pelig", np.inf),
             ("_pws", 0.0),
+            ("_pwsx", 0.0),
+            ("_psub", 0.0),
             ("_ppart", 0),
             ("_pnodes", 0),
         ):
@@ -452,8 +522,9 @@ class Simulation:
         self._pdead = 0
 
     def _prio_time(self) -> int:
+        """When priorities were last calculated (now, without a calculation period)."""
         p = self.priority_calc_period_s
-        return self.now if p <= 0 else self.now - self.now % p
+        return self.now if p <= 0 else self.now - (self.now - self.priority_calc_phase_s) % p
 
     def _keys(self, slots: np.ndarray) -> np.ndarray:
         """Scheduling order keys of pool slots: ascending key = (-priority, job index).
@@ -467,13 +538,15 @@ class Simulation:
         else:
             s = self.sched
             m = s.priority_max_age_s
-            if m > 0:
-                f_age = np.clip(self._prio_time() - self._pelig[slots], 0, m) / m
-            else:
-                f_age = np.ones(len(idx))
-            prio = (
-                s.priority_weight_age * f_age + self._pws[slots] + s.priority_weight_partition
-            ).astype(np.int64)
+            calc = self._prio_time()
+            age = np.clip(calc - self._pelig[slots], 0, m)
+            f_age = age / m if m > 0 else np.ones(len(idx))
+            ws = self._pws[slots]
+            if self._size_changes:
+                ws = np.where(self._psub[slots] <= calc, self._pwsx[slots], ws)
+            prio = (s.priority_weight_age * f_age + ws + s.priority_weight_partition).astype(
+                np.int64
+            )
         return np.asarray(-prio * KEY_SHIFT + idx)
 
     @staticmethod
@@ -587,7 +660,7 @@ class Simulation:
         spec = self.specs[i]
         start = self.start[i]
         assert start is not None
-        if spec.run > self.limit[i]:
+        if spec.run > self.now - start:  # killed at its limit (or the limit check after it)
             final = JobState.TIMEOUT
         else:
             final = JobState.FAILED if spec.fails else JobState.COMPLETED
@@ -628,13 +701,25 @@ class Simulation:
             self.eligible_at[i] = self.now
 
     def _pick(self, i: int, barred: set[int] | None = None) -> tuple[int, ...] | None:
-        """The lowest-numbered nodes of the job's partition that it fits on now, or None.
+        """The nodes of the job's partition that it fits on now (sorted), or None.
 
+        The lowest-numbered, or with ``node_choice = "best_fit"`` (a job that shares
+        nodes) the fewest free CPUs, then GPUs, then the lowest number, as cons_tres.
         ``barred``: nodes not to use (those of partitions already blocked in this pass).
         """
         count, g, c, whole = self.dem[i]
-        chosen: list[int] = []
         nrun, gfree, cfree = self.nrun, self.gfree, self.cfree
+        if self._best_fit and not whole:
+            fit = [
+                n
+                for n in self.part_nodes[self.specs[i].partition]
+                if not (barred and n in barred) and gfree[n] >= g and cfree[n] >= c
+            ]
+            if len(fit) < count:
+                return None
+            fit.sort(key=lambda n: (cfree[n], gfree[n], n))
+            return tuple(sorted(fit[:count]))
+        chosen: list[int] = []
         for n in self.part_nodes[self.specs[i].partition]:
             if barred and n in barred:
                 continue
@@ -666,10 +751,20 @@ class Simulation:
         self.running.add(i)
         self.state[i] = RUNNING
         self.start[i] = now
-        end = now + min(spec.run, self.limit[i])
+        end = now + min(spec.run, self._killed_after(self.limit[i], now))
         self.end[i] = end
         self.estimate[i] = None
         heapq.heappush(self.heap, (end, END, i))
+
+    def _killed_after(self, limit: int, start: int) -> int:
+        """Seconds after ``start`` at which a job that outlives ``limit`` is killed."""
+        every = self.limit_check_s
+        if every <= 0 or limit >= INFINITE:
+            return limit
+        phase = self.limit_check_phase_s
+        if phase is None:
+            return limit + every // 2
+        return limit + (phase - (start + limit)) % every
 
     def _release(self, i: int) -> None:
         for n, hg, hc in self.alloc.pop(i, ()):
@@ -697,9 +792,11 @@ class Simulation:
             return 0
         eligible = self.eligible_at[i]
         m = s.priority_max_age_s
-        age = 0 if eligible is None else max(0, min(self._prio_time() - eligible, m))
+        calc = self._prio_time()
+        age = 0 if eligible is None else max(0, min(calc - eligible, m))
         f_age = age / m if m > 0 else 1.0
-        return int(s.priority_weight_age * f_age + self._size_term(i) + s.priority_weight_partition)
+        size = self._size_term(i, recalculated=calc >= self.specs[i].submit)
+        return int(s.priority_weight_age * f_age + size + s.priority_weight_partition)
 
     def _by_priority(self, jobs: list[int]) -> list[int]:
         """Highest priority first; ties by job id (submission order). The reference order."""
@@ -837,6 +934,7 @@ class Simulation:
         floor: dict[tuple[str, int, int, int, bool, int], int] = {}
         specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
         gcap, ccap = self.node_gpus, self.node_cpus
+        reserve_whole = s.bf_reserve_whole_nodes
         for i in order:
             spec = specs[i]
             part = spec.partition
@@ -881,24 +979,34 @@ class Simulation:
                 if part in easy_done:
                     continue
                 easy_done.add(part)
+            if reserve_whole:
+                holds = [(n, gcap[n], ccap[n]) for n in chosen]
             plan.reserve(t, t + dur, holds)
+
+    def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
+        """(running job, expected end for backfill): start + limit, at ``res``.
+
+        With limit checks, a job can still run past start + limit: it is planned to end
+        at the next planning step (now + res), as Slurm plans a job past its end time;
+        its nodes are not free now.
+        """
+        start, limit = self.start, self.limit
+        soon = self.now + res if self.limit_check_s > 0 else self.now
+        for i in self.running:
+            st = start[i]
+            assert st is not None
+            yield i, max(st + _ceil(limit[i], res), soon)
 
     def _availability(self, res: int) -> dict[str, Availability]:
         releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}
-        specs, start, limit = self.specs, self.start, self.limit
-        for i in self.running:
-            st = start[i]
-            assert st is not None
-            releases[specs[i].partition].append((st + _ceil(limit[i], res), specs[i].nodes))
+        specs = self.specs
+        for i, t in self._planned_ends(res):
+            releases[specs[i].partition].append((t, specs[i].nodes))
         return {p: Availability(self.now, self.free[p], releases[p]) for p in self.capacity}
 
     def _node_plan(self, res: int) -> NodePlan:
-        start, limit, alloc = self.start, self.limit, self.alloc
-        releases = []
-        for i in self.running:
-            st = start[i]
-            assert st is not None
-            releases.append((st + _ceil(limit[i], res), alloc[i]))
+        alloc = self.alloc
+        releases = [(t, alloc[i]) for i, t in self._planned_ends(res)]
         return NodePlan(
             self.now,
             gpus_free=self.gfree,
@@ -906,6 +1014,7 @@ class Simulation:
             gpus_cap=self.node_gpus,
             cpus_cap=self.node_cpus,
             releases=releases,
+            best_fit=self._best_fit,
         )
 
     def schedule_now(self) -> None:

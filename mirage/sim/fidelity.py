@@ -10,24 +10,31 @@ at its offsets and collects Slurm's start times; :func:`run_sim` replays it in t
 simulator configured from the same cluster (:func:`testbed_model`); :func:`compare_starts`
 scores per-job start differences. Real against real is the noise floor.
 
-What the simulator is told beyond the captured profile, and why (:class:`TestbedSimulation`):
+What the simulator is told beyond the captured profile, and why: the engine's optional
+Slurm details, all switched on in the model's ``SchedulerSettings`` (:func:`slurm_details`),
+and the controller's clocks as Simulation arguments (:func:`testbed_simulation`):
 
-- Job size priority as Slurm computes it: ``(nodes / cluster nodes + cpus / cluster cpus) / 2``
-  (the engine counts nodes only).
-- Priorities change only when set (at submit) and at each ``PriorityCalcPeriod``
-  recalculation (5 min by default), counted from slurmctld's start, as in Slurm. With
-  PriorityMaxAge = 1 day the age term is worth about 1 point a minute; job size 15-50.
-  From its first recalculation on, an ``--exclusive`` job's CPUs count as its nodes' (as
-  sprio shows on the test cluster).
-- Slurm enforces time limits on a 30 s cycle counted from slurmctld's start: a job that
-  outlives its limit ends at the first check after it (0-30 s late). The simulated job
-  does the same when the cycle's phase is known (:class:`ClusterClock`, read from the
-  slurmctld log before a real run; :func:`sim_like` replays a run with the clocks as at
-  its t0), else ``kill_delay_s`` (the mean, 15 s) after its limit. Backfill still plans
-  with the limit, and sees a job past it as ending at the next step.
-- Node choice and backfill reservations on shared nodes as cons_tres and sched/backfill
-  make them (:class:`BestFitNodePlan`): best fit (fewest free CPUs), and a reservation for
-  a later start takes its nodes whole.
+- ``priority_size_cpus``: job size priority as Slurm computes it,
+  ``(nodes / cluster nodes + cpus / cluster cpus) / 2`` (checked against sprio). From its
+  first recalculation on, an ``--exclusive`` job's CPUs count as its nodes' (as sprio
+  shows on the test cluster).
+- ``priority_calc_period_s``: priorities change only when set (at submit) and at each
+  ``PriorityCalcPeriod`` recalculation (5 min by default), counted from slurmctld's start
+  (the phase). With PriorityMaxAge = 1 day the age term is worth about 1 point a minute;
+  job size 15-50.
+- ``limit_check_interval_s``: Slurm enforces time limits on a 30 s cycle counted from
+  slurmctld's start: a job that outlives its limit ends at the first check after it (0-30 s
+  late). The simulated job does the same when the cycle's phase is known
+  (:class:`ClusterClock`, read from the slurmctld log before a real run; :func:`sim_like`
+  replays a run with the clocks as at its t0), else 15 s (the mean) after its limit.
+  Backfill still plans with the limit, and sees a job past it as ending at the next step.
+- ``node_choice = "best_fit"`` and ``bf_reserve_whole_nodes``: node choice and backfill
+  reservations on shared nodes as cons_tres and sched/backfill make them: best fit (fewest
+  free CPUs), and a reservation for a later start takes its nodes whole (Slurm's backfill
+  keeps its plan as one node bitmap per time slot, so no lower-priority job is planned
+  beside a reservation, even where GPUs and CPUs are left).
+- Submit latency (:data:`SUBMIT_LATENCY_S`, in :func:`sim_specs`): a job takes effect one
+  second after its submit.
 
 The real runner starts t0 half a second into a second, so that a submit and a job end in
 the same second reach slurmctld in the order the simulator handles them (end first).
@@ -39,7 +46,6 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import heapq
 import random
 import re
 import statistics
@@ -51,12 +57,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from mirage.profile.capture import capture_profile, parse_slurm_duration
 from mirage.profile.schema import ClusterProfile, Partition, SchedulerSettings
-from mirage.sim.engine import END, Simulation
-from mirage.sim.plan import Availability, Hold, NodePlan
+from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import SlurmError, SlurmJob, SubmitRequest
@@ -230,14 +233,39 @@ def count_differences(
 class SimModel:
     """What the simulator needs to mimic the test cluster."""
 
-    profile: ClusterProfile  # the workload's partition only (the engine's are disjoint)
-    cluster_nodes: int
-    cluster_cpus: int
-    calc_period_s: int = 300  # PriorityCalcPeriod
+    # the workload's partition only (its nodes are the cluster's: the job size factor
+    # counts over them), with the Slurm details on (slurm_details)
+    profile: ClusterProfile
     calc_phase_s: int = 0  # recalculations at calc_phase_s + k * calc_period_s (sim time)
-    kill_delay_s: int = LIMIT_CHECK_S // 2  # used when the limit-check phase is unknown
     kill_phase_s: int | None = None  # limit checks at kill_phase_s + k * 30 (sim time)
     exclusive: bool = False  # --exclusive: whole nodes (else GPUs and CPUs are shared)
+
+    @property
+    def calc_period_s(self) -> int:
+        """PriorityCalcPeriod."""
+        return self.profile.scheduler.priority_calc_period_s or 0
+
+    @property
+    def cluster_nodes(self) -> int:
+        """The nodes the job size factor counts over (the partition's: the cluster's)."""
+        return self.profile.partition().nodes or 0
+
+    @property
+    def cluster_cpus(self) -> int:
+        part = self.profile.partition()
+        return (part.nodes or 0) * part.cpus_per_node
+
+
+def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> SchedulerSettings:
+    """The settings with the engine's optional Slurm 22.05 details switched on."""
+    return replace(
+        sched,
+        priority_size_cpus=True,
+        priority_calc_period_s=calc_period_s,
+        limit_check_interval_s=LIMIT_CHECK_S,
+        node_choice="best_fit",
+        bf_reserve_whole_nodes=True,
+    )
 
 
 def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
@@ -247,11 +275,17 @@ def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
     (config,) = client.show("config") or [{}]
     period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
     part = profile.partition(PARTITION)
+    if part.nodes != len(nodes):
+        raise ValueError(
+            f"partition {PARTITION!r} has {part.nodes} of the cluster's {len(nodes)} nodes: "
+            "the job size factor counts over the whole cluster"
+        )
     return SimModel(
-        profile=replace(profile, partitions=(replace(part, default=True),)),
-        cluster_nodes=len(nodes),
-        cluster_cpus=sum(int(n.get("CPUTot", "0") or 0) for n in nodes),
-        calc_period_s=period,
+        profile=replace(
+            profile,
+            partitions=(replace(part, default=True),),
+            scheduler=slurm_details(profile.scheduler, period),
+        ),
         exclusive=exclusive,
     )
 
@@ -278,60 +312,8 @@ def default_model(exclusive: bool = False) -> SimModel:
         bf_resolution_s=1,
         sched_interval_s=1,
     )
-    profile = ClusterProfile(name="testbed", partitions=(part,), scheduler=sched)
-    return SimModel(profile, cluster_nodes=4, cluster_cpus=64, exclusive=exclusive)
-
-
-class BestFitNodePlan(NodePlan):
-    """The engine's node plan with two Slurm details.
-
-    - Best fit, as cons_tres: of the nodes that fit, the fewest free CPUs first.
-    - A reservation for a job that starts later takes its nodes whole: Slurm's backfill
-      keeps its plan as one node bitmap per time slot (node_space_map), so no
-      lower-priority job is planned beside a reservation, even where GPUs and CPUs are
-      left. A job started now holds only what it asked for.
-    """
-
-    __slots__ = ()
-
-    def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:
-        if start > self.times[0]:
-            holds = [(n, int(self.gcap[n]), int(self.ccap[n])) for n, _, _ in holds]
-        super().reserve(start, end, holds)
-
-    def earliest(
-        self,
-        nodes: np.ndarray,
-        count: int,
-        *,
-        gpus: int,
-        cpus: int,
-        exclusive: bool,
-        duration: int,
-        not_before: int,
-    ) -> tuple[int, tuple[int, ...]] | None:
-        found = super().earliest(
-            nodes,
-            count,
-            gpus=gpus,
-            cpus=cpus,
-            exclusive=exclusive,
-            duration=duration,
-            not_before=not_before,
-        )
-        if found is None or exclusive:
-            return found
-        start = found[0]
-        k = self._split(start)
-        end = start + duration
-        rows = [r for r, t in enumerate(self.times) if k <= r and (t < end or r == k)]
-        g = self.gpus[rows][:, nodes].min(axis=0)
-        c = self.cpus[rows][:, nodes].min(axis=0)
-        ok = np.flatnonzero((g >= gpus) & (c >= cpus))
-        if len(ok) < count:
-            return found
-        order = sorted(ok.tolist(), key=lambda x: (int(self.cpus[k, nodes[x]]), int(nodes[x])))
-        return start, tuple(sorted(int(nodes[x]) for x in order[:count]))
+    profile = ClusterProfile(name="testbed", partitions=(part,), scheduler=slurm_details(sched))
+    return SimModel(profile, exclusive=exclusive)
 
 
 @dataclass(frozen=True)
@@ -385,98 +367,14 @@ def clock_from_log(lines: Iterable[str]) -> ClusterClock | None:
     return ClusterClock(start, check if check is not None else start + 1)
 
 
-class TestbedSimulation(Simulation):
-    """The engine with the Slurm details it lacks (see the module docstring)."""
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, model: SimModel, cpus: Sequence[int]) -> None:
-        super().__init__(model.profile, start_time=0)
-        self.model = model
-        self.cpus = list(cpus)  # total CPUs per job, by index
-
-    def priority(self, i: int) -> int:
-        s, m = self.sched, self.model
-        if self.held[i]:
-            return 0
-        age = 0
-        cpus = self.cpus[i]
-        nodes = self.specs[i].nodes
-        eligible = self.eligible_at[i]
-        if m.calc_period_s > 0:
-            last_calc = self.now - (self.now - m.calc_phase_s) % m.calc_period_s
-            if eligible is not None:
-                age = max(0, min(last_calc - eligible, s.priority_max_age_s))
-            if m.exclusive and last_calc >= self.specs[i].submit:
-                # recalculated: Slurm then counts an exclusive job's CPUs as whole nodes'
-                cpus = nodes * m.cluster_cpus // max(1, m.cluster_nodes)
-        f_age = age / s.priority_max_age_s if s.priority_max_age_s > 0 else 1.0
-        f_nodes = nodes / m.cluster_nodes
-        f_cpus = cpus / m.cluster_cpus if m.cluster_cpus else f_nodes
-        if s.priority_favor_small:
-            f_nodes, f_cpus = 1.0 - f_nodes, 1.0 - f_cpus
-        f_size = (f_nodes + f_cpus) / 2
-        return int(
-            s.priority_weight_age * f_age
-            + s.priority_weight_job_size * f_size
-            + s.priority_weight_partition
-        )
-
-    def _start(self, i: int) -> None:
-        super()._start(i)
-        start = self.start[i]
-        if self.specs[i].run > self.limit[i] and start is not None:
-            # killed at the next limit check, not at the limit: re-time the END event (the
-            # one the engine queued is now stale and ignored)
-            due = start + self.limit[i]
-            phase = self.model.kill_phase_s
-            if phase is None:
-                end = due + self.model.kill_delay_s
-            else:
-                end = due + (phase - due) % LIMIT_CHECK_S
-            self.end[i] = end
-            heapq.heappush(self.heap, (end, END, i))
-
-    def _availability(self, res: int) -> dict[str, Availability]:
-        # as the engine's, but a job running past its limit frees its nodes at the next
-        # step, not "now" (they are not free yet)
-        releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}
-        for i in self.running:
-            releases[self.specs[i].partition].append(
-                (self._expected_release(i, res), self.dem[i][0])
-            )
-        return {p: Availability(self.now, self.free[p], releases[p]) for p in self.capacity}
-
-    def _pick(self, i: int, barred: set[int] | None = None) -> tuple[int, ...] | None:
-        """Best fit, as cons_tres: of the nodes the job fits on now, the fewest free CPUs."""
-        count, g, c, whole = self.dem[i]
-        if whole:
-            return super()._pick(i, barred)
-        fit = [
-            n
-            for n in self.part_nodes[self.specs[i].partition]
-            if not (barred and n in barred) and self.gfree[n] >= g and self.cfree[n] >= c
-        ]
-        if len(fit) < count:
-            return None
-        fit.sort(key=lambda n: (self.cfree[n], self.gfree[n], n))
-        return tuple(sorted(fit[:count]))
-
-    def _node_plan(self, res: int) -> NodePlan:
-        releases = [(self._expected_release(i, res), self.alloc[i]) for i in self.running]
-        return BestFitNodePlan(
-            self.now,
-            gpus_free=self.gfree,
-            cpus_free=self.cfree,
-            gpus_cap=self.node_gpus,
-            cpus_cap=self.node_cpus,
-            releases=releases,
-        )
-
-    def _expected_release(self, i: int, res: int) -> int:
-        start = self.start[i]
-        assert start is not None
-        return max(start + -(-self.limit[i] // res) * res, self.now + res)
+def testbed_simulation(model: SimModel) -> Simulation:
+    """The engine configured as the test cluster, with its controller's clocks."""
+    return Simulation(
+        model.profile,
+        start_time=0,
+        priority_calc_phase_s=model.calc_phase_s,
+        limit_check_phase_s=model.kill_phase_s,
+    )
 
 
 def sim_specs(jobs: Sequence[FidelityJob], model: SimModel) -> list[JobSpec]:
@@ -527,7 +425,7 @@ def run_sim(
             sched, priority_weight_age=0, priority_weight_job_size=0, priority_weight_partition=0
         )
     model = replace(model, profile=replace(model.profile, scheduler=sched))
-    sim = TestbedSimulation(model, [j.total_cpus for j in jobs])
+    sim = testbed_simulation(model)
     ids = sim.add_jobs(sim_specs(jobs, model))
     sim.run()
     starts: dict[str, int | None] = {}

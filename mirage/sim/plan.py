@@ -95,7 +95,7 @@ class NodePlan:
     starts are only breakpoints (a later start inside a segment never fits better).
     """
 
-    __slots__ = ("ccap", "cpus", "gcap", "gpus", "times")
+    __slots__ = ("best_fit", "ccap", "cpus", "gcap", "gpus", "times")
 
     def __init__(
         self,
@@ -106,7 +106,11 @@ class NodePlan:
         gpus_cap: Sequence[int],
         cpus_cap: Sequence[int],
         releases: Iterable[tuple[int, tuple[Hold, ...]]],
+        best_fit: bool = False,
     ) -> None:
+        """``best_fit``: ``earliest`` chooses, among the nodes a shared job fits on, those
+        with the fewest free CPUs at its start (then the lowest-numbered), as cons_tres;
+        else the lowest-numbered."""
         rel = [(max(t, now), holds) for t, holds in releases]
         times = sorted({t for t, _ in rel} | {now})
         row = {t: k for k, t in enumerate(times)}
@@ -125,6 +129,7 @@ class NodePlan:
         self.cpus = np.cumsum(dc, axis=0)
         self.gcap = np.asarray(gpus_cap, dtype=np.int64)
         self.ccap = np.asarray(cpus_cap, dtype=np.int64)
+        self.best_fit = best_fit
 
     def earliest(
         self,
@@ -137,7 +142,7 @@ class NodePlan:
         duration: int,
         not_before: int,
     ) -> tuple[int, tuple[int, ...]] | None:
-        """Earliest (start, chosen nodes) >= ``not_before``: the lowest-numbered that fit."""
+        """Earliest (start, chosen nodes) >= ``not_before`` (node choice: ``best_fit``)."""
         i0 = self._split(not_before)
         t = np.asarray(self.times, dtype=np.int64)
         g, c = self.gpus[:, nodes], self.cpus[:, nodes]
@@ -156,7 +161,11 @@ class NodePlan:
         if rows.size == 0:
             return None
         r = int(rows[0])
-        chosen = nodes[np.flatnonzero(fits[r])[:count]]
+        ok = np.flatnonzero(fits[r])
+        if self.best_fit and not exclusive:
+            free = self.cpus[i0 + r, nodes[ok]]
+            ok = np.sort(ok[np.lexsort((nodes[ok], free))[:count]])
+        chosen = nodes[ok[:count]]
         return int(starts[r]), tuple(int(x) for x in chosen)
 
     def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:

@@ -45,7 +45,7 @@ def test_sim_run_is_short_and_every_job_runs() -> None:
     for j in JOBS:
         start, end = run.starts[j.key], run.ends[j.key]
         assert start is not None and end is not None and start >= j.offset
-        expected = j.limit + MODEL.kill_delay_s if j.hits_limit else j.run
+        expected = j.limit + fid.LIMIT_CHECK_S // 2 if j.hits_limit else j.run
         assert end - start == expected
 
 
@@ -66,14 +66,14 @@ def test_priority_is_slurms_job_size_factor() -> None:
         fid.FidelityJob("d", 0, 2, 1, 4, 60, 10),
         fid.FidelityJob("e", 0, 2, 4, 16, 60, 10),
     ]
-    sim = fid.TestbedSimulation(MODEL, [j.total_cpus for j in jobs])
+    sim = fid.testbed_simulation(MODEL)
     sim.add_jobs(fid.sim_specs(jobs, MODEL))
     assert [sim.priority(i) for i in range(5)] == [15, 18, 25, 31, 50]
 
 
 def test_priority_age_moves_only_at_recalculation() -> None:
     jobs = [fid.FidelityJob("a", 0, 1, 1, 4, 60, 10)]
-    sim = fid.TestbedSimulation(MODEL, [4])
+    sim = fid.testbed_simulation(MODEL)
     sim.add_jobs(fid.sim_specs(jobs, MODEL))
     sim.run_until(0)
     sim.eligible_at[0] = 0
@@ -193,7 +193,7 @@ def test_exclusive_jobs_count_whole_nodes_after_a_recalculation() -> None:
     """As sprio shows on the test cluster: a 4-CPU --exclusive job goes 15 -> 25 (+ age)."""
     model = fid.default_model(exclusive=True)
     jobs = [fid.FidelityJob("a", 10, 1, 1, 4, 60, 10)]
-    sim = fid.TestbedSimulation(model, [4])
+    sim = fid.testbed_simulation(model)
     sim.add_jobs(fid.sim_specs(jobs, model))
     sim.run_until(0)
     sim.eligible_at[0] = 10
@@ -204,7 +204,7 @@ def test_exclusive_jobs_count_whole_nodes_after_a_recalculation() -> None:
 
 
 def _nodes(jobs: list[fid.FidelityJob], until: int) -> dict[str, list[str]]:
-    sim = fid.TestbedSimulation(MODEL, [j.total_cpus for j in jobs])
+    sim = fid.testbed_simulation(MODEL)
     ids = sim.add_jobs(fid.sim_specs(jobs, MODEL))
     sim.run_until(until)
     return {j.key: sim.nodes_of(i) for j, i in zip(jobs, ids, strict=True)}

@@ -25,9 +25,18 @@ def reference(sim: Simulation) -> list[str]:
     w_size=st.sampled_from([0, 100, 10000]),
     favor_small=st.booleans(),
     calc=st.sampled_from([0, 60, 300]),
+    size_cpus=st.booleans(),
+    phase=st.integers(0, 299),
 )
 def test_vectorised_order_equals_reference(
-    seed: int, max_age: int, w_age: int, w_size: int, favor_small: bool, calc: int
+    seed: int,
+    max_age: int,
+    w_age: int,
+    w_size: int,
+    favor_small: bool,
+    calc: int,
+    size_cpus: bool,
+    phase: int,
 ) -> None:
     rng = random.Random(seed)
     prof = toy_profile(
@@ -37,8 +46,9 @@ def test_vectorised_order_equals_reference(
         priority_weight_job_size=w_size,
         priority_favor_small=favor_small,
         priority_weight_partition=rng.choice([0, 7]),
+        priority_size_cpus=size_cpus,
     )
-    sim = Simulation(prof, priority_calc_period_s=calc)
+    sim = Simulation(prof, priority_calc_period_s=calc, priority_calc_phase_s=phase)
     specs, t = [], 0
     for _ in range(rng.randint(5, 80)):
         t += rng.randint(0, 200)
@@ -48,6 +58,8 @@ def test_vectorised_order_equals_reference(
                 t,
                 run,
                 nodes=rng.randint(1, 8),
+                cpus=rng.choice([0, 1, 8, 32]),
+                exclusive=rng.choice([None, True]),
                 hold=rng.random() < 0.1,
                 begin=t + rng.randint(0, 3000) if rng.random() < 0.2 else None,
             )
