@@ -21,6 +21,7 @@ def main(verbose: int) -> None:
 def _register() -> None:
     # Subcommand groups live beside their concept; imported here so that `mirage --help`
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
+    from mirage.daemon.cli import chain, daemon_cmd, status_cmd
     from mirage.evaluate.cli import evaluate
     from mirage.profile.cli import profile
     from mirage.sim.cli import calibrate, simulate
@@ -30,6 +31,9 @@ def _register() -> None:
     main.add_command(profile)
     main.add_command(simulate)
     main.add_command(calibrate)
+    main.add_command(chain)
+    main.add_command(status_cmd)
+    main.add_command(daemon_cmd)
     main.add_command(evaluate)
 
 

@@ -279,12 +279,23 @@ _UNREACHABLE_JSON_ERROR = re.compile(
 )
 
 
+#: slurmdbd's ESLURM_REST_EMPTY_RESULT: 22.05's sacct --json reports a window without
+#: jobs as this error (exit status 0). It means "no jobs", not a failure.
+_EMPTY_RESULT = 9003
+
+
+def _only_empty_result(errors: Any) -> bool:
+    return isinstance(errors, list) and all(
+        isinstance(e, Mapping) and e.get("error_number") == _EMPTY_RESULT for e in errors
+    )
+
+
 def _jobs_list(doc: Mapping[str, Any], what: str) -> list[Mapping[str, Any]]:
     jobs = doc.get("jobs")
     if not isinstance(jobs, list) or not all(isinstance(j, Mapping) for j in jobs):
         raise _perr(f"{what}: no 'jobs' list")
     errors = doc.get("errors")
-    if errors:
+    if errors and not _only_empty_result(errors):
         # 22.05's squeue --json exits 0 with an empty job list and an "errors" entry
         # (source slurm_load_jobs) when slurmctld is down: that is not an empty queue.
         text = json.dumps(errors)

@@ -401,3 +401,10 @@ def test_scontrol_config() -> None:
     assert conf["PriorityType"] == "priority/multifactor"
     with pytest.raises(SlurmParseError):
         parse_scontrol_config("garbage\n")
+
+
+def test_sacct_empty_window_is_no_jobs() -> None:
+    # Recorded by the daemon work on the test cluster (22.05.8): `sacct --json -a -X -S
+    # now-1minutes -E now-1minutes` answers an empty window with error 9003, exit 0.
+    text = (DATA / "sacct-empty-window.json").read_text()
+    assert parse_sacct_json(text) == []

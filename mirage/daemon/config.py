@@ -1,0 +1,190 @@
+"""The daemon's TOML configuration (``/etc/mirage/mirage.toml`` by default).
+
+Every key, its unit and its default (``deploy/mirage.toml.example`` is the same list,
+commented). Unknown keys are rejected with an error naming the valid ones, so that a typo
+never silently falls back to a default. Durations are seconds (``_s``).
+
+    [daemon]
+    cluster = "default"            # the cluster's name: the lease is held under it
+    state_dir = "/var/lib/mirage"  # SQLite database (and nothing else) lives here
+    database_url = ""              # "" = sqlite:///<state_dir>/mirage.sqlite; or postgresql://…
+    poll_interval_s = 60           # one cycle (one squeue, one sacct) every interval
+    backoff_max_s = 900            # Slurm errors double the wait between polls up to this
+    lease_ttl_s = 180              # the lease lapses if not renewed (>= 2 intervals)
+    unknown_timeout_s = 600        # an UNKNOWN submission not found by then is LOST
+    sacct_overlap_s = 300          # each sacct window starts this long before the last poll
+    max_submits_per_cycle = 50     # sbatch calls per cycle, at most
+    max_rejections = 3             # sbatch refusals of one chain in a row before it FAILs
+    min_segment_s = 300            # do not run a last segment shorter than this
+    handoff = true                 # signal the predecessor when its successor starts
+    handoff_signal = "USR1"        # the signal (scancel --batch --signal=…)
+    run_as_owner = "auto"          # "auto" (when root), "always", "never" (per-user daemon)
+    sees_all_jobs = true           # false: squeue shows only our jobs (queue policies fall back)
+    test_only_per_cycle = 0        # sbatch --test-only estimates per cycle (each costs a job id)
+
+    [slurm]
+    bin_dir = ""                   # directory of squeue/sacct/sbatch/scancel; "" = $PATH
+    timeout_s = 30                 # squeue, scancel, scontrol
+    accounting_timeout_s = 120     # sacct
+    submit_timeout_s = 60          # sbatch (a timeout makes the submission UNKNOWN)
+
+    [policy]
+    default = "fixed-lead"         # "reactive", "fixed-lead"
+    lead_s = 900                   # fixed-lead: submit this long before the planned end
+    fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
+
+    [policy.partitions]            # per-partition policy names (override `default`)
+    # gpu-a100 = "reactive"
+
+    [metrics]
+    address = "127.0.0.1"          # Prometheus exporter; port 0 = off
+    port = 9750
+
+    [socket]
+    path = "/run/mirage/mirage.sock"  # the users' Unix socket (SO_PEERCRED)
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mirage.profile.schema import ProfileError, _build
+
+DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, unreadable or does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class DaemonSection:
+    cluster: str = "default"
+    state_dir: str = "/var/lib/mirage"
+    database_url: str = ""
+    poll_interval_s: int = 60
+    backoff_max_s: int = 900
+    lease_ttl_s: int = 180
+    unknown_timeout_s: int = 600
+    sacct_overlap_s: int = 300
+    max_submits_per_cycle: int = 50
+    max_rejections: int = 3
+    min_segment_s: int = 300
+    handoff: bool = True
+    handoff_signal: str = "USR1"
+    run_as_owner: Literal["auto", "always", "never"] = "auto"
+    sees_all_jobs: bool = True
+    test_only_per_cycle: int = 0
+
+
+@dataclass(frozen=True)
+class SlurmSection:
+    bin_dir: str = ""
+    timeout_s: int = 30
+    accounting_timeout_s: int = 120
+    submit_timeout_s: int = 60
+
+
+@dataclass(frozen=True)
+class PolicySection:
+    default: str = "fixed-lead"
+    lead_s: int = 900
+    fallback: str = "reactive"
+    partitions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    address: str = "127.0.0.1"
+    port: int = 9750
+
+
+@dataclass(frozen=True)
+class SocketSection:
+    path: str = "/run/mirage/mirage.sock"
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonSection = field(default_factory=DaemonSection)
+    slurm: SlurmSection = field(default_factory=SlurmSection)
+    policy: PolicySection = field(default_factory=PolicySection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
+    socket: SocketSection = field(default_factory=SocketSection)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "daemon": DaemonSection,
+    "slurm": SlurmSection,
+    "policy": PolicySection,
+    "metrics": MetricsSection,
+    "socket": SocketSection,
+}
+
+
+def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
+    unknown = sorted(set(data) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown section(s) {', '.join(unknown)}; "
+            f"valid sections: {', '.join(_SECTIONS)}"
+        )
+    built: dict[str, Any] = {}
+    try:
+        for name, cls in _SECTIONS.items():
+            table = data.get(name, {})
+            nested: dict[str, Any] = {}
+            if name == "policy" and isinstance(table, dict) and "partitions" in table:
+                nested["partitions"] = _str_table(table["partitions"], f"{source} [policy]")
+            built[name] = _build(cls, table, f"{source} [{name}]", nested=nested)
+    except ProfileError as exc:
+        raise ConfigError(str(exc)) from exc
+    cfg = Config(**built)
+    _check(cfg, source)
+    return cfg
+
+
+def _str_table(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f'{where}: partitions must be a table of partition = "policy"')
+    return dict(value)
+
+
+def _check(cfg: Config, source: str) -> None:
+    d = cfg.daemon
+    if d.poll_interval_s < 1:
+        raise ConfigError(f"{source} [daemon]: poll_interval_s must be at least 1")
+    if d.lease_ttl_s < 2 * d.poll_interval_s:
+        raise ConfigError(
+            f"{source} [daemon]: lease_ttl_s ({d.lease_ttl_s}) must be at least twice "
+            f"poll_interval_s ({d.poll_interval_s})"
+        )
+    if d.backoff_max_s < d.poll_interval_s:
+        raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
+    from mirage.policy.simple import POLICY_NAMES
+
+    names = [cfg.policy.default, cfg.policy.fallback, *cfg.policy.partitions.values()]
+    for name in names:
+        if name not in POLICY_NAMES:
+            raise ConfigError(
+                f"{source} [policy]: unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}"
+            )
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read and validate the configuration; a missing default file gives the defaults."""
+    target = Path(path) if path is not None else Path(DEFAULT_CONFIG_PATH)
+    if path is None and not target.exists():
+        return Config()
+    try:
+        text = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {target}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{target}: not valid TOML: {exc}") from exc
+    return config_from_dict(data, str(target))

@@ -1,0 +1,993 @@
+"""The daemon's unit of work: one serial ``cycle(now)``: poll, reconcile, decide, act.
+
+Nothing here reads the wall clock or sleeps: production calls ``cycle(int(time.time()))``
+from one APScheduler interval job (``mirage.daemon.service``); tests and the simulated
+backend call it with simulated time. The Slurm client, the clock-free store, the policy
+and the owner-identity client factory are injected.
+
+Per cycle, whatever the number of chains: one ``client.queue()`` and one
+``client.accounting(since)`` (the window starts ``sacct_overlap_s`` before the last good
+poll, widened back to the oldest submission or job that is still unaccounted for), plus
+the actions themselves (sbatch, scancel) and at most ``test_only_per_cycle`` estimates.
+
+Exactly once: a submission's row (a fresh token, state INTENT) is committed before sbatch
+runs; sbatch carries the token in ``--comment`` and in the job name. A timeout or a lost
+connection during sbatch makes it UNKNOWN; reconciliation adopts any INTENT/UNKNOWN
+whose token appears in squeue or sacct, and declares it LOST only after
+``unknown_timeout_s`` with successful polls whose sacct window covered it. A chain with an
+unresolved submission gets no new one. One daemon per cluster acts: the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from mirage.daemon.config import Config
+from mirage.daemon.metrics import DaemonMetrics
+from mirage.daemon.states import Action, segment_action
+from mirage.daemon.store import (
+    Chain,
+    ChainState,
+    Segment,
+    Store,
+    Submission,
+    SubmissionState,
+    event_row,
+    new_token,
+)
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.cost import Transition
+from mirage.policy.simple import make_policy
+from mirage.profile.schema import ClusterProfile
+from mirage.slurm.client import SlurmClient
+from mirage.slurm.types import (
+    JobState,
+    QueueSnapshot,
+    SlurmError,
+    SlurmJob,
+    SlurmTimeoutError,
+    SlurmUnreachableError,
+    StartEstimate,
+    SubmitError,
+    SubmitRequest,
+)
+
+log = logging.getLogger(__name__)
+
+TOKEN_RE = re.compile(r"(?<![0-9A-Za-z])(mg[0-9a-f]{16})(?![0-9A-Za-z])")
+CURSOR_KEY = "accounting_cursor"
+
+#: chain -> the client its jobs are submitted, cancelled and signalled with (the owner's)
+ActionClients = Callable[[Chain], SlurmClient]
+#: chain -> does its completion marker exist (None: could not check)
+MarkerCheck = Callable[[Chain], bool | None]
+
+
+def find_token(job: SlurmJob) -> str | None:
+    """The Mirage token in a job's comment, else in its name."""
+    for text in (job.comment, job.name):
+        m = TOKEN_RE.search(text or "")
+        if m:
+            return m.group(1)
+    return None
+
+
+def job_name(chain_name: str, token: str) -> str:
+    return f"{chain_name[:64]}.{token}"
+
+
+def local_marker_check(chain: Chain) -> bool | None:
+    """The marker with the daemon's own rights (a per-user daemon)."""
+    if not chain.until_file:
+        return None
+    path = Path(chain.chdir) / chain.until_file  # an absolute until_file stays itself
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+@dataclass
+class CycleReport:
+    now: int
+    acted: bool = False
+    skipped: str = ""  # "lease", "backoff", "unreachable", "error"
+    slurm_reads: int = 0
+    submitted: list[str] = field(default_factory=list)  # job ids
+    unknown: list[str] = field(default_factory=list)  # tokens
+    adopted: list[str] = field(default_factory=list)  # tokens
+    lost: list[str] = field(default_factory=list)  # tokens
+    rejected: list[str] = field(default_factory=list)  # tokens
+    signalled: list[str] = field(default_factory=list)  # job ids
+    cancelled: list[str] = field(default_factory=list)  # job ids
+    ended: list[str] = field(default_factory=list)  # chain ids
+    decisions: int = 0
+    error: str = ""
+    duration_s: float = 0.0
+
+
+@dataclass
+class _Want:
+    """A successor to submit in this cycle's act step."""
+
+    chain: Chain
+    index: int
+    time_limit: int
+    presubmit: bool
+    decision: Decision | None = None
+    pending: PendingTransition | None = None
+
+
+class Daemon:
+    def __init__(
+        self,
+        store: Store,
+        client: SlurmClient,
+        *,
+        config: Config | None = None,
+        profile: ClusterProfile | None = None,
+        policies: Mapping[str, Policy] | None = None,
+        holder: str | None = None,
+        metrics: DaemonMetrics | None = None,
+        action_clients: ActionClients | None = None,
+        marker_check: MarkerCheck | None = None,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.config = config if config is not None else Config()
+        self.cfg = self.config.daemon
+        self.profile = profile
+        pcfg = self.config.policy
+        names = {pcfg.default, pcfg.fallback, *pcfg.partitions.values()}
+        self.policies: dict[str, Policy] = {n: make_policy(n, lead_s=pcfg.lead_s) for n in names}
+        self.policies.update(policies or {})
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{new_token()[2:10]}"
+        self.metrics = metrics if metrics is not None else DaemonMetrics()
+        self.metrics.model.info({"policy": pcfg.default, "kind": "baseline"})
+        self.metrics.model_age.set(0)  # baselines have no trained model
+        self.action_clients = action_clients or (lambda _chain: client)
+        self.marker_check = marker_check or local_marker_check
+        self._failures = 0
+        self._next_poll = 0
+        cursor = store.get_value(CURSOR_KEY)
+        self._last_ok_poll: int | None = int(cursor) if cursor else None
+        self._test_only_left = 0
+        self.last_report: CycleReport | None = None
+
+    # ---- the cycle -----------------------------------------------------------------
+
+    def cycle(self, now: int) -> CycleReport:
+        started = time.perf_counter()
+        report = CycleReport(now=now)
+        try:
+            self._cycle(now, report)
+        finally:
+            report.duration_s = time.perf_counter() - started
+            self.metrics.cycle_duration.observe(report.duration_s)
+            self.last_report = report
+        return report
+
+    def _cycle(self, now: int, report: CycleReport) -> None:
+        if not self.store.acquire_lease(self.cfg.cluster, self.holder, now, self.cfg.lease_ttl_s):
+            self.metrics.lease_held.set(0)
+            self.metrics.cycles_skipped.labels("lease").inc()
+            report.skipped = "lease"
+            return
+        self.metrics.lease_held.set(1)
+        if now < self._next_poll:
+            self.metrics.cycles_skipped.labels("backoff").inc()
+            report.skipped = "backoff"
+            return
+        polled = self._poll(now, report)
+        if polled is None:
+            return
+        snapshot, records = polled
+        report.acted = True
+        with self.store.sessions() as s:
+            wants = self._reconcile(s, now, records, report)
+            s.commit()
+            chosen = self._decide(s, now, snapshot, [w for w in wants if w.presubmit], report)
+            s.commit()
+            wants = [w for w in wants if not w.presubmit] + chosen
+            # a slow cycle may have lost the lease: renew before acting, or act on nothing
+            if not self.store.acquire_lease(
+                self.cfg.cluster, self.holder, now, self.cfg.lease_ttl_s
+            ):
+                report.skipped = "lease"
+                return
+            self._act(s, now, wants, report)
+            s.commit()
+            self._chain_gauges(s)
+
+    # ---- poll --------------------------------------------------------------------------
+
+    def _since(self, now: int) -> int:
+        base = (self._last_ok_poll if self._last_ok_poll is not None else now) - (
+            self.cfg.sacct_overlap_s
+        )
+        with self.store.sessions() as s:
+            oldest_sub = s.scalar(
+                select(func.min(Submission.created_at)).where(
+                    Submission.state.in_([SubmissionState.INTENT, SubmissionState.UNKNOWN])
+                )
+            )
+            oldest_missing = s.scalar(
+                select(func.min(Segment.submitted_at)).where(
+                    Segment.finished.is_(False), Segment.missing_since.is_not(None)
+                )
+            )
+        for t in (oldest_sub, oldest_missing):
+            if t is not None:
+                base = min(base, int(t) - self.cfg.sacct_overlap_s)
+        return max(0, base)
+
+    def _poll(
+        self, now: int, report: CycleReport
+    ) -> tuple[QueueSnapshot, dict[str, SlurmJob]] | None:
+        since = self._since(now)
+        t0 = time.perf_counter()
+        try:
+            report.slurm_reads += 1
+            self.metrics.slurm_commands.labels("squeue").inc()
+            snapshot = self.client.queue()
+            report.slurm_reads += 1
+            self.metrics.slurm_commands.labels("sacct").inc()
+            accounting = self.client.accounting(since)
+        except SlurmError as exc:
+            kind = (
+                "unreachable"
+                if isinstance(exc, SlurmUnreachableError)
+                else "timeout"
+                if isinstance(exc, SlurmTimeoutError)
+                else "error"
+            )
+            self._failures += 1
+            delay = min(self.cfg.backoff_max_s, self.cfg.poll_interval_s * 2**self._failures)
+            self._next_poll = now + delay
+            self.metrics.poll_errors.labels(kind).inc()
+            self.metrics.slurm_reachable.set(0)
+            report.skipped = "unreachable" if kind == "unreachable" else "error"
+            report.error = str(exc)
+            log.warning("poll failed (%s), next poll in %ds: %s", kind, delay, exc)
+            if self._failures == 1:
+                with self.store.session() as s:
+                    s.add(event_row(now, "poll.failed", None, str(exc), error_kind=kind))
+            return None
+        self.metrics.poll_duration.observe(time.perf_counter() - t0)
+        self.metrics.slurm_reachable.set(1)
+        if self._failures:
+            with self.store.session() as s:
+                s.add(event_row(now, "poll.recovered", None, f"after {self._failures} failures"))
+        self._failures = 0
+        self._next_poll = 0
+        self._last_ok_poll = now
+        self.store.set_value(CURSOR_KEY, str(now))
+        records: dict[str, SlurmJob] = {j.job_id: j for j in accounting}
+        records.update((j.job_id, j) for j in snapshot.jobs)  # the controller is current
+        return snapshot, records
+
+    # ---- reconcile ---------------------------------------------------------------------
+
+    def _reconcile(
+        self, s: Session, now: int, records: dict[str, SlurmJob], report: CycleReport
+    ) -> list[_Want]:
+        by_token: dict[str, SlurmJob] = {}
+        for job in records.values():
+            tok = find_token(job)
+            if tok is not None:
+                by_token[tok] = job
+        chains = {c.id: c for c in s.scalars(select(Chain).where(Chain.state == ChainState.ACTIVE))}
+        unresolved: dict[str, list[Submission]] = defaultdict(list)
+        for sub in s.scalars(
+            select(Submission).where(
+                Submission.state.in_([SubmissionState.INTENT, SubmissionState.UNKNOWN])
+            )
+        ):
+            found = by_token.get(sub.token)
+            chain = chains.get(sub.chain_id) or s.get(Chain, sub.chain_id)
+            if found is not None and chain is not None:
+                sub.state = SubmissionState.ADOPTED
+                sub.job_id = found.job_id
+                sub.resolved_at = now
+                self._new_segment(s, chain, sub, now)
+                report.adopted.append(sub.token)
+                self.metrics.presubmissions.labels("adopted").inc()
+                s.add(
+                    event_row(
+                        now,
+                        "submission.adopted",
+                        sub.chain_id,
+                        "token found in Slurm",
+                        token=sub.token,
+                        job_id=found.job_id,
+                    )
+                )
+            elif now - sub.created_at >= self.cfg.unknown_timeout_s:
+                sub.state = SubmissionState.LOST
+                sub.resolved_at = now
+                report.lost.append(sub.token)
+                self.metrics.presubmissions.labels("lost").inc()
+                s.add(
+                    event_row(
+                        now,
+                        "submission.lost",
+                        sub.chain_id,
+                        f"token in neither squeue nor sacct for {now - sub.created_at}s",
+                        token=sub.token,
+                    )
+                )
+            else:
+                unresolved[sub.chain_id].append(sub)
+        s.flush()
+
+        live: dict[str, list[Segment]] = defaultdict(list)
+        for seg in s.scalars(select(Segment).where(Segment.finished.is_(False))):
+            self._update_segment(seg, records.get(seg.job_id) or by_token.get(seg.token), now)
+            live[seg.chain_id].append(seg)
+        self._transitions(s, now, records)
+
+        wants: list[_Want] = []
+        for chain_id, chain in chains.items():
+            segs = sorted(live.get(chain_id, []), key=lambda g: g.index)
+            want = self._advance_chain(
+                s,
+                chain,
+                segs,
+                has_unresolved=bool(unresolved.get(chain_id)),
+                now=now,
+                report=report,
+            )
+            if want is not None:
+                wants.append(want)
+        # segments of chains that ended elsewhere (cancel by the user): clean up
+        for chain_id, segs in live.items():
+            if chain_id not in chains:
+                chain = s.get(Chain, chain_id)
+                if chain is not None:
+                    self._stop_segments(s, chain, [g for g in segs if not g.finished], now, report)
+        return wants
+
+    @staticmethod
+    def _new_segment(s: Session, chain: Chain, sub: Submission, now: int) -> Segment:
+        assert sub.job_id is not None
+        seg = Segment(
+            chain_id=chain.id,
+            index=sub.index,
+            token=sub.token,
+            job_id=sub.job_id,
+            submitted_at=sub.created_at,
+            presubmitted=sub.presubmitted,
+            predicted_start=chain.predicted_start if sub.presubmitted else None,
+            time_limit_s=sub.time_limit_s,
+            job_state="PENDING",
+            finished=False,
+            cancelled_by_mirage=False,
+            requeued=False,
+            transition_recorded=False,
+        )
+        s.add(seg)
+        chain.next_index = max(chain.next_index, sub.index + 1)
+        chain.updated_at = now
+        return seg
+
+    @staticmethod
+    def _update_segment(seg: Segment, job: SlurmJob | None, now: int) -> None:
+        if job is None:
+            if seg.missing_since is None:
+                seg.missing_since = now
+            return
+        seg.missing_since = None
+        if seg.job_state != job.state.value:
+            seg.job_state = job.state.value
+        if seg.reason != job.reason:
+            seg.reason = job.reason[:128]
+        if job.time_limit is not None and seg.time_limit_s != job.time_limit:
+            seg.time_limit_s = job.time_limit
+        if job.state is JobState.PENDING:
+            if seg.start is not None:  # requeued under the same id: it will start again
+                seg.start = None
+                seg.end = None
+                seg.requeued = True
+            if seg.slurm_estimate != job.start:
+                seg.slurm_estimate = job.start
+            return
+        if job.start is not None and seg.start != job.start:
+            seg.start = job.start
+        if job.state.is_finished and job.end is not None and seg.end != job.end:
+            seg.end = job.end
+
+    def _advance_chain(
+        self,
+        s: Session,
+        chain: Chain,
+        segs: list[Segment],
+        *,
+        has_unresolved: bool,
+        now: int,
+        report: CycleReport,
+    ) -> _Want | None:
+        """Apply the state table to the chain's oldest live segment(s); what to submit."""
+        while segs:
+            cur = segs[0]
+            state = JobState(cur.job_state) if cur.missing_since is None else None
+            marker = None
+            if chain.until_file and state is JobState.COMPLETED:
+                marker = self.marker_check(chain)
+            verdict = segment_action(
+                state,
+                cur.reason,
+                until_file=bool(chain.until_file),
+                marker=marker,
+                by_mirage=cur.signalled_at is not None or cur.cancelled_by_mirage,
+            )
+            if verdict.action is Action.WAIT:
+                self._maybe_handoff(s, chain, segs, now, report)
+                break
+            cur.finished = True
+            cur.outcome = verdict.action.value
+            if cur.start is not None and cur.end is not None:
+                chain.trained_s += max(0, cur.end - cur.start)
+            chain.updated_at = now
+            s.add(
+                event_row(
+                    now,
+                    "segment.end",
+                    chain.id,
+                    verdict.reason,
+                    job_id=cur.job_id,
+                    index=cur.index,
+                    state=cur.job_state,
+                    action=verdict.action.value,
+                    trained_s=chain.trained_s,
+                )
+            )
+            segs = segs[1:]
+            if verdict.action is Action.STOP:
+                final = ChainState.COMPLETED if verdict.completed else ChainState.STOPPED
+                self._end_chain(
+                    s, chain, final, reason=verdict.reason, rest=segs, now=now, report=report
+                )
+                return None
+            left = self._budget_left(chain)
+            if left is not None and left < self.cfg.min_segment_s:
+                running = [g for g in segs if g.job_state == JobState.RUNNING.value]
+                if not running:
+                    reason = f"trained {chain.trained_s}s of {chain.budget_s}s"
+                    self._end_chain(
+                        s,
+                        chain,
+                        ChainState.COMPLETED,
+                        reason=reason,
+                        rest=segs,
+                        now=now,
+                        report=report,
+                    )
+                    return None
+        if has_unresolved:
+            return None  # never a new submission while one may exist
+        return self._next_want(chain, segs, now)
+
+    def _next_want(self, chain: Chain, segs: list[Segment], now: int) -> _Want | None:
+        """No live segment: submit now. One running: ask the policy. Else nothing.
+
+        The successor of a running segment is needed when the budget is not used up by
+        the running one at its full limit. Its time limit is what the budget would still
+        need if it started now (a handoff then cuts the predecessor here): never short,
+        at most the lead too long.
+        """
+        if not segs:
+            left = self._budget_left(chain)
+            limit = chain.time_limit_s if left is None else min(chain.time_limit_s, left)
+            return _Want(chain, chain.next_index, limit, presubmit=False)
+        pred = segs[0]
+        if len(segs) > 1 or pred.job_state != JobState.RUNNING.value or pred.start is None:
+            return None
+        pred_limit = pred.time_limit_s or chain.time_limit_s
+        left = self._budget_left(chain)
+        limit = chain.time_limit_s
+        if left is not None:
+            if left - pred_limit < self.cfg.min_segment_s:
+                return None  # the running segment is the last one
+            if_now = left - max(0, min(pred_limit, now - pred.start))
+            limit = min(chain.time_limit_s, max(self.cfg.min_segment_s, if_now))
+        pending = PendingTransition(
+            chain_id=chain.id,
+            pred_job_id=pred.job_id,
+            pred_start=pred.start,
+            pred_time_limit=pred_limit,
+            succ_nodes=chain.nodes,
+            succ_gpus=chain.nodes * chain.gpus_per_node,
+            succ_time_limit=limit,
+            partition=chain.partition or "",
+            user=chain.owner,
+            segment_index=pred.index,
+        )
+        return _Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
+
+    @staticmethod
+    def _budget_left(chain: Chain) -> int | None:
+        budget = chain.budget_s
+        return None if budget is None else budget - chain.trained_s
+
+    def _maybe_handoff(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
+    ) -> None:
+        if len(segs) < 2:
+            return
+        pred, succ = segs[0], segs[1]
+        running = JobState.RUNNING.value
+        if pred.requeued and pred.job_state == JobState.PENDING.value and succ.job_state == running:
+            # Slurm requeued the predecessor (node failure, preemption) and the successor
+            # already resumes from its checkpoint: running the predecessor again would train
+            # the same steps twice. Cancel it (by Mirage: the chain continues).
+            self._cancel_requeued(s, chain, pred, succ, now=now, report=report)
+            return
+        if (
+            not self.cfg.handoff
+            or pred.job_state != running
+            or succ.job_state != running
+            or pred.signalled_at
+        ):
+            return
+        try:
+            self.action_clients(chain).signal(pred.job_id, self.cfg.handoff_signal, True)
+        except SlurmError as exc:
+            log.warning("handoff signal to %s failed: %s", pred.job_id, exc)
+            s.add(event_row(now, "handoff.failed", chain.id, str(exc), job_id=pred.job_id))
+            return
+        pred.signalled_at = now
+        report.signalled.append(pred.job_id)
+        self.metrics.handoffs.inc()
+        s.add(
+            event_row(
+                now,
+                "handoff",
+                chain.id,
+                f"successor {succ.job_id} started while {pred.job_id} runs",
+                pred_job_id=pred.job_id,
+                succ_job_id=succ.job_id,
+                signal=self.cfg.handoff_signal,
+            )
+        )
+
+    def _cancel_requeued(
+        self,
+        s: Session,
+        chain: Chain,
+        pred: Segment,
+        succ: Segment,
+        *,
+        now: int,
+        report: CycleReport,
+    ) -> None:
+        try:
+            self.action_clients(chain).cancel([pred.job_id])
+        except SlurmError as exc:
+            s.add(event_row(now, "cancel.failed", chain.id, str(exc), job_ids=[pred.job_id]))
+            return
+        pred.cancelled_by_mirage = True
+        report.cancelled.append(pred.job_id)
+        s.add(
+            event_row(
+                now,
+                "cancel.requeued",
+                chain.id,
+                f"{pred.job_id} was requeued after {succ.job_id} started",
+                job_id=pred.job_id,
+            )
+        )
+
+    def _end_chain(
+        self,
+        s: Session,
+        chain: Chain,
+        state: ChainState,
+        *,
+        reason: str,
+        rest: list[Segment],
+        now: int,
+        report: CycleReport,
+    ) -> None:
+        chain.state = state
+        chain.reason = reason
+        chain.updated_at = now
+        report.ended.append(chain.id)
+        s.add(event_row(now, "chain.end", chain.id, reason, state=state.value))
+        self._stop_segments(s, chain, rest, now, report)
+
+    def _stop_segments(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
+    ) -> None:
+        ids = [g.job_id for g in segs if not g.finished]
+        if not ids:
+            return
+        try:
+            self.action_clients(chain).cancel(ids)
+        except SlurmError as exc:
+            log.warning("cancel %s failed: %s", ids, exc)
+            s.add(event_row(now, "cancel.failed", chain.id, str(exc), job_ids=ids))
+            return  # live segments stay unfinished: retried next cycle
+        for g in segs:
+            g.cancelled_by_mirage = True
+            g.finished = True
+            g.outcome = "CANCELLED"
+        report.cancelled.extend(ids)
+        s.add(event_row(now, "cancel", chain.id, "chain ended", job_ids=ids))
+
+    def _transitions(self, s: Session, now: int, records: dict[str, SlurmJob]) -> None:
+        """Observe interruption/overlap for successors that started after an ended segment."""
+        started = s.scalars(
+            select(Segment).where(
+                Segment.transition_recorded.is_(False),
+                Segment.index > 0,
+                Segment.start.is_not(None),
+                Segment.job_state != JobState.PENDING.value,
+            )
+        ).all()
+        for seg in started:
+            pred = s.scalars(
+                select(Segment).where(
+                    Segment.chain_id == seg.chain_id,
+                    Segment.index == seg.index - 1,
+                    Segment.end.is_not(None),
+                )
+            ).first()
+            if pred is None or pred.start is None or pred.end is None or seg.start is None:
+                continue
+            t = Transition(pred.start, pred.time_limit_s or 0, pred.end, seg.start)
+            self.metrics.interruption.observe(t.interruption)
+            self.metrics.overlap.observe(t.overlap)
+            error = None
+            if seg.predicted_start is not None:
+                error = abs(seg.predicted_start - seg.start)
+                self.metrics.prediction_error.observe(error)
+            seg.transition_recorded = True
+            s.add(
+                event_row(
+                    now,
+                    "transition",
+                    seg.chain_id,
+                    f"{pred.job_id} -> {seg.job_id}",
+                    index=seg.index,
+                    interruption=t.interruption,
+                    overlap=t.overlap,
+                    gap=t.gap,
+                    cost=t.cost(),
+                    prediction_error=error,
+                    presubmitted=seg.presubmitted,
+                )
+            )
+
+    # ---- decide ------------------------------------------------------------------------
+
+    def policy_for(self, partition: str | None) -> tuple[str, Policy]:
+        pcfg = self.config.policy
+        name = pcfg.partitions.get(partition or "", pcfg.default)
+        policy = self.policies[name]
+        if not self.cfg.sees_all_jobs and getattr(policy, "needs_queue", True):
+            fb = self.policies[pcfg.fallback]
+            return f"{pcfg.fallback} (fallback: {name} needs the whole queue)", fb
+        return name, policy
+
+    def _estimate(self, request: SubmitRequest) -> StartEstimate:
+        if self._test_only_left <= 0:
+            return StartEstimate(None, None)
+        self._test_only_left -= 1
+        self.metrics.test_only.inc()
+        self.metrics.slurm_commands.labels("sbatch_test_only").inc()
+        try:
+            return self.client.test_only(request)
+        except SlurmError as exc:
+            log.info("sbatch --test-only failed: %s", exc)
+            return StartEstimate(None, None)
+
+    def _decide(
+        self,
+        s: Session,
+        now: int,
+        snapshot: QueueSnapshot,
+        wants: list[_Want],
+        report: CycleReport,
+    ) -> list[_Want]:
+        """One batched ``decide`` per policy in use; the wants whose answer is "submit"."""
+        if not wants:
+            return []
+        self._test_only_left = self.cfg.test_only_per_cycle
+        groups: dict[str, tuple[Policy, list[_Want]]] = {}
+        for w in wants:
+            label, policy = self.policy_for(w.chain.partition)
+            groups.setdefault(label, (policy, []))[1].append(w)
+        out: list[_Want] = []
+        profile = self.profile
+        for label, (policy, group) in groups.items():
+            ctx = DecisionContext(
+                now=now,
+                snapshot=snapshot,
+                profile=profile,  # type: ignore[arg-type]
+                estimate_start=self._estimate,
+            )
+            policy.observe(ctx)
+            pend = [w.pending for w in group if w.pending is not None]
+            decisions = policy.decide(ctx, pend)
+            report.decisions += len(decisions)
+            for w, d in zip(group, decisions, strict=True):
+                c = w.chain
+                lo, hi = d.interval if d.interval is not None else (None, None)
+                if c.policy != label:
+                    c.policy = label
+                if (c.predicted_start, c.predicted_low, c.predicted_high) != (
+                    d.predicted_start,
+                    lo,
+                    hi,
+                ):
+                    c.predicted_start, c.predicted_low, c.predicted_high = d.predicted_start, lo, hi
+                c.decided_at = now
+                if d.submit:
+                    w.decision = d
+                    out.append(w)
+        self._slurm_estimates([w for w in wants if w.decision is None])
+        return out
+
+    def _slurm_estimates(self, waiting: list[_Want]) -> None:
+        """Slurm's own estimate for successors not yet submitted, for ``mirage status``.
+
+        Each costs an ``sbatch --test-only`` (and a job id on the controller): whatever is
+        left of ``test_only_per_cycle`` after the policies goes to the chains whose
+        predecessor ends soonest, each at most once per segment.
+        """
+        if self._test_only_left <= 0:
+            return
+        due = sorted(
+            (w for w in waiting if w.pending is not None),
+            key=lambda w: w.pending.planned_end if w.pending is not None else 0,
+        )
+        for w in due:
+            if self._test_only_left <= 0:
+                break
+            if w.chain.slurm_estimate_for == w.index:
+                continue
+            est = self._estimate(build_request(w.chain, "mg" + "0" * 16, w.time_limit))
+            w.chain.slurm_estimate = est.start
+            w.chain.slurm_estimate_for = w.index
+
+    # ---- act ---------------------------------------------------------------------------
+
+    def _act(self, s: Session, now: int, wants: list[_Want], report: CycleReport) -> None:
+        budget = self.cfg.max_submits_per_cycle
+        for w in wants:
+            if budget <= 0:
+                self.metrics.cycles_skipped.labels("submit_limit").inc()
+                break
+            budget -= 1
+            sub = self.submit(
+                s,
+                w.chain,
+                index=w.index,
+                time_limit=w.time_limit,
+                now=now,
+                report=report,
+                presubmit=w.presubmit,
+                decision=w.decision,
+                pending=w.pending,
+            )
+            if sub.state is SubmissionState.UNKNOWN:
+                # sbatch timed out or lost the controller: the rest wait for a good poll
+                self.metrics.cycles_skipped.labels("submit_unknown").inc()
+                break
+
+    def submit(
+        self,
+        s: Session,
+        chain: Chain,
+        *,
+        index: int,
+        time_limit: int,
+        now: int,
+        report: CycleReport,
+        presubmit: bool = False,
+        decision: Decision | None = None,
+        pending: PendingTransition | None = None,
+    ) -> Submission:
+        """Record the intent (committed), run sbatch as the owner, record what happened."""
+        reason = decision.reason if decision is not None else "predecessor ended"
+        predicted = decision.predicted_start if decision is not None else None
+        sub = record_intent(
+            s,
+            chain,
+            index=index,
+            time_limit=time_limit,
+            now=now,
+            presubmit=presubmit,
+            reason=reason,
+            predicted_start=predicted,
+            inputs=(
+                {}
+                if pending is None
+                else {
+                    "pred_job_id": pending.pred_job_id,
+                    "pred_start": pending.pred_start,
+                    "planned_end": pending.planned_end,
+                    "remaining_s": pending.remaining(now),
+                    "now": now,
+                }
+            ),
+        )
+        s.commit()  # the intent is durable before sbatch runs
+        self.metrics.slurm_commands.labels("sbatch").inc()
+        outcome = perform_submission(s, chain, sub, self.action_clients(chain), now)
+        if outcome == "rejected":
+            report.rejected.append(sub.token)
+            self.metrics.presubmissions.labels("rejected").inc()
+            if chain.rejections >= self.cfg.max_rejections:
+                why = f"sbatch refused: {sub.error}"
+                self._end_chain(
+                    s, chain, ChainState.FAILED, reason=why, rest=[], now=now, report=report
+                )
+        elif outcome == "unknown":
+            report.unknown.append(sub.token)
+            self.metrics.presubmissions.labels("unknown").inc()
+        else:
+            assert sub.job_id is not None
+            report.submitted.append(sub.job_id)
+            self.metrics.presubmissions.labels("presubmitted" if presubmit else "reactive").inc()
+        s.commit()
+        return sub
+
+    # ---- gauges ------------------------------------------------------------------------
+
+    def _chain_gauges(self, s: Session) -> None:
+        rows = s.execute(select(Chain.state, func.count()).group_by(Chain.state)).all()
+        counts = {state: n for state, n in rows}
+        for st in ChainState:
+            self.metrics.chains.labels(st.value).set(counts.get(st, 0))
+
+
+def build_request(chain: Chain, token: str, time_limit: int) -> SubmitRequest:
+    """The sbatch request of one segment, from the chain's snapshot (script on stdin)."""
+    extra = [*chain.sbatch_args]
+    if chain.export:
+        extra.append(f"--export={chain.export}")
+    return SubmitRequest(
+        script=chain.script,
+        job_name=job_name(chain.name, token),
+        comment=f"mirage:{token}",
+        time_limit=time_limit,
+        nodes=chain.nodes,
+        gres=chain.gres,
+        partition=chain.partition,
+        chdir=chain.chdir,
+        extra_args=tuple(extra),
+    )
+
+
+def record_intent(
+    s: Session,
+    chain: Chain,
+    *,
+    index: int,
+    time_limit: int,
+    now: int,
+    presubmit: bool,
+    reason: str,
+    predicted_start: int | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> Submission:
+    """Add (not commit) an INTENT row with a fresh token, and its event (with the inputs)."""
+    sub = Submission(
+        token=new_token(),
+        chain_id=chain.id,
+        index=index,
+        state=SubmissionState.INTENT,
+        time_limit_s=time_limit,
+        presubmitted=presubmit,
+        created_at=now,
+        error="",
+    )
+    s.add(sub)
+    s.add(
+        event_row(
+            now,
+            "submit.intent",
+            chain.id,
+            reason,
+            token=sub.token,
+            index=index,
+            time_limit=time_limit,
+            presubmit=presubmit,
+            policy=chain.policy,
+            predicted_start=predicted_start,
+            **(inputs or {}),
+        )
+    )
+    return sub
+
+
+def perform_submission(
+    s: Session, chain: Chain, sub: Submission, client: SlurmClient, now: int
+) -> str:
+    """Run sbatch for a committed intent; "submitted", "unknown" or "rejected" (not committed).
+
+    A refusal (SubmitError) means no job exists: REJECTED. Any other failure (timeout,
+    lost connection, unreadable answer) may hide a job: UNKNOWN, resolved by its token.
+    """
+    request = build_request(chain, sub.token, sub.time_limit_s)
+    try:
+        job_id = client.submit(request)
+    except SubmitError as exc:
+        sub.state = SubmissionState.REJECTED
+        sub.resolved_at = now
+        sub.error = str(exc)[:2000]
+        chain.rejections += 1
+        s.add(event_row(now, "submit.rejected", chain.id, str(exc), token=sub.token))
+        return "rejected"
+    except SlurmError as exc:
+        sub.state = SubmissionState.UNKNOWN
+        sub.error = str(exc)[:2000]
+        s.add(event_row(now, "submit.unknown", chain.id, str(exc), token=sub.token))
+        return "unknown"
+    sub.state = SubmissionState.SUBMITTED
+    sub.job_id = job_id
+    sub.resolved_at = now
+    chain.rejections = 0
+    Daemon._new_segment(s, chain, sub, now)
+    s.add(event_row(now, "submit", chain.id, "", token=sub.token, job_id=job_id, index=sub.index))
+    return "submitted"
+
+
+def register_chain(
+    store: Store, chain: Chain, now: int, *, first_intent: bool = True
+) -> Submission | None:
+    """Store a new chain, and (by default) the intent of its first segment, in one commit.
+
+    The caller then runs ``perform_submission`` for the returned intent (the CLI does, as
+    the user, so segment 1 starts at once); if it never does, the daemon resolves the
+    intent by its token like any other.
+    """
+    chain.created_at = chain.updated_at = now
+    with store.session() as s:
+        s.add(chain)
+        s.add(
+            event_row(
+                now,
+                "chain.register",
+                chain.id,
+                "",
+                owner=chain.owner,
+                script_sha256=chain.script_sha256,
+                segments=chain.segments_target,
+                until_file=chain.until_file,
+            )
+        )
+        sub = None
+        if first_intent:
+            s.flush()
+            sub = record_intent(
+                s,
+                chain,
+                index=0,
+                time_limit=first_limit(chain),
+                now=now,
+                presubmit=False,
+                reason="registered",
+            )
+    return sub
+
+
+def first_limit(chain: Chain) -> int:
+    budget = chain.budget_s
+    return chain.time_limit_s if budget is None else min(chain.time_limit_s, budget)

@@ -1,0 +1,105 @@
+"""Prometheus metrics of one daemon (a fresh ``CollectorRegistry`` each, so tests can read them).
+
+All names start with ``mirage_``; no label carries a user or a job id (cardinality, and
+privacy: the exporter is readable by anyone who can reach its address).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+#: A minute to a week: transitions are seconds to days apart.
+DURATION_BUCKETS = (
+    0.0,
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    3 * 3600.0,
+    6 * 3600.0,
+    12 * 3600.0,
+    86400.0,
+    2 * 86400.0,
+    4 * 86400.0,
+    7 * 86400.0,
+)
+
+
+class DaemonMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.poll_duration = Histogram(
+            "mirage_poll_duration_seconds",
+            "Time of one poll (squeue + sacct)",
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.cycle_duration = Histogram(
+            "mirage_cycle_duration_seconds",
+            "Time of one whole cycle (poll, reconcile, decide, act)",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.poll_errors = Counter(
+            "mirage_poll_errors", "Failed polls, by kind", ["kind"], registry=r
+        )
+        self.slurm_reachable = Gauge(
+            "mirage_slurm_reachable", "1 if the last poll reached Slurm", registry=r
+        )
+        self.slurm_commands = Counter(
+            "mirage_slurm_commands", "Slurm commands run, by command", ["command"], registry=r
+        )
+        self.cycles_skipped = Counter(
+            "mirage_cycles_skipped",
+            "Cycles not run: the previous one overran, backoff, or the lease is elsewhere",
+            ["why"],
+            registry=r,
+        )
+        self.lease_held = Gauge("mirage_lease_held", "1 if this daemon holds the lease", registry=r)
+        self.chains = Gauge("mirage_chains", "Chains by state", ["state"], registry=r)
+        self.presubmissions = Counter(
+            "mirage_presubmissions",
+            "Successor submissions by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.handoffs = Counter("mirage_handoffs", "Handoff signals sent", registry=r)
+        self.interruption = Histogram(
+            "mirage_interruption_seconds",
+            "Training idle between a segment's end and its successor's start",
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
+        self.overlap = Histogram(
+            "mirage_overlap_seconds",
+            "Planned end of a segment minus its successor's start, when positive",
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
+        self.prediction_error = Histogram(
+            "mirage_prediction_error_seconds",
+            "|predicted successor start - actual start|",
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
+        self.test_only = Counter(
+            "mirage_test_only", "sbatch --test-only estimates run (each costs a job id)", registry=r
+        )
+        self.model = Info("mirage_model", "The policy in use", registry=r)
+        self.model_age = Gauge(
+            "mirage_model_age_seconds",
+            "Age of the trained model in use (0: a baseline)",
+            registry=r,
+        )
+
+    def serve(self, address: str, port: int) -> None:
+        """Start the HTTP exporter in a background thread."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=address, registry=self.registry)
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (tests)."""
+        got = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if got is None else got

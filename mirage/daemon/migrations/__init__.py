@@ -1,0 +1,1 @@
+"""Alembic migrations of the daemon's database (``mirage.daemon.store.migrate``)."""

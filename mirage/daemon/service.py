@@ -1,0 +1,142 @@
+"""Running the daemon: APScheduler triggers ``cycle``; systemd's notify and watchdog.
+
+One APScheduler 3.x ``BlockingScheduler`` interval job calls ``Daemon.cycle(now)`` every
+``poll_interval_s`` with ``max_instances=1`` and ``coalesce=True``: a cycle never runs
+twice at once. APScheduler drops an overrunning or missed run silently (a log line at
+most); Mirage counts them in ``mirage_cycles_skipped_total{why="overrun"|"missed"}``.
+
+systemd (``Type=notify``): ``READY=1`` once the database is migrated and the lease code
+runs; ``WATCHDOG=1`` only after a cycle *finished*, and only if the previous finished
+cycle is at most three intervals old (``WatchdogSec`` should be three intervals too):
+a hung cycle (a stuck sbatch, a dead database) gets the daemon restarted; a controller
+outage does not (the cycle finishes, with an error counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from mirage.daemon.config import Config
+from mirage.daemon.core import Daemon
+from mirage.daemon.store import Store, database_url
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    """sd_notify, a no-op outside systemd (NOTIFY_SOCKET unset) or without sdnotify."""
+
+    def __init__(self) -> None:
+        self._n: Any = None
+        try:
+            import sdnotify
+
+            self._n = sdnotify.SystemdNotifier()
+        except ImportError:  # pragma: no cover - optional dependency
+            log.info("sdnotify not installed: no systemd notifications")
+
+    def notify(self, state: str) -> None:
+        if self._n is not None:
+            self._n.notify(state)
+
+
+class Watchdog:
+    """Feeds systemd only after a cycle finished within three intervals of the last one."""
+
+    def __init__(self, interval_s: int, notifier: Notifier, clock: Callable[[], float]) -> None:
+        self.interval_s = interval_s
+        self.notifier = notifier
+        self.clock = clock
+        self.last_finished: float | None = None
+        self.fed = 0
+
+    def cycle_finished(self) -> bool:
+        now = self.clock()
+        ok = self.last_finished is None or now - self.last_finished <= 3 * self.interval_s
+        self.last_finished = now
+        if ok:
+            self.notifier.notify("WATCHDOG=1")
+            self.fed += 1
+        return ok
+
+
+def run_service(daemon: Daemon, config: Config) -> None:
+    """Block: run cycles until SIGTERM/SIGINT."""
+    from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    interval = config.daemon.poll_interval_s
+    notifier = Notifier()
+    watchdog = Watchdog(interval, notifier, time.monotonic)
+    if config.metrics.port:
+        daemon.metrics.serve(config.metrics.address, config.metrics.port)
+
+    def tick() -> None:
+        try:
+            report = daemon.cycle(int(time.time()))
+        except Exception:
+            log.exception("cycle failed")
+            return
+        log.info(
+            "cycle: acted=%s skipped=%s reads=%d submitted=%d unknown=%d in %.3fs",
+            report.acted,
+            report.skipped,
+            report.slurm_reads,
+            len(report.submitted),
+            len(report.unknown),
+            report.duration_s,
+        )
+        watchdog.cycle_finished()
+
+    def skipped(event: JobEvent) -> None:
+        why = "overrun" if event.code == EVENT_JOB_MAX_INSTANCES else "missed"
+        daemon.metrics.cycles_skipped.labels(why).inc()
+
+    scheduler = BlockingScheduler(timezone="UTC")
+    scheduler.add_listener(skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+    from mirage.daemon.api import Api, ApiServer
+
+    def wake() -> None:  # a user registered or cancelled a chain: cycle soon
+        import datetime as dt
+
+        scheduler.modify_job("cycle", next_run_time=dt.datetime.now(dt.UTC))
+
+    api = ApiServer(config.socket.path, Api(daemon.store, cluster=config.daemon.cluster, wake=wake))
+    api.start()
+    scheduler.add_job(
+        tick,
+        "interval",
+        seconds=interval,
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=interval,
+        id="cycle",
+    )
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        notifier.notify("STOPPING=1")
+        scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    notifier.notify("READY=1")
+    tick()  # the first cycle at once
+    scheduler.start()
+    api.stop()
+    daemon.store.release_lease(config.daemon.cluster, daemon.holder)
+
+
+def open_store(config: Config) -> Store:
+    """The configured database, migrated to the current schema (``alembic upgrade head``)."""
+    from pathlib import Path
+
+    url = database_url(config.daemon.database_url, config.daemon.state_dir)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return Store.open(url)

@@ -1,0 +1,363 @@
+"""The daemon's state: SQLAlchemy 2.x typed models, the engine factory, migrations, the lease.
+
+Tables (all times integer epoch seconds, from the daemon's clock):
+
+- ``chains``: one registered training run: its owner, the snapshot every segment is
+  submitted from (script bytes and hash, working directory, export policy and
+  environment, sbatch options), its budget (``--segments N`` = N time limits of
+  training, or ``--until-file``), its state and the policy's latest answer.
+- ``submissions``: the exactly-once ledger. A row is written and COMMITTED with a fresh
+  token (state INTENT) before sbatch runs; the token goes to Slurm in ``--comment`` and in
+  the job name. Then SUBMITTED (sbatch returned an id), UNKNOWN (sbatch timed out or the
+  controller went away mid-call: the job may exist), ADOPTED (an INTENT/UNKNOWN whose
+  token was later found in squeue/sacct), LOST (not found after ``unknown_timeout_s``
+  of successful polls: it never reached Slurm; only then may the segment be submitted
+  again, under a new token) or REJECTED (sbatch refused it: no job exists).
+- ``segments``: one per Slurm job that belongs to a chain (from a SUBMITTED/ADOPTED
+  submission): its job id, what Slurm last said, and what Mirage concluded.
+- ``events``: one row per decision or action, with its inputs and reason (JSON).
+- ``leases``: one row per cluster; the daemon that holds an unexpired lease acts.
+- ``daemon_state``: small key/value facts (the accounting cursor).
+
+SQLite (WAL mode, in the state directory) by default; PostgreSQL by URL. The schema is
+created and upgraded by Alembic (``mirage/daemon/migrations``), ``upgrade head`` at start.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Engine,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    create_engine,
+    event,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+#: A job's token: "mg" + 16 hex digits, carried in --comment ("mirage:<token>") and in the
+#: job name ("<name>.<token>").
+TOKEN_PREFIX = "mg"
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_hex(8)
+
+
+def new_chain_id() -> str:
+    return "c" + secrets.token_hex(5)
+
+
+class ChainState(enum.Enum):
+    ACTIVE = "ACTIVE"  # segments are being run
+    COMPLETED = "COMPLETED"  # budget trained, or the completion marker was written
+    STOPPED = "STOPPED"  # a segment ended in a way that needs the user (FAILED, OOM, ...)
+    CANCELLED = "CANCELLED"  # the user cancelled it
+    FAILED = "FAILED"  # Mirage could not go on (sbatch refused the successor repeatedly)
+
+    @property
+    def is_final(self) -> bool:
+        return self is not ChainState.ACTIVE
+
+
+class SubmissionState(enum.Enum):
+    INTENT = "INTENT"
+    SUBMITTED = "SUBMITTED"
+    UNKNOWN = "UNKNOWN"
+    ADOPTED = "ADOPTED"
+    LOST = "LOST"
+    REJECTED = "REJECTED"
+
+    @property
+    def unresolved(self) -> bool:
+        return self in (SubmissionState.INTENT, SubmissionState.UNKNOWN)
+
+    @property
+    def has_job(self) -> bool:
+        return self in (SubmissionState.SUBMITTED, SubmissionState.ADOPTED)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Chain(Base):
+    __tablename__ = "chains"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    cluster: Mapped[str] = mapped_column(String(64), default="")
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    uid: Mapped[int] = mapped_column(Integer)
+    gid: Mapped[int] = mapped_column(Integer)
+    groups: Mapped[list[int]] = mapped_column(JSON, default=list)  # supplementary gids
+    state: Mapped[ChainState] = mapped_column(
+        Enum(ChainState, native_enum=False, length=16), default=ChainState.ACTIVE, index=True
+    )
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # snapshot taken at registration; every segment is submitted from it
+    script: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    script_sha256: Mapped[str] = mapped_column(String(64))
+    script_path: Mapped[str] = mapped_column(Text, default="")  # for humans only
+    chdir: Mapped[str] = mapped_column(Text)
+    export: Mapped[str] = mapped_column(Text, default="ALL")
+    environment: Mapped[dict[str, str]] = mapped_column(JSON, default=dict, deferred=True)
+    sbatch_args: Mapped[list[str]] = mapped_column(JSON, default=list)
+    partition: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    time_limit_s: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_node: Mapped[int] = mapped_column(Integer, default=0)
+    gres: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # budget: N time limits of training (None = until the marker), and/or a marker path
+    segments_target: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    until_file: Mapped[str | None] = mapped_column(Text, nullable=True)
+    trained_s: Mapped[int] = mapped_column(Integer, default=0)
+    next_index: Mapped[int] = mapped_column(Integer, default=0)  # the next segment's k
+    policy: Mapped[str] = mapped_column(String(64), default="")
+    rejections: Mapped[int] = mapped_column(Integer, default=0)
+    # the policy's latest answer for the pending transition (for `mirage status`)
+    decided_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_low: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_high: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # sbatch --test-only's answer for the successor not yet submitted, and for which k
+    slurm_estimate: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    slurm_estimate_for: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+    @property
+    def budget_s(self) -> int | None:
+        if self.segments_target is None:
+            return None
+        return self.segments_target * self.time_limit_s
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+
+    token: Mapped[str] = mapped_column(String(32), primary_key=True)
+    chain_id: Mapped[str] = mapped_column(ForeignKey("chains.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)  # segment index k, from 0
+    state: Mapped[SubmissionState] = mapped_column(
+        Enum(SubmissionState, native_enum=False, length=16), index=True
+    )
+    time_limit_s: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    presubmitted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    resolved_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+
+
+class Segment(Base):
+    __tablename__ = "segments"
+    __table_args__ = (Index("ix_segments_chain_index", "chain_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chain_id: Mapped[str] = mapped_column(ForeignKey("chains.id"))
+    index: Mapped[int] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(ForeignKey("submissions.token"), unique=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    submitted_at: Mapped[int] = mapped_column(BigInteger)
+    presubmitted: Mapped[bool] = mapped_column(Boolean, default=False)
+    predicted_start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    slurm_estimate: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # what Slurm last said
+    job_state: Mapped[str] = mapped_column(String(32), default="")
+    reason: Mapped[str] = mapped_column(String(128), default="")
+    start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    end: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    time_limit_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    missing_since: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # what Mirage did and concluded
+    signalled_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    cancelled_by_mirage: Mapped[bool] = mapped_column(Boolean, default=False)
+    requeued: Mapped[bool] = mapped_column(Boolean, default=False)  # went back to PENDING
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # states.Action
+    finished: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    transition_recorded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[int] = mapped_column(BigInteger, index=True)
+    chain_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    kind: Mapped[str] = mapped_column(String(48))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Lease(Base):
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    acquired_at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class DaemonState(Base):
+    __tablename__ = "daemon_state"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+# ---- engine --------------------------------------------------------------------------
+
+DEFAULT_DB_NAME = "mirage.sqlite"
+
+
+def database_url(url: str | None, state_dir: str | Path) -> str:
+    """The configured URL, or SQLite in the state directory."""
+    if url:
+        return url
+    return f"sqlite:///{Path(state_dir) / DEFAULT_DB_NAME}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine; SQLite gets WAL mode, a busy timeout and foreign keys."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def migrate(engine: Engine, revision: str = "head", *, downgrade: bool = False) -> None:
+    """``alembic upgrade <revision>`` (or ``downgrade``) on this engine (run at every start)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        if downgrade:
+            command.downgrade(cfg, revision)
+        else:
+            command.upgrade(cfg, revision)
+
+
+class Store:
+    """Sessions on one database, and the lease."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True) -> Store:
+        engine = make_engine(url)
+        if upgrade:
+            migrate(engine)
+        return cls(engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session committed on success, rolled back on error."""
+        with self.sessions() as s:
+            try:
+                yield s
+                s.commit()
+            except BaseException:
+                s.rollback()
+                raise
+
+    # ---- lease -------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, now: int, ttl_s: int) -> bool:
+        """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_s``.
+
+        Atomic on SQLite and PostgreSQL alike: one conditional UPDATE (renew, or take an
+        expired lease), else one INSERT that fails on the primary key if another holds it.
+        """
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(Lease)
+                .where(Lease.name == name)
+                .where((Lease.holder == holder) | (Lease.expires_at < now))
+                .values(holder=holder, expires_at=now + ttl_s)
+            )
+            if res.rowcount == 1:
+                return True
+            exists = conn.execute(select(Lease.holder).where(Lease.name == name)).first()
+            if exists is not None:
+                return False
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(Lease).values(
+                        name=name, holder=holder, acquired_at=now, expires_at=now + ttl_s
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    def release_lease(self, name: str, holder: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(Lease).where(Lease.name == name, Lease.holder == holder).values(expires_at=0)
+            )
+
+    def lease_holder(self, name: str, now: int) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(Lease).where(Lease.name == name)).first()
+        if row is None or row.expires_at < now:
+            return None
+        return str(row.holder)
+
+    # ---- small helpers ----------------------------------------------------------------
+
+    def get_value(self, key: str) -> str | None:
+        with self.sessions() as s:
+            row = s.get(DaemonState, key)
+            return None if row is None else row.value
+
+    def set_value(self, key: str, value: str) -> None:
+        with self.session() as s:
+            row = s.get(DaemonState, key)
+            if row is None:
+                s.add(DaemonState(key=key, value=value))
+            else:
+                row.value = value
+
+
+def event_row(
+    at: int, kind: str, chain_id: str | None = None, reason: str = "", **data: Any
+) -> Event:
+    """An events row; ``data`` must be JSON-serialisable (checked now, not at flush)."""
+    json.dumps(data)
+    return Event(at=at, chain_id=chain_id, kind=kind, reason=reason, data=data)

@@ -1,0 +1,56 @@
+"""The two smallest policies, enough for the daemon to run without a trained model.
+
+- ``reactive``: never pre-submits; the daemon submits the successor when the
+  predecessor has ended (the behaviour without Mirage, the baseline of every comparison).
+- ``fixed-lead``: submits once ``now >= planned_end - lead_s``.
+
+The full baseline set (Slurm's estimate, running average, QBETS, oracle) lives in
+``mirage.policy.baselines``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+
+POLICY_NAMES = ("reactive", "fixed-lead")
+
+
+class ReactivePolicy(Policy):
+    name = "reactive"
+    needs_queue = False
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        return [
+            Decision(False, reason="reactive: submit at the predecessor's end") for _ in pending
+        ]
+
+
+class FixedLeadPolicy(Policy):
+    name = "fixed-lead"
+    needs_queue = False
+
+    def __init__(self, lead_s: int) -> None:
+        if lead_s < 0:
+            raise ValueError(f"lead_s must not be negative, got {lead_s}")
+        self.lead_s = lead_s
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        out = []
+        for p in pending:
+            due = p.planned_end - self.lead_s
+            if ctx.now >= due:
+                out.append(Decision(True, reason=f"lead {self.lead_s}s: due at {due}"))
+            else:
+                out.append(Decision(False, reason=f"lead {self.lead_s}s: wait {due - ctx.now}s"))
+        return out
+
+
+def make_policy(name: str, *, lead_s: int = 900) -> Policy:
+    """A policy by its configured name."""
+    if name == "reactive":
+        return ReactivePolicy()
+    if name == "fixed-lead":
+        return FixedLeadPolicy(lead_s)
+    raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

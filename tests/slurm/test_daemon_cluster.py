@@ -1,0 +1,131 @@
+"""The daemon end to end on the real test cluster, time scaled down (1-minute segments).
+
+A chain of 1-minute segments whose job exits cleanly on USR1. Fixed-lead pre-submits the
+successor 40 s before the predecessor's planned end; on the idle test cluster it starts
+at once, the daemon signals the predecessor (handoff), the predecessor exits, and the
+chain goes on until its budget (--segments 2 = 2 minutes of training) is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from mirage.daemon.config import Config, DaemonSection, PolicySection, SlurmSection
+from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.identity import action_clients
+from mirage.daemon.store import Chain, ChainState, Event, Segment, Store, new_chain_id
+from mirage.slurm.cli_backend import CliSlurmClient
+
+SCRIPT = b"""#!/bin/bash
+#SBATCH --output=slurm-%j.out
+trap 'echo "USR1: checkpoint and exit"; exit 0' USR1
+sleep 600 &
+wait
+"""
+
+
+def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    cfg = Config(
+        daemon=DaemonSection(
+            poll_interval_s=5,
+            lease_ttl_s=60,
+            backoff_max_s=60,
+            min_segment_s=30,
+            sacct_overlap_s=120,
+            run_as_owner="never",
+        ),
+        slurm=SlurmSection(timeout_s=60),
+        policy=PolicySection(default="fixed-lead", lead_s=40),
+    )
+    chain = Chain(
+        id=new_chain_id(), name="e2e", cluster="", owner="root", uid=os.getuid(),
+        gid=os.getgid(), groups=[], state=ChainState.ACTIVE, reason="", script=SCRIPT,
+        script_sha256=hashlib.sha256(SCRIPT).hexdigest(), script_path="inline",
+        chdir=str(jobdir), export="NONE", environment={}, sbatch_args=[], partition="gpu",
+        time_limit_s=60, nodes=1, gpus_per_node=1, gres="gpu:1", segments_target=2,
+        until_file=None, trained_s=0, next_index=0, policy="", rejections=0,
+    )  # fmt: skip
+    register_chain(store, chain, int(time.time()), first_intent=False)
+    client = CliSlurmClient(timeout=60.0)
+    d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg))
+    deadline = time.monotonic() + 420
+    try:
+        while time.monotonic() < deadline:
+            report = d.cycle(int(time.time()))
+            assert report.slurm_reads in (0, 2)
+            with store.sessions() as s:
+                c = s.get(Chain, chain.id)
+                assert c is not None
+                if c.state is not ChainState.ACTIVE:
+                    break
+            time.sleep(5)
+    finally:
+        with store.sessions() as s:
+            live = [g.job_id for g in s.scalars(select(Segment).where(Segment.finished.is_(False)))]
+        if live:
+            client.cancel(live)
+    with store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        segs = list(s.scalars(select(Segment).order_by(Segment.index)))
+        kinds = [e.kind for e in s.scalars(select(Event).order_by(Event.id))]
+    assert c is not None and c.state is ChainState.COMPLETED, (c and c.reason, kinds)
+    assert c.trained_s >= 120 - 30
+    assert len({g.job_id for g in segs}) == len(segs) >= 2
+    assert "handoff" in kinds  # the successor started early and the predecessor was signalled
+    assert segs[1].presubmitted
+    # every job carries its own token; none was submitted twice
+    tokens = [
+        j.comment for j in client.accounting(int(time.time()) - 900) if "mirage:" in j.comment
+    ]
+    mine = {f"mirage:{g.token}" for g in segs}
+    assert mine <= set(tokens) and all(tokens.count(t) == 1 for t in mine)
+
+
+pytestmark = pytest.mark.slurm
+
+
+def test_cli_chain_submit_runs_real_sbatch_with_the_token(tmp_path: Path, jobdir: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from mirage.cli import main
+    from mirage.daemon.config import load_config
+
+    cfg_path = tmp_path / "mirage.toml"
+    cfg_path.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\npoll_interval_s = 5\nlease_ttl_s = 30\n'
+        f'[socket]\npath = "{tmp_path / "none.sock"}"\n'
+    )
+    script = tmp_path / "seg.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --time=1\n#SBATCH --output=slurm-%j.out\nsleep 300\n")
+    runner = CliRunner()
+    res = runner.invoke(
+        main,
+        ["chain", "submit", str(script), "--segments", "1", "--config", str(cfg_path), "--json",
+         "--", "-p", "gpu", "--gres=gpu:1", f"--chdir={jobdir}"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["first_segment"] == "submitted", out
+    client = CliSlurmClient(timeout=60.0)
+    job = client.queue().by_id()[out["job_id"]]
+    try:
+        assert job.comment.startswith("mirage:mg") and job.name.endswith(job.comment[7:])
+        res = runner.invoke(main, ["chain", "cancel", out["chain_id"], "--config", str(cfg_path)])
+        assert res.exit_code == 0, res.output
+        cfg = load_config(cfg_path)
+        from mirage.daemon.service import open_store
+
+        d = Daemon(open_store(cfg), client, config=cfg, action_clients=action_clients(cfg))
+        report = d.cycle(int(time.time()))
+        assert report.cancelled == [out["job_id"]]
+    finally:
+        client.cancel([out["job_id"]])
