@@ -15,16 +15,15 @@ import logging
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from mirage.daemon.config import Config
 from mirage.daemon.store import Chain
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.run import CommandResult, SubprocessRunner
-from mirage.slurm.types import SlurmTimeoutError, SlurmUnreachableError
+from mirage.slurm.run import SubprocessRunner
 
 log = logging.getLogger(__name__)
 
@@ -49,42 +48,10 @@ class OwnerRunner(SubprocessRunner):
         self.gid = gid
         self.groups = list(groups)
 
-    def __call__(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
-    ) -> CommandResult:
-        args = tuple(str(a) for a in argv)
-        if not args:
-            raise ValueError("empty argv")
-        limit = self.timeout if timeout is None else timeout
-        started = time.monotonic()
-        try:
-            proc = subprocess.run(  # noqa: S603 - argv list, no shell, clean env
-                args,
-                input=stdin,
-                stdin=None if stdin is not None else subprocess.DEVNULL,
-                capture_output=True,
-                timeout=limit,
-                env=self.environment(),
-                check=False,
-                user=self.uid,
-                group=self.gid,
-                extra_groups=self.groups,
-                cwd="/",
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmTimeoutError(
-                args, None, "", f"{args[0]} timed out after {limit:g}s"
-            ) from exc
-        except OSError as exc:
-            raise SlurmUnreachableError(args, None, str(exc), f"cannot run {args[0]}") from exc
-        out, err = proc.stdout, proc.stderr
-        return CommandResult(
-            args,
-            proc.returncode,
-            out.decode("utf-8", errors="replace"),
-            err.decode("utf-8", errors="replace"),
-            time.monotonic() - started,
-        )
+    def spawn_options(self) -> dict[str, Any]:
+        # the child drops to the owner before exec (no preexec_fn: unsafe with threads);
+        # cwd "/" so that it never depends on a directory the owner cannot enter
+        return {"user": self.uid, "group": self.gid, "extra_groups": self.groups, "cwd": "/"}
 
 
 def runs_as_owner(config: Config) -> bool:

@@ -34,7 +34,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from mirage.slurm.types import SlurmError, SlurmTimeoutError, SlurmUnreachableError
 
@@ -168,6 +168,10 @@ class SubprocessRunner:
             self.base_env, keep_slurm_conf=self.keep_slurm_conf, tz=self.tz, extra=self.env_extra
         )
 
+    def spawn_options(self) -> dict[str, Any]:
+        """Extra ``subprocess.run`` options (e.g. the user to run as); none by default."""
+        return {}
+
     def __call__(
         self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
@@ -185,6 +189,7 @@ class SubprocessRunner:
                 timeout=limit,
                 env=self.environment(),
                 check=False,
+                **self.spawn_options(),
             )
         except subprocess.TimeoutExpired as exc:
             duration = time.monotonic() - started
