@@ -46,17 +46,16 @@ never silently falls back to a default. Durations are seconds (``_s``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mirage.profile.schema import ProfileError, _build
+from mirage.typedtoml import SchemaError, build, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(SchemaError):
     """The configuration file is missing, unreadable or does not follow the schema."""
 
 
@@ -139,8 +138,8 @@ def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             nested: dict[str, Any] = {}
             if name == "policy" and isinstance(table, dict) and "partitions" in table:
                 nested["partitions"] = _str_table(table["partitions"], f"{source} [policy]")
-            built[name] = _build(cls, table, f"{source} [{name}]", nested=nested)
-    except ProfileError as exc:
+            built[name] = build(cls, table, f"{source} [{name}]", nested=nested)
+    except SchemaError as exc:
         raise ConfigError(str(exc)) from exc
     cfg = Config(**built)
     _check(cfg, source)
@@ -180,11 +179,7 @@ def load_config(path: str | Path | None = None) -> Config:
     if path is None and not target.exists():
         return Config()
     try:
-        text = target.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration {target}: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{target}: not valid TOML: {exc}") from exc
+        data = read_toml(target, "configuration")
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from exc
     return config_from_dict(data, str(target))

@@ -48,15 +48,14 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
 
 from __future__ import annotations
 
-import tomllib
-import types
-import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
+
+from mirage.typedtoml import SchemaError, build, read_toml
 
 
-class ProfileError(ValueError):
+class ProfileError(SchemaError):
     """A profile file is missing, unreadable, or does not follow the schema."""
 
 
@@ -117,69 +116,31 @@ class ClusterProfile:
         raise ProfileError(f"profile {self.name!r} has no partition {name!r}; it has: {valid}")
 
 
-T = TypeVar("T")
-
-
-def _check_value(where: str, key: str, value: Any, hint: Any) -> Any:
-    """Check one TOML value against a dataclass field's type (int, bool, str, Literal, Optional)."""
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        if value not in typing.get_args(hint):
-            allowed = ", ".join(repr(a) for a in typing.get_args(hint))
-            raise ProfileError(f"{where}: {key} = {value!r} is not one of {allowed}")
-        return value
-    if origin in (types.UnionType, typing.Union):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _check_value(where, key, value, inner[0])
-    # bool is a subclass of int: keep them apart so that `nodes = true` is an error
-    ok = isinstance(value, hint) and (hint is bool or not isinstance(value, bool))
-    if not ok:
-        raise ProfileError(
-            f"{where}: {key} must be {hint.__name__}, got {type(value).__name__} {value!r}"
-        )
-    if hint is int and value < 0:
-        raise ProfileError(f"{where}: {key} must not be negative, got {value}")
-    return value
-
-
-def _build(cls: type[T], data: Any, where: str, nested: dict[str, Any] | None = None) -> T:
-    """Instantiate a flat dataclass from a TOML table, rejecting unknown and missing keys."""
-    if not isinstance(data, dict):
-        raise ProfileError(f"{where} must be a table, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ProfileError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
-        )
-    kwargs: dict[str, Any] = dict(nested or {})
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in kwargs:
-            continue
-        if f.name in data:
-            kwargs[f.name] = _check_value(where, f.name, data[f.name], hints[f.name])
-        elif f.default is MISSING and f.default_factory is MISSING:
-            raise ProfileError(f"{where}: required key {f.name!r} is missing")
-    return cls(**kwargs)
-
-
 def profile_from_dict(data: dict[str, Any], source: str = "<profile>") -> ClusterProfile:
     """Validate a parsed TOML document and build the profile."""
+    try:
+        return _profile_from_dict(data, source)
+    except ProfileError:
+        raise
+    except SchemaError as exc:
+        raise ProfileError(str(exc)) from exc
+
+
+def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: a profile must be a table")
     parts_raw = data.get("partitions")
     if not isinstance(parts_raw, list) or not parts_raw:
         raise ProfileError(f"{source}: at least one [[partitions]] table is required")
     partitions = tuple(
-        _build(Partition, p, f"{source} [[partitions]] #{i + 1}") for i, p in enumerate(parts_raw)
+        build(Partition, p, f"{source} [[partitions]] #{i + 1}") for i, p in enumerate(parts_raw)
     )
     names = [p.name for p in partitions]
     if len(set(names)) != len(names):
         raise ProfileError(f"{source}: partition names repeat: {names}")
-    scheduler = _build(SchedulerSettings, data.get("scheduler", {}), f"{source} [scheduler]")
+    scheduler = build(SchedulerSettings, data.get("scheduler", {}), f"{source} [scheduler]")
     top = {k: v for k, v in data.items() if k not in ("partitions", "scheduler")}
-    profile = _build(
+    profile = build(
         ClusterProfile,
         top,
         source,
@@ -216,13 +177,9 @@ def load_profile(name_or_path: str | Path) -> ClusterProfile:
                 f"built-in: {', '.join(builtin_names())}"
             )
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+        data = read_toml(path, "profile")
+    except SchemaError as exc:
+        raise ProfileError(str(exc)) from exc
     return profile_from_dict(data, str(path))
 
 

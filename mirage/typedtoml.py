@@ -1,0 +1,78 @@
+"""Typed TOML tables: dataclasses built from TOML with every key checked.
+
+Shared by cluster profiles and the daemon's configuration: unknown keys are rejected with
+an error naming the valid ones, values are checked against the field types (int, bool,
+str, Literal, Optional), so that a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+
+class SchemaError(ValueError):
+    """A TOML document does not follow its schema (or cannot be read)."""
+
+
+T = TypeVar("T")
+
+
+def _check_value(where: str, key: str, value: Any, hint: Any) -> Any:
+    """Check one TOML value against a dataclass field's type (int, bool, str, Literal, Optional)."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            allowed = ", ".join(repr(a) for a in typing.get_args(hint))
+            raise SchemaError(f"{where}: {key} = {value!r} is not one of {allowed}")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _check_value(where, key, value, inner[0])
+    # bool is a subclass of int: keep them apart so that `nodes = true` is an error
+    ok = isinstance(value, hint) and (hint is bool or not isinstance(value, bool))
+    if not ok:
+        raise SchemaError(
+            f"{where}: {key} must be {hint.__name__}, got {type(value).__name__} {value!r}"
+        )
+    if hint is int and value < 0:
+        raise SchemaError(f"{where}: {key} must not be negative, got {value}")
+    return value
+
+
+def build(cls: type[T], data: Any, where: str, nested: dict[str, Any] | None = None) -> T:
+    """Instantiate a flat dataclass from a TOML table, rejecting unknown and missing keys."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{where} must be a table, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SchemaError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
+        )
+    kwargs: dict[str, Any] = dict(nested or {})
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in kwargs:
+            continue
+        if f.name in data:
+            kwargs[f.name] = _check_value(where, f.name, data[f.name], hints[f.name])
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise SchemaError(f"{where}: required key {f.name!r} is missing")
+    return cls(**kwargs)
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a TOML file; unreadable or invalid files raise one clear SchemaError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SchemaError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SchemaError(f"{path}: not valid TOML: {exc}") from exc
