@@ -153,10 +153,27 @@ def test_comment_and_name_reach_squeue_and_sacct(slurm: CliSlurmClient, jobdir: 
     assert (found.name, found.comment, found.exit_code) == (name, comment, 0)
 
 
-def test_hold_update_release_cancel(slurm: CliSlurmClient, jobdir: Path) -> None:
+#: Traps USR1 (so the signal does not end the job) and says when the trap is in place.
+TRAP_USR1 = b"""#!/bin/bash
+trap 'echo USR1 > "got-$SLURM_JOB_ID"' USR1
+touch "ready-$SLURM_JOB_ID"
+while :; do sleep 600 & wait $!; done
+"""
+
+
+def _wait_file(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout}s"
+        time.sleep(0.5)
+
+
+def test_hold_update_release_signal_cancel(slurm: CliSlurmClient, jobdir: Path) -> None:
     job_id = submit(
         slurm,
-        SubmitRequest(script=SLEEP, job_name=f"mirage-t-hold-{tag()}", time_limit=600, hold=True),
+        SubmitRequest(
+            script=TRAP_USR1, job_name=f"mirage-t-hold-{tag()}", time_limit=600, hold=True
+        ),
         jobdir,
     )
     held = slurm.queue().by_id()[job_id]
@@ -166,7 +183,11 @@ def test_hold_update_release_cancel(slurm: CliSlurmClient, jobdir: Path) -> None
     assert slurm.queue().by_id()[job_id].time_limit == 1200
     slurm.release([job_id])
     wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, what="running after release")
+    # signal only once the batch shell has its trap: before that, USR1 would end the job
+    _wait_file(jobdir / f"ready-{job_id}")
     slurm.signal(job_id, "USR1")
+    _wait_file(jobdir / f"got-{job_id}")  # it reached the batch shell
+    assert slurm.queue().by_id()[job_id].state is JobState.RUNNING
     slurm.cancel([job_id])
     wait_for(slurm, job_id, lambda j: j.state is JobState.CANCELLED, what="cancelled")
     slurm.cancel([job_id])  # already finished: not an error
