@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mirage.trace.stats import quantile_summary
+
 _NAME_INDEX = r"^(?P<stem>.*[._-])(?P<idx>\d{1,6})$"
 
 
@@ -172,20 +174,6 @@ def find_chains(jobs: pd.DataFrame, params: ChainParams | None = None) -> Chains
     return Chains(chains, gaps[~np.isnan(gaps)].astype(np.int64))
 
 
-def _quantiles(values: np.ndarray) -> dict[str, float | int | None]:
-    if values.size == 0:
-        return {"count": 0, "p10": None, "p50": None, "p90": None, "mean": None, "max": None}
-    q = np.quantile(values.astype(np.float64), [0.1, 0.5, 0.9])
-    return {
-        "count": int(values.size),
-        "p10": float(q[0]),
-        "p50": float(q[1]),
-        "p90": float(q[2]),
-        "mean": float(values.mean()),
-        "max": int(values.max()),
-    }
-
-
 def chain_summary(
     chains: Chains, interruption_s: int = ChainParams.interruption_s
 ) -> dict[str, Any]:
@@ -201,7 +189,7 @@ def chain_summary(
         "links": links,
         "length_distribution": dist,
         "longest": int(lengths.max()) if len(lengths) else 0,
-        "gap_s": _quantiles(chains.gaps),
+        "gap_s": quantile_summary(chains.gaps),
         "interruption_threshold_s": interruption_s,
         "interruption_share": (interrupted / links) if links else None,
     }

@@ -11,24 +11,14 @@ from rich.table import Table
 
 from mirage.trace.chains import ChainParams, find_chains
 from mirage.trace.load import TraceLoad
+from mirage.trace.stats import quantile_summary
 from mirage.trace.tz import iso_utc
 
 TOP = 8
 
 
-def _stats(values: pd.Series) -> dict[str, Any]:
-    v = values.dropna().to_numpy(dtype=np.float64)
-    if v.size == 0:
-        return {"count": 0, "p10": None, "p50": None, "p90": None, "mean": None, "max": None}
-    q = np.quantile(v, [0.1, 0.5, 0.9])
-    return {
-        "count": int(v.size),
-        "p10": float(q[0]),
-        "p50": float(q[1]),
-        "p90": float(q[2]),
-        "mean": float(v.mean()),
-        "max": float(v.max()),
-    }
+def _stats(values: pd.Series) -> dict[str, float | int | None]:
+    return quantile_summary(values.dropna().to_numpy(dtype=np.float64))
 
 
 def _top(values: pd.Series, n: int = TOP) -> list[list[int | str]]:
