@@ -14,11 +14,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 from mirage.daemon.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from mirage.daemon.simdemo import DemoSpec
 
 config_option = click.option(
     "--config",
@@ -362,9 +365,45 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
     "--nodes",
     type=int,
     default=None,
-    help="--backend sim: nodes of partitions the profile leaves open.",
+    help="--backend sim: nodes of partitions the profile leaves open; with --demo-chains: "
+    "of the default partition (the replay's cluster, shrunk to make the queue busier).",
 )
 @click.option("--cycles", type=int, default=0, help="Stop after this many cycles (0: run on).")
+@click.option(
+    "--demo-chains",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--backend sim --trace: the demo. Run N chains on the replay with the policy, "
+    "again with reactive submission, and print the gap table (a temporary database).",
+)
+@click.option(
+    "--segments",
+    type=click.IntRange(min=2),
+    default=3,
+    show_default=True,
+    help="Demo: segments per chain.",
+)
+@click.option(
+    "--time-limit",
+    default="2:00:00",
+    show_default=True,
+    help="Demo: each segment's time limit (Slurm format).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["fixed-lead", "reactive"]),
+    default=None,
+    help="Demo: the daemon's policy (default: the configuration's).",
+)
+@click.option("--lead", "lead_s", type=int, default=None, help="Demo: fixed-lead's lead, seconds.")
+@click.option(
+    "--start-hours",
+    type=float,
+    default=None,
+    help="Demo: register the chains this many hours after the trace's first submit "
+    "(default: a busy instant, chosen by a quick replay).",
+)
+@json_option
 def daemon_cmd(
     *,
     config_path: str | None,
@@ -375,13 +414,32 @@ def daemon_cmd(
     trace_format: str | None,
     nodes: int | None,
     cycles: int,
+    demo_chains: int | None,
+    segments: int,
+    time_limit: str,
+    policy: str | None,
+    lead_s: int | None,
+    start_hours: float | None,
+    as_json: bool,
 ) -> None:
-    """Run the provisioner daemon (systemd: deploy/systemd/mirage.service)."""
+    """Run the provisioner daemon (systemd: deploy/systemd/mirage.service).
+
+    With `--backend sim --trace FILE --demo-chains N`: the daemon on a replayed real
+    trace, in accelerated time, against reactive submission (`make demo`), e.g.
+    `mirage daemon --backend sim --trace traces/ls6-a100-slice.log.gz
+    --profile models/ls6/profile.toml --nodes 70 --demo-chains 4`.
+    """
     from mirage.daemon.core import Daemon
     from mirage.daemon.identity import action_clients, owner_marker_check
     from mirage.daemon.service import open_store, run_service
 
     cfg = _config(config_path)
+    if demo_chains is not None:
+        if backend != "sim" or not trace_path:
+            raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
+        demo = _DemoArgs(demo_chains, segments, time_limit, policy, lead_s, start_hours)
+        _run_demo(cfg, profile_name, (trace_path, trace_format), nodes, demo, as_json=as_json)
+        return
     store = open_store(cfg)
     if backend == "sim":
         _run_sim(
@@ -509,3 +567,93 @@ def _replay_trace(sim: Any, profile: Any, path: str, fmt: str | None, t0: int) -
         for j in jobs
     )
     click.echo(f"replaying {len(jobs)} jobs of {path} from t={t0}", err=True)
+
+
+# ---- mirage daemon --backend sim --demo-chains N ------------------------------------------
+
+
+class _DemoArgs(NamedTuple):
+    chains: int
+    segments: int
+    time_limit: str
+    policy: str | None
+    lead_s: int | None
+    start_hours: float | None
+
+
+def _run_demo(
+    cfg: Config,
+    profile_name: str,
+    trace: tuple[str, str | None],
+    nodes: int | None,
+    args: _DemoArgs,
+    *,
+    as_json: bool,
+) -> None:
+    """The demo (mirage.daemon.simdemo): live view on the terminal, then the gap table."""
+    from rich.console import Console
+
+    from mirage.daemon.simdemo import render, run_demo
+
+    spec = _demo_spec(cfg, profile_name, trace, nodes, args)
+    # the view goes to stderr under --json, so that stdout is only the JSON
+    view = Console(stderr=as_json)
+    click.echo(_demo_intro(spec, nodes), err=True)
+    out = run_demo(spec, cfg, view)
+    if as_json:
+        _echo_json(out)
+        return
+    console = Console()
+    render(out, console if console.is_terminal else Console(width=max(console.width, 110)))
+
+
+def _demo_spec(
+    cfg: Config,
+    profile_name: str,
+    trace: tuple[str, str | None],
+    nodes: int | None,
+    args: _DemoArgs,
+) -> DemoSpec:
+    from mirage.daemon.chains import ChainSpecError, parse_time_limit
+    from mirage.daemon.simdemo import DemoError, DemoSpec, load_jobs
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.sim.calibrate import with_settings
+    from mirage.trace.load import TraceFormatError
+
+    try:
+        limit = parse_time_limit(args.time_limit)
+        profile = with_settings(load_profile(profile_name), nodes)
+        if profile.partition().nodes is None:
+            raise click.UsageError(f"profile {profile.name!r} leaves node counts open: --nodes N")
+        jobs = load_jobs(trace[0], trace[1], profile)
+    except (ChainSpecError, ProfileError, DemoError, TraceFormatError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"{trace[0]}: {exc}") from exc
+    max_time = profile.partition().max_time_s
+    if max_time is not None and limit > max_time:
+        raise click.UsageError(f"--time-limit {args.time_limit} is over the partition's limit")
+    start = None
+    if args.start_hours is not None:
+        start = jobs[0].submit + int(args.start_hours * 3600)
+    return DemoSpec(
+        profile=profile,
+        jobs=jobs,
+        trace=trace[0],
+        chains=args.chains,
+        segments=args.segments,
+        time_limit_s=limit,
+        policy=args.policy or cfg.policy.default,
+        lead_s=cfg.policy.lead_s if args.lead_s is None else args.lead_s,
+        start=start,
+    )
+
+
+def _demo_intro(spec: DemoSpec, nodes: int | None) -> str:
+    part = spec.profile.partition()
+    shrunk = f" (--nodes {nodes}: fewer than the profile's, for a busier queue)" if nodes else ""
+    return (
+        f"demo: {spec.chains} chains x {spec.segments} segments on {len(spec.jobs)} replayed "
+        f"jobs of {spec.trace}, cluster {spec.profile.name}: {part.nodes} nodes of "
+        f"{part.name}{shrunk}; policy {spec.policy}, then reactive on the same replay"
+    )

@@ -1,0 +1,562 @@
+"""The daemon on a replayed real trace, in accelerated time, against reactive submission.
+
+``mirage daemon --backend sim --trace FILE --demo-chains N`` (``make demo``):
+
+1. the trace is replayed in the simulator (``mirage.sim``) up to a busy instant: by
+   default the hour whose following ``segments`` time limits see the longest queue;
+2. N chains of K segments (1 node, all its GPUs) are registered there, and the real
+   ``Daemon.cycle(now)`` runs every ``poll_interval_s`` of simulated time, as fast as
+   the machine goes, until every chain has ended; a live ``mirage status`` table shows
+   them (plain periodic lines when the output is not a terminal);
+3. the same warm cluster (a ``fork()``: the simulator is deterministic) runs the same
+   chains again with the ``reactive`` policy, the behaviour without Mirage;
+4. a gap table compares, per transition k -> k+1, gap, interruption, overlap and
+   J = interruption + alpha * overlap (``mirage.policy.cost``) of the two runs.
+
+A successor that starts while its predecessor runs gets the daemon's handoff signal;
+the simulated job then checkpoints and exits at once, as ``deploy/examples`` does. The
+cut-short segment counts for the time it ran, so such a chain may need one more (short)
+segment than the reactive run: its extra transition has no reactive counterpart ("-").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import select
+
+from mirage.daemon.config import Config, PolicySection
+from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.store import (
+    Chain,
+    ChainState,
+    Segment,
+    Store,
+    Submission,
+    new_chain_id,
+)
+from mirage.policy.cost import DEFAULT_ALPHA, Transition
+from mirage.profile.schema import ClusterProfile
+from mirage.sim import Simulation
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.workload import JobSpec
+from mirage.slurm.types import SlurmJob
+
+SCRIPT = (
+    b"#!/bin/bash\n# mirage demo segment: simulated, never executed\npython train.py --resume\n"
+)
+HOUR = 3600
+METRICS = ("gap", "interruption", "overlap", "cost")
+
+
+class DemoError(ValueError):
+    """The demo cannot run as asked (the message says why)."""
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    """What to replay and which chains to run on it."""
+
+    profile: ClusterProfile  # node counts filled in
+    jobs: tuple[JobSpec, ...]  # the trace, ready to replay (``prepare_trace``)
+    trace: str = ""
+    chains: int = 4
+    segments: int = 3
+    time_limit_s: int = 2 * HOUR
+    policy: str = "fixed-lead"
+    lead_s: int = 900
+    start: int | None = None  # replay instant the chains are registered at; None: busiest
+    max_sim_s: int = 14 * 86400  # give up after this much simulated time
+    alpha: float = DEFAULT_ALPHA
+
+
+class HandoffSimClient(SimSlurmClient):
+    """The simulator, whose jobs checkpoint and exit when the daemon signals a handoff."""
+
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        super().signal(job_id, signal, batch_only)
+        self.cancel([job_id])
+
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        """``SimSlurmClient.accounting``'s answer, without a view of every job ever run.
+
+        A replay holds months of finished trace jobs; building each one's view every
+        cycle was most of the demo's time. The filter is the parent's, applied first.
+        """
+        self._sync()
+        sim = self.sim
+        upto = sim.now if end is None else end
+        live = {v.job_id: v for v in sim.pending_jobs() + sim.running_jobs()}
+        out = []
+        for i, spec in enumerate(sim.specs):
+            state, ended = sim.state[i], sim.end[i]
+            if state is None or spec.submit > upto:
+                continue
+            if state.is_finished and ended is not None and ended < start:
+                continue
+            job_id = str(i + sim.first_id)
+            out.append(self._record(live.get(job_id) or sim.view(job_id)))
+        return out
+
+
+# ---- the replayed cluster ----------------------------------------------------------------
+
+
+def load_jobs(path: str, fmt: str | None, profile: ClusterProfile) -> tuple[JobSpec, ...]:
+    """A trace's jobs as ``mirage simulate`` replays them (dependency holds included)."""
+    from mirage.sim.calibrate import prepare_trace
+    from mirage.trace.readers import load_trace
+
+    table = load_trace(path, fmt).jobs
+    nodes = profile.partition().nodes
+    jobs = prepare_trace(table, profile, max_nodes=nodes).jobs
+    if not jobs:
+        raise DemoError(f"{path}: no job the simulator can replay")
+    return tuple(jobs)
+
+
+def replay_to(spec: DemoSpec, t: int, *, estimates: bool = True) -> Simulation:
+    """A fresh replay of the trace, run up to ``t``."""
+    sim = Simulation(spec.profile, start_time=spec.jobs[0].submit, track_estimates=estimates)
+    sim.add_jobs(spec.jobs)
+    sim.run_until(t)
+    return sim
+
+
+def busiest_start(spec: DemoSpec) -> int:
+    """An hour with no queue whose transitions (1 .. K-1 limits later) see the longest one.
+
+    One fast replay samples the number of pending jobs every hour; the score of an hour t
+    is the sum of those counts over [t + limit, t + K x limit], where the chains' segments
+    end if they start at once. Only hours with an empty queue qualify (when there is one):
+    the first segments then start at once, like chains already under way when the queue
+    fills, and the transitions, where pre-submission matters, meet the busy hours.
+    """
+    sim = replay_to(spec, spec.jobs[0].submit, estimates=False)
+    first, last = spec.jobs[0].submit, spec.jobs[-1].submit
+    counts: list[int] = []
+    t = first
+    while t <= last:
+        sim.run_until(t)
+        counts.append(len(sim.pending))
+        t += HOUR
+    lo = max(1, spec.time_limit_s // HOUR)
+    hi = max(lo, spec.segments * spec.time_limit_s // HOUR)
+    scores = [sum(counts[i + lo : i + hi + 1]) for i in range(len(counts))]
+    idle = any(c == 0 for c in counts)
+    best = max(range(len(scores)), key=lambda i: (counts[i] == 0 or not idle, scores[i], -i))
+    return first + best * HOUR
+
+
+def queue_load(sim: Simulation) -> dict[str, int]:
+    """Pending jobs, and busy / total nodes of the default partition's size."""
+    busy = sum(v.spec.nodes for v in sim.running_jobs())
+    return {"pending": len(sim.pending), "busy_nodes": busy, "nodes": sim.total_nodes}
+
+
+# ---- chains and one daemon run -------------------------------------------------------------
+
+
+def demo_chain(spec: DemoSpec, k: int, owner: str) -> Chain:
+    part = spec.profile.partition()
+    return Chain(
+        id=new_chain_id(),
+        name=f"demo-{k}",
+        cluster="",
+        owner=owner,
+        uid=os.getuid(),
+        gid=os.getgid(),
+        groups=[],
+        state=ChainState.ACTIVE,
+        reason="",
+        script=SCRIPT,
+        script_sha256=hashlib.sha256(SCRIPT).hexdigest(),
+        script_path="demo.sbatch",
+        chdir=str(Path.cwd()),
+        export="NONE",
+        environment={},
+        sbatch_args=[],
+        partition=part.name,
+        time_limit_s=spec.time_limit_s,
+        nodes=1,
+        gpus_per_node=part.gpus_per_node,
+        gres=f"gpu:{part.gpus_per_node}" if part.gpus_per_node else None,
+        segments_target=spec.segments,
+        until_file=None,
+        trained_s=0,
+        next_index=0,
+        policy="",
+        rejections=0,
+    )
+
+
+@dataclass
+class RunResult:
+    """One daemon run over the replay: what happened to each chain and transition."""
+
+    policy: str
+    transitions: dict[tuple[str, int], Transition]  # (chain name, successor index k+1)
+    presubmitted: dict[tuple[str, int], bool]
+    chains: dict[str, dict[str, Any]]  # name -> state, segments run, trained_s
+    jobs_per_segment: dict[tuple[str, int], int]  # Slurm jobs per (chain, index)
+    cycles: int = 0
+    max_reads_per_cycle: int = 0
+    wall_s: float = 0.0
+    simulated_s: int = 0
+    finished: bool = False
+
+
+class View(Protocol):
+    def update(self, now: int, store: Store, sim: Simulation, *, final: bool = False) -> None: ...
+
+
+def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
+    """The user's configuration, with the demo's policy (the database is the demo's)."""
+    pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive")
+    cap = max(base.daemon.max_submits_per_cycle, spec.chains)
+    daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)
+    return dataclasses.replace(base, daemon=daemon, policy=pol)
+
+
+def run_chains(
+    spec: DemoSpec, warm: Simulation, policy: str, base: Config, *, view: View, workdir: Path
+) -> RunResult:
+    """Register the chains at ``warm.now`` and cycle the daemon until they have all ended."""
+    sim = warm.fork()
+    owner = getpass.getuser()
+    client = HandoffSimClient(sim, user=owner)
+    store = Store.open(f"sqlite:///{workdir / f'demo-{policy}.sqlite'}")
+    start = sim.now
+    for k in range(spec.chains):  # no intent: the daemon submits segment 1 at its first cycle
+        register_chain(store, demo_chain(spec, k + 1, owner), start, first_intent=False)
+    cfg = daemon_config(base, spec, policy)
+    daemon = Daemon(store, client, config=cfg, profile=spec.profile)
+    result = RunResult(policy, {}, {}, {}, {})
+    ended: set[str] = set()
+    t, started = start, time.perf_counter()
+    while t <= start + spec.max_sim_s and len(ended) < spec.chains:
+        client.advance_to(t)
+        report = daemon.cycle(t)
+        ended.update(report.ended)
+        result.cycles += 1
+        result.max_reads_per_cycle = max(result.max_reads_per_cycle, report.slurm_reads)
+        view.update(t, store, sim)
+        t += cfg.daemon.poll_interval_s
+    result.wall_s = time.perf_counter() - started
+    result.simulated_s = t - start
+    result.finished = len(ended) == spec.chains
+    view.update(t, store, sim, final=True)
+    collect(store, result)
+    store.engine.dispose()
+    return result
+
+
+def collect(store: Store, result: RunResult) -> None:
+    """Chains, jobs per segment, and every transition, as the daemon records it.
+
+    Times come from the segments the daemon tracked (what squeue/sacct said), paired as
+    ``Daemon._transitions`` pairs them: segment k+1 started, segment k started and ended.
+    """
+    with store.sessions() as s:
+        chains = list(s.scalars(select(Chain)))
+        names = {c.id: c.name for c in chains}
+        for c in chains:
+            result.chains[c.name] = {
+                "state": c.state.value,
+                "reason": c.reason,
+                "trained_s": c.trained_s,
+                "budget_s": c.budget_s,
+                "segments_run": c.next_index,
+            }
+        for sub in s.scalars(select(Submission)):
+            if sub.state.has_job:
+                key = (names[sub.chain_id], sub.index)
+                result.jobs_per_segment[key] = result.jobs_per_segment.get(key, 0) + 1
+        segs = s.scalars(select(Segment).order_by(Segment.chain_id, Segment.index)).all()
+    by_key = {(names[g.chain_id], g.index): g for g in segs}
+    for (name, k), succ in sorted(by_key.items()):
+        pred = by_key.get((name, k - 1))
+        if pred is None or pred.start is None or pred.end is None or succ.start is None:
+            continue
+        limit = pred.time_limit_s or 0
+        result.transitions[(name, k)] = Transition(pred.start, limit, pred.end, succ.start)
+        result.presubmitted[(name, k)] = succ.presubmitted
+
+
+# ---- the comparison --------------------------------------------------------------------------
+
+
+def _side(t: Transition | None, presubmitted: bool, alpha: float) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {
+        "gap": t.gap,
+        "interruption": t.interruption,
+        "overlap": t.overlap,
+        "cost": t.cost(alpha),
+        "presubmitted": presubmitted,
+    }
+
+
+def _means(rows: list[dict[str, Any]], side: str) -> dict[str, float | None]:
+    vals = [r[side] for r in rows if r[side] is not None]
+    out: dict[str, float | None] = {m: None for m in METRICS}
+    if vals:
+        out = {m: sum(v[m] for v in vals) / len(vals) for m in METRICS}
+    out["transitions"] = len(vals)
+    out["total_cost"] = sum(v["cost"] for v in vals)
+    return out
+
+
+def _run_summary(r: RunResult) -> dict[str, Any]:
+    return {
+        "policy": r.policy,
+        "finished": r.finished,
+        "cycles": r.cycles,
+        "simulated_s": r.simulated_s,
+        "wall_s": round(r.wall_s, 3),
+        "max_slurm_reads_per_cycle": r.max_reads_per_cycle,
+        "chains": r.chains,
+        "max_jobs_per_segment": max(r.jobs_per_segment.values(), default=0),
+    }
+
+
+def compare(spec: DemoSpec, policy: RunResult, reactive: RunResult) -> dict[str, Any]:
+    """The gap table: one row per transition of either run, both sides, and the means."""
+    rows = []
+    for name, k in sorted(set(policy.transitions) | set(reactive.transitions)):
+        key = (name, k)
+        rows.append(
+            {
+                "chain": name,
+                "transition": f"{k}->{k + 1}",
+                "policy": _side(
+                    policy.transitions.get(key), policy.presubmitted.get(key, False), spec.alpha
+                ),
+                "reactive": _side(
+                    reactive.transitions.get(key), reactive.presubmitted.get(key, False), spec.alpha
+                ),
+            }
+        )
+    return {
+        "alpha": spec.alpha,
+        "transitions": rows,
+        "mean": {"policy": _means(rows, "policy"), "reactive": _means(rows, "reactive")},
+        "runs": {"policy": _run_summary(policy), "reactive": _run_summary(reactive)},
+    }
+
+
+# ---- views -----------------------------------------------------------------------------------
+
+
+def _dur(s: float | None, signed: bool = False) -> str:
+    if s is None:
+        return "-"
+    sign = "-" if s < 0 else ("+" if signed and s > 0 else "")
+    m = round(abs(s) / 60)
+    h, m = divmod(m, 60)
+    return f"{sign}{h}h{m:02d}m" if h else f"{sign}{m}m"
+
+
+def _stamp(t: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) + "Z"
+
+
+def _status_rows(store: Store, now: int) -> list[dict[str, Any]]:
+    from mirage.daemon.status import status
+
+    rows: list[dict[str, Any]] = status(store, now, None)["chains"]
+    return rows
+
+
+def _headline(label: str, now: int, start: int, sim: Simulation) -> str:
+    q = queue_load(sim)
+    return (
+        f"{label}: simulated {_stamp(now)} (+{_dur(now - start)}); queue {q['pending']} "
+        f"pending, {q['busy_nodes']}/{q['nodes']} nodes busy"
+    )
+
+
+def _chain_cells(r: dict[str, Any], now: int) -> list[str]:
+    succ, at = r["successor_job_id"], r["successor_submitted_at"]
+    successor = "-"
+    if succ and at is not None:
+        successor = f"{succ} {r['successor_state'] or ''} (pre-submitted {_dur(now - at)} ago)"
+    return [
+        r["name"],
+        f"{r['segment'] or '-'}/{r['segments']}",
+        str(r["job_id"] or "-"),
+        r["job_state"] or "-" if r["state"] == "ACTIVE" else r["state"],
+        _dur(r["time_left_s"]),
+        successor,
+        _dur(r["trained_s"]),
+    ]
+
+
+class LiveView:
+    """A rich Live table of the chains (what ``mirage status`` shows), redrawn as it goes."""
+
+    MIN_REDRAW_S = 0.1  # redraws cost DB reads: a few per wall second is enough to watch
+
+    def __init__(self, live: Any, label: str, start: int) -> None:
+        self.live, self.label, self.start = live, label, start
+        self._drawn = 0.0
+
+    def update(self, now: int, store: Store, sim: Simulation, *, final: bool = False) -> None:
+        wall = time.perf_counter()
+        if not final and wall - self._drawn < self.MIN_REDRAW_S:
+            return
+        self._drawn = wall
+        from rich.table import Table
+
+        table = Table(title=_headline(self.label, now, self.start, sim), title_justify="left")
+        for col in ("chain", "segment", "job", "state", "left", "successor", "trained"):
+            table.add_column(col)
+        for r in _status_rows(store, now):
+            table.add_row(*_chain_cells(r, now))
+        self.live.update(table, refresh=True)
+
+
+class LineView:
+    """Plain lines (not a terminal): one every ``every_s`` of simulated time, and the last."""
+
+    def __init__(self, echo: Any, label: str, start: int, every_s: int = 2 * HOUR) -> None:
+        self.echo, self.label, self.start, self.every_s = echo, label, start, every_s
+        self._next = start
+
+    def update(self, now: int, store: Store, sim: Simulation, *, final: bool = False) -> None:
+        if not final and now < self._next:
+            return
+        self._next = now + self.every_s
+        parts = [
+            f"{c[0]} {c[1]} {c[3]}" + (" +succ" if c[5] != "-" else "")
+            for c in (_chain_cells(r, now) for r in _status_rows(store, now))
+        ]
+        self.echo(_headline(self.label, now, self.start, sim) + " | " + "; ".join(parts))
+
+
+@contextmanager
+def make_view(console: Any, label: str, start: int) -> Iterator[View]:
+    """LiveView on a terminal, LineView otherwise (``console``: a rich Console)."""
+    if not console.is_terminal:
+        yield LineView(
+            lambda line: console.print(line, highlight=False, soft_wrap=True), label, start
+        )
+        return
+    from rich.live import Live
+
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+        yield LiveView(live, label, start)
+
+
+# ---- the whole demo --------------------------------------------------------------------------
+
+
+def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
+    """Warm the replay, run the policy then reactive on forks of it, compare (JSON-able)."""
+    start = spec.start if spec.start is not None else busiest_start(spec)
+    warm = replay_to(spec, start)
+    load = queue_load(warm)
+    runs: list[RunResult] = []
+    with tempfile.TemporaryDirectory(prefix="mirage-demo-") as tmp:
+        for policy in (spec.policy, "reactive"):
+            label = policy if policy != "fixed-lead" else f"fixed-lead (lead {_dur(spec.lead_s)})"
+            with make_view(console, label, start) as view:
+                runs.append(run_chains(spec, warm, policy, base, view=view, workdir=Path(tmp)))
+    out = compare(spec, runs[0], runs[1])
+    part = spec.profile.partition()
+    out["setup"] = {
+        "trace": spec.trace,
+        "profile": spec.profile.name,
+        "partition": part.name,
+        "nodes": part.nodes,
+        "start": start,
+        "start_utc": _stamp(start),
+        "queue_at_start": load,
+        "chains": spec.chains,
+        "segments": spec.segments,
+        "time_limit_s": spec.time_limit_s,
+        "policy": spec.policy,
+        "lead_s": spec.lead_s if spec.policy == "fixed-lead" else None,
+        "baseline": "reactive",
+        "poll_interval_s": daemon_config(base, spec, spec.policy).daemon.poll_interval_s,
+        "handoff": base.daemon.handoff,
+    }
+    return out
+
+
+def render(out: dict[str, Any], console: Any) -> None:
+    """The final gap table (rich), and one honest sentence about it."""
+    from rich.table import Table
+
+    setup, pol = out["setup"], out["setup"]["policy"]
+    table = Table(
+        title=f"Gaps per transition: {pol} vs reactive, same chains on the same replay",
+    )
+    table.add_column("chain")
+    table.add_column("k->k+1")
+    for side in (pol, "reactive"):
+        for m in ("gap", "interr.", "overlap", "J"):
+            table.add_column(f"{side}\n{m}" if m == "gap" else m, justify="right")
+    for r in out["transitions"]:
+        table.add_row(r["chain"], r["transition"], *_cells(r["policy"]), *_cells(r["reactive"]))
+    means = out["mean"]
+    table.add_section()
+    table.add_row("mean", "", *_cells(means["policy"]), *_cells(means["reactive"]))
+    console.print(table)
+    console.print(
+        "gap = successor start - planned end (signed); interr. = interruption, training "
+        "idle; overlap = allocation held twice or given up by a handoff; "
+        f"J = interruption + {out['alpha']:g} x overlap; * = pre-submitted",
+        highlight=False,
+    )
+    console.print(verdict(out), highlight=False)
+    q = setup["queue_at_start"]
+    console.print(
+        f"replay: {setup['trace']} on {setup['profile']} ({setup['nodes']} nodes of "
+        f"{setup['partition']}), chains registered at {setup['start_utc']} with "
+        f"{q['pending']} jobs pending; {setup['chains']} chains x {setup['segments']} "
+        f"segments of {_dur(setup['time_limit_s'])}, 1 node each; daemon polls every "
+        f"{setup['poll_interval_s']} s",
+        highlight=False,
+    )
+
+
+def _cells(v: dict[str, Any] | None) -> list[str]:
+    if v is None:
+        return ["-"] * 4
+    star = "*" if v.get("presubmitted") else ""
+    return [
+        _dur(v["gap"], signed=True) + star,
+        _dur(v["interruption"]),
+        _dur(v["overlap"]),
+        _dur(v["cost"]),
+    ]
+
+
+def verdict(out: dict[str, Any]) -> str:
+    pol, base = out["mean"]["policy"], out["mean"]["reactive"]
+    name = out["setup"]["policy"]
+    if pol["cost"] is None or base["cost"] is None:
+        return "no transition to compare (did the chains finish? see the runs in --json)"
+    a, b = pol["cost"], base["cost"]
+    if a < b:
+        how = f"{(b - a) / b:.0%} lower than reactive" if b else "lower"
+    elif a > b:
+        how = "higher than reactive: on this replay the policy does worse"
+    else:
+        how = "the same as reactive"
+    return (
+        f"mean J per transition: {name} {_dur(a)} ({pol['transitions']} transitions), "
+        f"reactive {_dur(b)} ({base['transitions']}): {how}"
+    )
