@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import time
 from collections import defaultdict
@@ -73,6 +74,21 @@ CURSOR_KEY = "accounting_cursor"
 ActionClients = Callable[[Chain], SlurmClient]
 #: chain -> does its completion marker exist (None: could not check)
 MarkerCheck = Callable[[Chain], bool | None]
+
+#: Test hook (tests/slurm/test_daemon_process.py): ``MIRAGE_FAULT=<point>`` in the daemon's
+#: environment makes the process SIGKILL itself the first time it reaches that point, so
+#: that crash recovery is tested on the real process and cluster. Read once per Daemon;
+#: unset or empty, it is inert; an unknown point is refused (a typo must not pass silently).
+FAULT_POINTS = frozenset({"after-intent", "after-sbatch", "during-handoff"})
+
+
+def _fault_from_env() -> str:
+    point = os.environ.get("MIRAGE_FAULT", "")
+    if point and point not in FAULT_POINTS:
+        raise ValueError(f"MIRAGE_FAULT={point!r}: valid points are {sorted(FAULT_POINTS)}")
+    if point:
+        log.warning("test hook armed: SIGKILL at %s (MIRAGE_FAULT)", point)
+    return point
 
 
 def find_token(job: SlurmJob) -> str | None:
@@ -168,6 +184,12 @@ class Daemon:
         self._last_ok_poll: int | None = int(cursor) if cursor else None
         self._test_only_left = 0
         self.last_report: CycleReport | None = None
+        self._fault = _fault_from_env()
+
+    def _fault_point(self, point: str) -> None:
+        """kill -9 here when MIRAGE_FAULT names this point (see FAULT_POINTS)."""
+        if self._fault == point:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # ---- the cycle -----------------------------------------------------------------
 
@@ -550,6 +572,7 @@ class Daemon:
             log.warning("handoff signal to %s failed: %s", pred.job_id, exc)
             s.add(event_row(now, "handoff.failed", chain.id, str(exc), job_id=pred.job_id))
             return
+        self._fault_point("during-handoff")  # signal sent, not yet recorded
         pred.signalled_at = now
         report.signalled.append(pred.job_id)
         self.metrics.handoffs.inc()
@@ -828,8 +851,10 @@ class Daemon:
             ),
         )
         s.commit()  # the intent is durable before sbatch runs
+        self._fault_point("after-intent")
         self.metrics.slurm_commands.labels("sbatch").inc()
         outcome = perform_submission(s, chain, sub, self.action_clients(chain), now)
+        self._fault_point("after-sbatch")  # the job exists; its id is not committed
         if outcome == "rejected":
             report.rejected.append(sub.token)
             self.metrics.presubmissions.labels("rejected").inc()
