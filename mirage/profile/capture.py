@@ -88,12 +88,26 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         return int(value) * unit if value.isdigit() else default
 
     max_age = parse_slurm_duration(config.get("PriorityMaxAge", "7-00:00:00"))
+    # Fair-share: the simulator models Slurm's classic algorithm (PriorityFlags=
+    # NO_FAIR_TREE; on a Fair Tree cluster, Slurm >= 19.05's default, an approximation).
+    # It is switched on where jobs must carry an association (AccountingStorageEnforce
+    # with associations, or limits/qos/safe, which imply them) and the weight is set;
+    # without enforcement (the test cluster), sprio shows no fair-share term.
+    # PriorityDecayHalfLife: "7-00:00:00" (Slurm's default); "00:00:00" or NONE: no decay.
+    enforce = {e.strip().lower() for e in config.get("AccountingStorageEnforce", "").split(",")}
+    assoc = bool(enforce & {"associations", "limits", "qos", "safe"})
+    fs_weight = num("PriorityWeightFairShare", 0)
+    try:
+        half_life = parse_slurm_duration(config.get("PriorityDecayHalfLife", "7-00:00:00"))
+    except ValueError:
+        half_life = defaults.priority_decay_half_life_s
     return SchedulerSettings(
         priority_weight_age=num("PriorityWeightAge", 0),
         priority_weight_job_size=num("PriorityWeightJobSize", 0),
-        priority_weight_fairshare=num("PriorityWeightFairShare", 0),
+        priority_weight_fairshare=fs_weight,
         priority_weight_partition=num("PriorityWeightPartition", 0),
         priority_max_age_s=defaults.priority_max_age_s if max_age is None else max_age,
+        priority_decay_half_life_s=0 if half_life is None else half_life,
         priority_favor_small=config.get("PriorityFavorSmall", "No").lower() in ("yes", "1"),
         backfill="slurm",
         bf_interval_s=param("bf_interval", defaults.bf_interval_s),
@@ -101,6 +115,7 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         bf_resolution_s=param("bf_resolution", defaults.bf_resolution_s),
         bf_max_job_test=param("bf_max_job_test", defaults.bf_max_job_test),
         sched_interval_s=param("sched_interval", defaults.sched_interval_s),
+        fairshare="classic" if assoc and fs_weight > 0 else "none",
     )
 
 

@@ -34,6 +34,14 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
                                         # free CPUs, as select/cons_tres) on shared nodes
     bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
                                         # its nodes whole (sched/backfill's node bitmaps)
+    fairshare = "none"                  # "classic": Slurm's classic fair-share factor,
+                                        # weighted by priority_weight_fairshare, per user;
+                                        # "none": no fair-share term (as on a cluster whose
+                                        # jobs carry no association: the test cluster's
+                                        # sprio shows none despite a weight of 10000)
+    priority_decay_half_life_s = 604800 # PriorityDecayHalfLife of fair-share usage
+                                        # (Slurm default 7-0; 0: usage never decays)
+    fairshare_usage = "cpus"            # usage billed per allocated "cpus" or "gpus"
 
     [[partitions]]                      # one or more
     name = "gpu-a100"                   # required
@@ -78,6 +86,9 @@ class SchedulerSettings:
     limit_check_interval_s: int | None = None
     node_choice: Literal["lowest", "best_fit"] = "lowest"
     bf_reserve_whole_nodes: bool = False
+    fairshare: Literal["none", "classic"] = "none"
+    priority_decay_half_life_s: int = 7 * 86400
+    fairshare_usage: Literal["cpus", "gpus"] = "cpus"
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,25 @@ pass computes every priority in one vectorised expression (the same float arithm
 resources at all. Without ``track_estimates``, backfill stops planning a partition once
 nothing in it is free now: later reservations could only move estimates, never starts.
 
-Modelling choices: priority = age (capped) + job size + partition weight, at every pass
-or as of the last recalculation; no fair-share yet.
+Modelling choices: priority = age (capped) + job size + partition weight (+ fair-share,
+below), at every pass or as of the last recalculation.
+
+Fair-share (``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0; off by
+default, and then nothing of it runs): Slurm's classic algorithm (priority/multifactor with
+PriorityFlags=NO_FAIR_TREE, https://slurm.schedmd.com/classic_fair_share.html and
+https://slurm.schedmd.com/priority_multifactor.html), on a flat tree of users (the job's
+``user``; every user known to the simulation, i.e. of every job added so far, is an
+association). A user's raw usage is the decayed integral of their running jobs' billing
+(allocated CPUs, or GPUs with ``fairshare_usage = "gpus"``) over time, with half-life
+``priority_decay_half_life_s`` (PriorityDecayHalfLife; 0: no decay): usage(t) = sum over
+jobs of billing x integral of 2^(-(t - x)/half-life) dx over the job's run up to t.
+Normalised usage U = usage / all users' usage, normalised shares S = shares / all users'
+shares (equal unless ``Simulation(fairshare_shares=...)``), and the factor F = 2^(-U/S) (F
+= 1 while nobody has used anything). Slurm accrues running jobs' usage and decays it every
+PriorityCalcPeriod; here it is kept in closed form per user (sums over completed and
+running jobs, updated in O(1) at each start and end), so usage is exact at any instant,
+priorities use it as of the last calculation (``_prio_time``), and the per-user factors are
+computed in one numpy expression per pass.
 
 Optional Slurm details (``SchedulerSettings``; the defaults keep the simpler model, which
 the ls6 calibration used; mirage.sim.fidelity switches them all on to match Slurm 22.05
@@ -179,6 +196,15 @@ class Simulation:
         "_ppart",
         "_pnodes",
         "_next_nodes",
+        "_users",
+        "_uidx",
+        "_puser",
+        "_fs_c",
+        "_fs_a",
+        "_fs_b",
+        "_fs_run",
+        "_fs_shares",
+        "_fs_snap",
     )
 
     def __init__(
@@ -193,6 +219,7 @@ class Simulation:
         priority_calc_period_s: int | None = None,
         priority_calc_phase_s: int = 0,
         limit_check_phase_s: int | None = None,
+        fairshare_shares: Mapping[str, float] | None = None,
     ) -> None:
         """``nodes`` overrides the profile's node count (an int: the default partition).
 
@@ -213,6 +240,9 @@ class Simulation:
         limits are checked at this phase + k x interval (slurmctld's cycle, also counted
         from its start); None: the phase is unknown, and a job past its limit ends half an
         interval after it (the mean delay).
+
+        ``fairshare_shares``: fair-share shares per user (others get 1); only used with
+        the profile's ``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0.
         """
         self.profile = profile
         self.sched = profile.scheduler
@@ -261,9 +291,25 @@ class Simulation:
         self._dirty_bf = False
         self._next_tick: int | None = None
         self._in_step = False
-        self.events = 0
-        self.main_passes = 0
-        self.backfill_passes = 0
+        self._init_fairshare(start_time, fairshare_shares)
+        self.events = self.main_passes = self.backfill_passes = 0
+
+    def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
+        """Fair-share state (see the module docstring): per user, in closed form."""
+        self._share_of = dict(shares or {})
+        self._users: dict[str, int] = {}  # user name -> user number
+        self._uidx: list[int] = []  # job -> user number
+        self._puser = np.zeros(len(self._pidx), dtype=np.int64)  # pool slot -> user number
+        self._fs_c: list[float] = []  # completed jobs' usage (as _fs_usage stores it)
+        self._fs_a: list[float] = []  # running jobs: sum of billing x w(start)
+        self._fs_b: list[float] = []  # running jobs: sum of billing
+        self._fs_run: dict[int, float] = {}  # running job -> its billing
+        self._fs_shares: list[float] = []  # user number -> shares
+        self._fs_base = start_time  # w(t) counts from here (moved on now and then)
+        self._fs_version = 0  # bumped at every change of the sums or of the users
+        self._fs_snap = np.zeros(0)  # usage as of _fs_snap_t (with a calc period)
+        self._fs_snap_t: int | None = None
+        self._fs_cache: tuple[int, int, np.ndarray] | None = None  # (time, version, F)
 
     def _configure(self, calc_period: int | None, calc_phase: int, check_phase: int | None) -> None:
         """The optional Slurm details (``SchedulerSettings``) and the controller's clocks."""
@@ -274,6 +320,9 @@ class Simulation:
         self.limit_check_phase_s = check_phase
         self._best_fit = self.sched.node_choice == "best_fit"
         self._size_changes = False  # some pooled job's size term changes at recalculation
+        self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
+        self._fs_half = max(0, self.sched.priority_decay_half_life_s)
+        self._fs_gpus = self.sched.fairshare_usage == "gpus"
 
     def _build_nodes(
         self,
@@ -419,6 +468,15 @@ class Simulation:
         self.dep_state.append(DEP_WAIT if deps else DEP_OK)
         self.estimate.append(None)
         self._slot.append(-1)
+        u = self._users.get(spec.user)
+        if u is None:
+            u = self._users[spec.user] = len(self._users)
+            self._fs_c.append(0.0)
+            self._fs_a.append(0.0)
+            self._fs_b.append(0.0)
+            self._fs_shares.append(float(self._share_of.get(spec.user, 1.0)))
+            self._fs_version += 1
+        self._uidx.append(u)
         for _, parent in deps:
             self.children[parent] = (*self.children.get(parent, ()), i)
         self.heap.append((spec.submit, SUBMIT, i))  # callers heapify
@@ -471,6 +529,7 @@ class Simulation:
             self._size_changes = True
         self._ppart[n] = self._part_no[self.specs[i].partition]
         self._pnodes[n] = self.dem[i][0]
+        self._puser[n] = self._uidx[i]
         self._slot[i] = n
         self._pn = n + 1
         self._pool_sync(i)
@@ -510,6 +569,7 @@ class Simulation:
             ("_psub", 0.0),
             ("_ppart", 0),
             ("_pnodes", 0),
+            ("_puser", 0),
         ):
             old = getattr(self, name)
             new = np.full(size, fill, dtype=old.dtype)
@@ -544,9 +604,11 @@ class Simulation:
             ws = self._pws[slots]
             if self._size_changes:
                 ws = np.where(self._psub[slots] <= calc, self._pwsx[slots], ws)
-            prio = (s.priority_weight_age * f_age + ws + s.priority_weight_partition).astype(
-                np.int64
-            )
+            value = s.priority_weight_age * f_age + ws + s.priority_weight_partition
+            if self._fs_on:
+                fs = self._fs_factors()[self._puser[slots]]
+                value = value + s.priority_weight_fairshare * fs
+            prio = value.astype(np.int64)
         return np.asarray(-prio * KEY_SHIFT + idx)
 
     @staticmethod
@@ -559,6 +621,106 @@ class Simulation:
             yield from (head & KEY_MASK).tolist()
             keys = keys[part[first:]]
         yield from (np.sort(keys) & KEY_MASK).tolist()
+
+    # ---- fair-share ----------------------------------------------------------------
+    # Per user u, with w(t) = 2^((t - base) / half-life) (w(t) = t - base without decay):
+    #   C[u] = sum over its completed jobs of billing x (w(end) - w(start))
+    #   A[u] = sum over its running jobs of billing x w(start);  B[u] = their billing
+    # and usage(t) = k (C + B w(t) - A) / w(t), k = half-life / ln 2 (without decay:
+    # usage = C + B w(t) - A): the decayed integral of billing over every job's run.
+
+    def _fs_w(self, t: float) -> float:
+        h = self._fs_half
+        return 2.0 ** ((t - self._fs_base) / h) if h > 0 else float(t - self._fs_base)
+
+    def _fs_sync(self) -> None:
+        """Before the sums change: keep the usage as of the last priority calculation.
+
+        With a calculation period, priorities use the usage at the last calculation c; the
+        sums are valid for any t after their last change, so the snapshot is taken at the
+        first change (or read) after c, and it is exact (usage is continuous in t).
+        """
+        if self.priority_calc_period_s <= 0:
+            return
+        c = self._prio_time()
+        if self._fs_snap_t is None or c > self._fs_snap_t:
+            self._fs_snap = self._fs_usage(c)
+            self._fs_snap_t = c
+
+    def _fs_change(self) -> None:
+        self._fs_sync()
+        self._fs_version += 1
+        h = self._fs_half
+        if h > 0 and self.now - self._fs_base > 256 * h:  # keep w() far from overflow
+            k = 2.0 ** (-(self.now - self._fs_base) / h)
+            self._fs_c = [x * k for x in self._fs_c]
+            self._fs_a = [x * k for x in self._fs_a]
+            self._fs_base = self.now
+
+    def _fs_started(self, i: int, billing: float) -> None:
+        self._fs_change()
+        u = self._uidx[i]
+        self._fs_run[i] = billing
+        self._fs_a[u] += billing * self._fs_w(self.now)
+        self._fs_b[u] += billing
+
+    def _fs_ended(self, i: int) -> None:
+        billing = self._fs_run.pop(i, None)
+        if billing is None:
+            return
+        self._fs_change()
+        u, start = self._uidx[i], self.start[i]
+        assert start is not None
+        ws = billing * self._fs_w(start)
+        self._fs_c[u] += billing * self._fs_w(self.now) - ws
+        self._fs_b[u] -= billing
+        self._fs_a[u] = self._fs_a[u] - ws if self._fs_b[u] > 0 else 0.0
+
+    def _fs_usage(self, t: int) -> np.ndarray:
+        """Every user's raw usage at time ``t`` (>= the sums' last change), by user number."""
+        c, a, b = np.array(self._fs_c), np.array(self._fs_a), np.array(self._fs_b)
+        w = self._fs_w(t)
+        h = self._fs_half
+        if h <= 0:
+            return np.asarray(np.maximum(c + b * w - a, 0.0))
+        return np.asarray(np.maximum((h / np.log(2.0)) * (c + b * w - a) / w, 0.0))
+
+    def _fs_factors(self) -> np.ndarray:
+        """The fair-share factor F = 2^(-U/S) of every user, by user number (cached)."""
+        period = self.priority_calc_period_s
+        key = self._prio_time()
+        cache = self._fs_cache
+        if cache is not None and cache[0] == key and cache[1] == self._fs_version:
+            return cache[2]
+        if period > 0:
+            self._fs_sync()
+            usage = self._fs_snap
+            n = len(self._fs_b)
+            if len(usage) < n:  # users added since the snapshot have no usage yet
+                usage = np.concatenate([usage, np.zeros(n - len(usage))])
+        else:
+            usage = self._fs_usage(self.now)
+        total = float(usage.sum())
+        shares = np.array(self._fs_shares)
+        if total > 0 and shares.sum() > 0:
+            with np.errstate(divide="ignore", invalid="ignore"):  # a user with 0 shares: F 0
+                factor = np.asarray(
+                    np.nan_to_num(np.exp2(-(usage / total) / (shares / shares.sum())))
+                )
+        else:
+            factor = np.ones(len(shares))
+        self._fs_cache = (key, self._fs_version, factor)
+        return factor
+
+    def fairshare_usage(self, user: str) -> float:
+        """The user's raw decayed usage now (billing-seconds; 0 for an unknown user)."""
+        u = self._users.get(user)
+        return 0.0 if u is None else float(self._fs_usage(self.now)[u])
+
+    def fairshare_factor(self, user: str) -> float:
+        """The user's fair-share factor as priorities use it (1 for an unknown user)."""
+        u = self._users.get(user)
+        return 1.0 if u is None else float(self._fs_factors()[u])
 
     def priority_order(self) -> list[str]:
         """Ids of the pending jobs the scheduler considers, highest priority first."""
@@ -669,6 +831,8 @@ class Simulation:
     def _finish(self, i: int, final: JobState) -> None:
         if self.state[i] is RUNNING:
             self.running.discard(i)
+            if self._fs_on:
+                self._fs_ended(i)
             self._release(i)
         self.pending.discard(i)
         self._pool_remove(i)
@@ -746,6 +910,8 @@ class Simulation:
             self.nrun[n] += 1
             holds.append((n, hg, hc))
         self.alloc[i] = tuple(holds)
+        if self._fs_on:
+            self._fs_started(i, sum(h[1] if self._fs_gpus else h[2] for h in holds))
         self.pending.discard(i)
         self._pool_remove(i)
         self.running.add(i)
@@ -796,7 +962,10 @@ class Simulation:
         age = 0 if eligible is None else max(0, min(calc - eligible, m))
         f_age = age / m if m > 0 else 1.0
         size = self._size_term(i, recalculated=calc >= self.specs[i].submit)
-        return int(s.priority_weight_age * f_age + size + s.priority_weight_partition)
+        value = s.priority_weight_age * f_age + size + s.priority_weight_partition
+        if self._fs_on:
+            value += s.priority_weight_fairshare * float(self._fs_factors()[self._uidx[i]])
+        return int(value)
 
     def _by_priority(self, jobs: list[int]) -> list[int]:
         """Highest priority first; ties by job id (submission order). The reference order."""
