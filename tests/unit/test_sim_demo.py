@@ -1,0 +1,136 @@
+"""The daemon's demo on the simulated backend (``mirage daemon --backend sim --demo-chains``)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from mirage.cli import main
+from mirage.daemon.config import Config
+from mirage.daemon.simdemo import (
+    DemoSpec,
+    HandoffSimClient,
+    load_jobs,
+    render,
+    replay_to,
+    run_demo,
+)
+from mirage.profile.schema import load_profile
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.calibrate import with_settings
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+PROFILE = str(REPO / "models" / "ls6" / "profile.toml")
+CHAINS, SEGMENTS = 2, 3
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """One small demo through the CLI, on the busy replay: (its JSON, its progress lines)."""
+    cfg = tmp_path_factory.mktemp("demo") / "mirage.toml"
+    cfg.write_text('[daemon]\nstate_dir = "/nonexistent"\n')  # the demo uses its own database
+    res = CliRunner().invoke(
+        main,
+        ["daemon", "--config", str(cfg), "--backend", "sim", "--trace", TRACE,
+         "--profile", PROFILE, "--nodes", "70", "--demo-chains", str(CHAINS),
+         "--segments", str(SEGMENTS), "--time-limit", "1:00:00", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), res.stderr
+
+
+def check_demo(out: dict[str, Any], chains: int, segments: int) -> None:
+    """What must hold for any demo: chains done, exactly once, reactive never overlaps."""
+    for side in ("policy", "reactive"):
+        run = out["runs"][side]
+        assert run["finished"]
+        assert run["max_jobs_per_segment"] == 1  # no segment submitted twice
+        assert run["max_slurm_reads_per_cycle"] <= 2
+        assert len(run["chains"]) == chains
+        for c in run["chains"].values():
+            assert c["state"] == "COMPLETED", c["reason"]
+            assert c["trained_s"] >= c["budget_s"]
+        # one row per transition the run had: segments run - 1 per chain
+        has = [r for r in out["transitions"] if r[side] is not None]
+        assert len(has) == sum(c["segments_run"] - 1 for c in run["chains"].values())
+        assert out["mean"][side]["transitions"] == len(has)
+        assert out["mean"][side]["cost"] == pytest.approx(
+            sum(r[side]["cost"] for r in has) / len(has)
+        )
+    reactive = [r["reactive"] for r in out["transitions"] if r["reactive"] is not None]
+    assert len(reactive) == chains * (segments - 1)  # reactive never cuts a segment short
+    assert all(r["gap"] >= 0 and r["overlap"] == 0 for r in reactive)
+    assert all(not r["presubmitted"] for r in reactive)
+    keys = [(r["chain"], r["transition"]) for r in out["transitions"]]
+    assert len(keys) == len(set(keys))
+    for r in out["transitions"]:
+        for v in (r["policy"], r["reactive"]):
+            if v is not None:
+                assert v["cost"] == v["interruption"] + out["alpha"] * v["overlap"]
+
+
+def test_cli_demo_on_busy_replay(cli_run: tuple[dict[str, Any], str]) -> None:
+    out, progress = cli_run
+    check_demo(out, CHAINS, SEGMENTS)
+    setup = out["setup"]
+    assert setup["nodes"] == 70 and setup["policy"] == "fixed-lead"
+    # the chosen start leaves the queue empty, and a queue builds before the transitions
+    assert setup["queue_at_start"]["pending"] <= 5
+    assert max(r["reactive"]["interruption"] for r in out["transitions"]) > 3600
+    # not a terminal: plain progress lines for both runs, on stderr (stdout is the JSON)
+    assert "fixed-lead (lead 15m): simulated" in progress
+    assert "reactive: simulated" in progress and "COMPLETED" in progress
+
+
+def test_rendered_table_has_a_row_per_transition(cli_run: tuple[dict[str, Any], str]) -> None:
+    out, _ = cli_run
+    buf = io.StringIO()
+    render(out, Console(file=buf, width=140))
+    text = buf.getvalue()
+    rows = [line for line in text.splitlines() if "demo-" in line and "->" in line]
+    assert len(rows) == len(out["transitions"])
+    assert "mean" in text and "mean J per transition" in text
+
+
+def test_idle_replay_presubmits_hands_off_and_says_so() -> None:
+    """On an idle cluster fixed-lead's successor starts early: overlap, a handoff, an extra
+    short segment; the table keeps that transition without a reactive counterpart."""
+    profile = with_settings(load_profile(PROFILE), 70)
+    jobs = load_jobs(TRACE, None, profile)
+    start = jobs[0].submit + 3790 * 3600  # after the busy days: nothing pending
+    spec = DemoSpec(profile=profile, jobs=jobs, chains=1, segments=2, time_limit_s=3600,
+                    start=start, lead_s=900)  # fmt: skip
+    out = run_demo(spec, Config(), Console(file=io.StringIO()))
+    check_demo(out, 1, 2)
+    first = out["transitions"][0]
+    assert first["policy"]["presubmitted"] and first["policy"]["overlap"] >= 840
+    assert first["reactive"]["interruption"] <= 60  # at most one poll late
+    assert out["runs"]["policy"]["chains"]["demo-1"]["segments_run"] == 3
+    assert out["transitions"][-1]["reactive"] is None  # the extra segment's transition
+    assert out["mean"]["policy"]["cost"] > out["mean"]["reactive"]["cost"]  # shown as is
+
+
+def test_demo_accounting_matches_the_backend() -> None:
+    """The demo client's faster sacct answers what SimSlurmClient's answers."""
+    profile = with_settings(load_profile(PROFILE), 70)
+    spec = DemoSpec(profile=profile, jobs=load_jobs(TRACE, None, profile))
+    sim = replay_to(spec, spec.jobs[0].submit + 3700 * 3600)
+    fast, slow = HandoffSimClient(sim), SimSlurmClient(sim)
+    for since in (0, sim.now - 86400, sim.now - 600, sim.now):
+        assert fast.accounting(since) == slow.accounting(since)
+    assert fast.accounting(sim.now - 3600, sim.now - 1800) == slow.accounting(
+        sim.now - 3600, sim.now - 1800
+    )
+
+
+def test_demo_needs_sim_backend_and_trace() -> None:
+    res = CliRunner().invoke(main, ["daemon", "--demo-chains", "2"])
+    assert res.exit_code != 0
+    assert "--demo-chains needs --backend sim and --trace" in res.output
