@@ -23,6 +23,7 @@ def _register() -> None:
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
     from mirage.daemon.cli import chain, daemon_cmd, status_cmd
     from mirage.evaluate.cli import evaluate
+    from mirage.learn.cli import train_cmd
     from mirage.profile.cli import profile
     from mirage.sim.cli import calibrate, simulate
     from mirage.trace.cli import trace
@@ -35,6 +36,7 @@ def _register() -> None:
     main.add_command(status_cmd)
     main.add_command(daemon_cmd)
     main.add_command(evaluate)
+    main.add_command(train_cmd)
 
 
 _register()

@@ -31,7 +31,7 @@ KNOWN_TRACES = {
 }
 
 
-def _default_trace(cluster: str) -> str | None:
+def default_trace(cluster: str) -> str | None:
     rel = KNOWN_TRACES.get(cluster)
     if rel is None:
         return None
@@ -41,12 +41,12 @@ def _default_trace(cluster: str) -> str | None:
     return None
 
 
-def _default_profile(cluster: str) -> str:
+def default_profile(cluster: str) -> str:
     calibrated = REPO / "models" / cluster / "profile.toml"
     return str(calibrated) if calibrated.exists() else cluster
 
 
-def _split(text: str | None, name: str, tz: str, default: Split) -> Split:
+def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
     if not text:
         return default
     a, _, b = text.partition(":")
@@ -83,6 +83,12 @@ def _split(text: str | None, name: str, tz: str, default: Split) -> Split:
 @click.option("--test-split", default=None, help="START:END of the test split.")
 @click.option("--max-samples", default=0, help="Use at most this many samples per split.")
 @click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option(
+    "--models",
+    "models_dir",
+    default=None,
+    help="Trained models for rf/xgb/dqn/pg (default: models/CLUSTER).",
+)
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
     from mirage.evaluate.harness import METHODS
@@ -90,10 +96,10 @@ def evaluate(**kw: Any) -> None:
     from mirage.trace.readers import load_trace
 
     cluster = kw["cluster"]
-    trace = kw["trace_path"] or _default_trace(cluster)
+    trace = kw["trace_path"] or default_trace(cluster)
     if trace is None:
         raise click.UsageError(f"no known trace for {cluster!r}: pass --trace")
-    profile_name = kw["profile_name"] or _default_profile(cluster)
+    profile_name = kw["profile_name"] or default_profile(cluster)
     profile = load_profile(profile_name)
     methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -101,6 +107,7 @@ def evaluate(**kw: Any) -> None:
         raise click.BadParameter(f"unknown: {', '.join(bad)}; known: {', '.join(METHODS)}")
     if "reactive" not in methods:
         methods.insert(0, "reactive")  # load levels and "J removed" need it
+    kw["learned"] = _load_learned(methods, Path(kw["models_dir"] or REPO / "models" / cluster))
     protocol = Protocol(
         nodes=kw["nodes"],
         gpus=kw["gpus"],
@@ -117,8 +124,8 @@ def evaluate(**kw: Any) -> None:
     df = load_trace(trace).jobs
     first, last = int(df["submit"].min()), int(df["submit"].max())
     splits = default_splits(cluster, profile.timezone, first, last)
-    tune_split = _split(kw["tune_split"], "tune", profile.timezone, splits["tune"])
-    test_split = _split(kw["test_split"], "test", profile.timezone, splits["test"])
+    tune_split = parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"])
+    test_split = parse_split(kw["test_split"], "test", profile.timezone, splits["test"])
     if tune_split.end > test_split.start:
         raise click.UsageError("the tuning split must end before the test split starts")
     out_dir = Path(kw["out_dir"])
@@ -164,6 +171,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     from mirage.evaluate.probes import generate
     from mirage.evaluate.report import plots, render, to_json
     from mirage.evaluate.stats import level_counts, table
+    from mirage.learn.dataset import generate_features
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -178,9 +186,14 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         if kw["max_samples"]:
             times = times[: kw["max_samples"]]
         samples = _generate(generate, setting, times, kw)
-        walkers[split.name] = Walker(samples, protocol, profile, part.name)
+        queue = None
+        if kw["learned"] and split.name == "test":
+            queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
+        walkers[split.name] = Walker(samples, protocol, profile, part.name, queue)
     tuned = tune(walkers["tune"], methods, protocol.alpha)
-    results = run_methods(walkers["test"], methods, tuned.params, protocol.alpha)
+    results = run_methods(
+        walkers["test"], methods, tuned.params, protocol.alpha, learned=kw["learned"]
+    )
     tab = table(results, protocol.alpha, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
@@ -203,6 +216,22 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     return render(tab, title), entry
 
 
+def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:
+    """The trained policies among ``methods``, checked against this code (clear errors)."""
+    from mirage.evaluate.harness import LEARNED
+    from mirage.learn.artifacts import ModelError, load_policy
+
+    out = {}
+    for m in methods:
+        if m not in LEARNED:
+            continue
+        try:
+            out[m], _meta = load_policy(folder / m)
+        except ModelError as exc:
+            raise click.ClickException(str(exc)) from exc
+    return out
+
+
 def _day(t: int) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(t))
 
@@ -216,13 +245,14 @@ def _generate(generate: Any, setting: Setting, times: list[int], kw: dict[str, A
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
+        extra = {"dask_address": kw["dask_address"]} if generate.__name__ == "generate" else {}
         return generate(
             setting,
             times,
             cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"],
-            dask_address=kw["dask_address"],
             progress=progress,
+            **extra,
         )
 
 

@@ -9,6 +9,7 @@ is read from the sample's outcome curve. The oracle picks the step minimising J.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,8 +78,17 @@ def pending_of(sample: SampleResult, protocol: Protocol, partition: str) -> Pend
     )
 
 
-def contexts(sample: SampleResult, profile: ClusterProfile) -> list[DecisionContext]:
-    """The step views of a sample (the last step, the planned end, is not asked)."""
+def contexts(
+    sample: SampleResult,
+    profile: ClusterProfile,
+    partition: str = "",
+    queue: np.ndarray | None = None,
+) -> list[DecisionContext]:
+    """The step views of a sample (the last step, the planned end, is not asked).
+
+    ``queue``: the queue features recorded at each step (:mod:`mirage.learn.dataset`),
+    which learned policies read instead of a snapshot.
+    """
     history = WaitHistory(sample.hist_start, sample.hist_wait)
     out = []
     for k in range(len(sample.steps) - 1):
@@ -95,6 +105,7 @@ def contexts(sample: SampleResult, profile: ClusterProfile) -> list[DecisionCont
                 profile=profile,
                 estimate_start=estimate,
                 history=history,
+                queue_rows=None if queue is None else {partition: queue[k]},
             )
         )
     return out
@@ -119,6 +130,13 @@ def outcomes_at(samples: Sequence[SampleResult], steps: Sequence[int]) -> Outcom
 
 
 PolicyFactory = Callable[[], Policy]
+_EMPTY = QueueSnapshot(taken_at=0, jobs=(), slurm_version="sim-recorded")
+
+
+class BatchedPolicy(typing.Protocol):
+    """A stateless policy that can pick a recorded sample's submission step at once."""
+
+    def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int: ...
 
 
 class Walker:
@@ -130,16 +148,42 @@ class Walker:
         protocol: Protocol,
         profile: ClusterProfile,
         partition: str,
+        queue: Sequence[np.ndarray] | None = None,
     ) -> None:
-        self.samples = [s for s in samples if s.ok]
+        """``queue``: per sample (of ``samples``, usable or not) its recorded queue features."""
+        keep = [i for i, s in enumerate(samples) if s.ok]
+        self.samples = [samples[i] for i in keep]
         self.protocol = protocol
-        self.ctxs = [contexts(s, profile) for s in self.samples]
+        self.queue = None if queue is None else [queue[i] for i in keep]
+        self.ctxs = [
+            contexts(s, profile, partition, None if self.queue is None else self.queue[i])
+            for i, s in enumerate(self.samples)
+        ]
         self.pending = [pending_of(s, protocol, partition) for s in self.samples]
+        self.profile = profile
 
     def run(self, make: PolicyFactory) -> Outcomes:
         steps = []
         for ctxs, p in zip(self.ctxs, self.pending, strict=True):
             steps.append(submission_step(make(), ctxs, p))  # a fresh policy per chain
+        return outcomes_at(self.samples, steps)
+
+    def run_batched(self, policy: BatchedPolicy) -> Outcomes:
+        """A learned policy, one batched prediction per sample (same rule as ``run``)."""
+        from mirage.policy.features import features
+
+        if self.queue is None:
+            raise ValueError("learned policies need the recorded queue features")
+        steps = []
+        for s, q, p in zip(self.samples, self.queue, self.pending, strict=True):
+            now = s.steps[:-1]
+            x = np.concatenate(
+                [
+                    features(_EMPTY, self.profile, [p], int(t), queue_rows={p.partition: q[k]})
+                    for k, t in enumerate(now.tolist())
+                ]
+            )
+            steps.append(policy.steps_for(x, (s.planned_end - now) / HOUR))
         return outcomes_at(self.samples, steps)
 
     def oracle(self, alpha: float) -> Outcomes:
@@ -154,7 +198,9 @@ GRIDS: dict[str, list[float]] = {
     "running-average": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0],
     "qbets": [0.25, 0.5, 0.75, 0.9, 0.95],
 }
-METHODS = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
+BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
+LEARNED = ("rf", "xgb", "dqn", "pg")  # trained by `mirage train`, loaded from models/
+METHODS = BASELINES + LEARNED
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -195,11 +241,22 @@ def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
 
 
 def evaluate(
-    walker: Walker, methods: Sequence[str], params: Mapping[str, float], alpha: float
+    walker: Walker,
+    methods: Sequence[str],
+    params: Mapping[str, float],
+    alpha: float,
+    learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> dict[str, Outcomes]:
     out: dict[str, Outcomes] = {}
     for m in methods:
-        out[m] = walker.oracle(alpha) if m == ORACLE else walker.run(factory(m, params.get(m)))
+        if m == ORACLE:
+            out[m] = walker.oracle(alpha)
+        elif m in LEARNED:
+            if learned is None or m not in learned:
+                raise ValueError(f"no trained {m} model given")
+            out[m] = walker.run_batched(learned[m])
+        else:
+            out[m] = walker.run(factory(m, params.get(m)))
     return out
 
 

@@ -115,13 +115,20 @@ def parse_when(text: str, tz: str) -> int:
     return int(when.timestamp())
 
 
-#: Mirage's splits for ls6 (site-local dates, America/Chicago).
-LS6_SPLITS = {"tune": ("2023-02-01", "2023-03-01"), "test": ("2023-03-01", "2023-04-01")}
+#: Mirage's splits for ls6 (site-local dates, America/Chicago). Training uses the three
+#: months before the tuning split (the trace starts 2022-10-05: its first weeks warm up).
+LS6_SPLITS = {
+    "train": ("2022-11-01", "2023-02-01"),
+    "tune": ("2023-02-01", "2023-03-01"),
+    "test": ("2023-03-01", "2023-04-01"),
+}
+TRAIN_DAYS = 90
 
 
 def default_splits(cluster: str, tz: str, first: int, last: int) -> dict[str, Split]:
-    """ls6: February / March 2023. Other traces: test = the last 30 days of submits,
-    tuning = the 30 days before (the replay's warm-up is everything earlier)."""
+    """ls6: train November 2022 to January 2023, tune February, test March 2023. Other
+    traces: test = the last 30 days of submits, tuning = the 30 days before, training =
+    the 90 days before that (the replay's warm-up is everything earlier)."""
     if cluster == "ls6":
         return {
             name: Split(name, parse_when(a, tz), parse_when(b, tz))
@@ -129,6 +136,7 @@ def default_splits(cluster: str, tz: str, first: int, last: int) -> dict[str, Sp
         }
     end = last + 1
     return {
+        "train": Split("train", end - (60 + TRAIN_DAYS) * DAY, end - 60 * DAY),
         "tune": Split("tune", end - 60 * DAY, end - 30 * DAY),
         "test": Split("test", end - 30 * DAY, end),
     }

@@ -9,7 +9,7 @@ decided in one batched call (one feature matrix, one model call).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +87,9 @@ class DecisionContext:
     profile: ClusterProfile
     estimate_start: Callable[[SubmitRequest], StartEstimate] | None = None
     history: WaitHistory | None = None  # recent waits (sacct), for wait-based baselines
+    # The queue features of ``snapshot`` per partition, when already computed from it (the
+    # evaluation harness records them in the simulator instead of whole snapshots).
+    queue_rows: Mapping[str, np.ndarray] | None = None
 
 
 class Policy(abc.ABC):

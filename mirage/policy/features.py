@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -354,11 +354,15 @@ def features(
     pending: Sequence[PendingTransition],
     now: int,
     tz: str | None = None,
+    queue_rows: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """One row of ``FEATURE_NAMES`` per pending transition: float64 (len(pending), n).
 
     The queue part is computed once per partition named by the transitions; the
     transition part is vectorised. ``tz`` overrides the profile's time zone.
+    ``queue_rows`` gives the queue part per partition when it was already computed from
+    this snapshot by :func:`queue_features` (the evaluation harness records it from the
+    simulator at every decision step instead of keeping whole snapshots).
     Raises :class:`UnknownCapacityError` when a partition's node count is unknown,
     :class:`FeatureError` for an unknown partition or time zone, and
     :class:`NonFiniteFeatureError` if any value is NaN or infinite.
@@ -373,7 +377,14 @@ def features(
     cap_gpus = np.empty(len(parts))
     for k, name in enumerate(parts):
         _, cap_nodes[k], cap_gpus[k] = _capacity(profile, name)
-    queue = np.stack([queue_features(snapshot, profile, name, now) for name in parts])
+    queue = np.stack(
+        [
+            queue_rows[name] if queue_rows is not None and name in queue_rows
+            # computed here when not given
+            else queue_features(snapshot, profile, name, now)
+            for name in parts
+        ]
+    )
     idx = np.fromiter((parts.index(p.partition) for p in pending), dtype=np.int64, count=n)
     out[:, :nq] = queue[idx]
 

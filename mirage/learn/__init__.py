@@ -1,0 +1,1 @@
+"""Learned provisioning policies: datasets, forecasters, RL agents, artifacts, `mirage train`."""

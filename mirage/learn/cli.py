@@ -1,0 +1,182 @@
+"""``mirage train``: learned policies for one cluster, from its trace or its accounting."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mirage.learn.artifacts import POLICIES
+
+REPO = Path(__file__).resolve().parents[2]
+HOUR = 3600
+
+
+def _import_history(cluster: str, days: float) -> str:
+    """The cluster's accounting history through the Slurm client, as a Parquet trace."""
+    from mirage.slurm.types import SlurmError
+    from mirage.trace.accounting import import_accounting
+    from mirage.trace.cli import make_slurm_client
+    from mirage.trace.parquet import write_parquet
+
+    out = Path("out") / "traces" / f"{cluster}-accounting.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    end = int(time.time())
+    try:
+        load = import_accounting(make_slurm_client(), end - int(days * 86400), end)
+    except SlurmError as exc:
+        raise click.ClickException(f"cannot read {cluster}'s accounting: {exc}") from exc
+    write_parquet(load, str(out))
+    click.echo(f"imported {len(load.jobs)} jobs of accounting into {out}", err=True)
+    return str(out)
+
+
+@click.command("train")
+@click.option("--cluster", required=True, help="Cluster name: models go to models/NAME/.")
+@click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    help="Trace file (default: the known "
+    "trace of NAME, else the cluster's own accounting through Slurm).",
+)
+@click.option("--profile", "profile_name", default=None, help="Profile (default: calibrated).")
+@click.option(
+    "--policy",
+    "policy",
+    default="all",
+    show_default=True,
+    help=f"One of {', '.join(POLICIES)}, or all (comma-separated list allowed).",
+)
+@click.option("--seed", default=0, show_default=True, help="Same seed, same model.")
+@click.option("--load", "loads", multiple=True, type=float, help="Training load factor(s).")
+@click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
+@click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
+@click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
+@click.option("--every-h", default=4.0, show_default=True, help="Training sample spacing.")
+@click.option("--agent-steps", default=300_000, show_default=True, help="RL timesteps.")
+@click.option(
+    "--history-days",
+    default=180.0,
+    show_default=True,
+    help="Without a trace: days of accounting to import.",
+)
+@click.option("--train-split", default=None, help="START:END of the training split.")
+@click.option("--tune-split", default=None, help="START:END of the tuning split.")
+@click.option("--nodes", default=1, show_default=True, help="Chain request: nodes.")
+@click.option("--gpus", default=0, show_default=True, help="Chain request: GPUs (0: whole nodes).")
+@click.option("--time-limit-h", default=48.0, show_default=True)
+@click.option("--step-min", default=10.0, show_default=True, help="Decision step.")
+@click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
+@click.option("--warmup-h", default=48.0, show_default=True)
+@click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def train_cmd(**kw: Any) -> None:
+    """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
+    from mirage.evaluate.cli import default_profile, default_trace, parse_split
+    from mirage.evaluate.protocol import Protocol, default_splits
+    from mirage.learn.train import TrainConfig
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.trace.load import TraceFormatError
+    from mirage.trace.readers import load_trace
+
+    cluster = kw["cluster"]
+    policies = list(POLICIES) if kw["policy"] == "all" else kw["policy"].split(",")
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(POLICIES)}, all")
+    trace = (
+        kw["trace_path"] or default_trace(cluster) or _import_history(cluster, kw["history_days"])
+    )
+    profile_name = kw["profile_name"] or default_profile(cluster)
+    try:
+        profile = load_profile(profile_name)
+        jobs = load_trace(trace).jobs
+    except (ProfileError, TraceFormatError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if jobs.empty:
+        raise click.ClickException(f"{trace}: no jobs to learn from")
+    first, last = int(jobs["submit"].min()), int(jobs["submit"].max())
+    splits = default_splits(cluster, profile.timezone, first, last)
+    splits = {
+        "train": parse_split(kw["train_split"], "train", profile.timezone, splits["train"]),
+        "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
+    }
+    protocol = Protocol(
+        nodes=kw["nodes"],
+        gpus=kw["gpus"],
+        time_limit_s=int(kw["time_limit_h"] * HOUR),
+        step_s=int(kw["step_min"] * 60),
+        window_s=int(kw["window_h"] * HOUR),
+        warmup_s=int(kw["warmup_h"] * HOUR),
+        alpha=kw["alpha"],
+    )
+    cfg = TrainConfig(
+        cluster=cluster,
+        protocol=protocol,
+        alpha=kw["alpha"],
+        trace=trace,
+        profile=profile_name,
+        splits=splits,
+        loads=tuple(kw["loads"]) or (1.0,),
+        train_every_s=int(kw["every_h"] * HOUR),
+        seed=kw["seed"],
+        cache=kw["cache"] or None,
+        n_jobs=kw["n_jobs"],
+        agent_steps=kw["agent_steps"],
+        first_submit=first,
+    )
+    t0 = time.perf_counter()
+    try:
+        metrics = _run(cfg, policies, Path(kw["models_dir"]))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    wall = time.perf_counter() - t0
+    if kw["as_json"]:
+        click.echo(json.dumps({"wall_s": round(wall, 1), "policies": metrics}, sort_keys=True))
+        return
+    _print(metrics, wall)
+
+
+def _run(cfg: Any, policies: list[str], root: Path) -> dict[str, dict[str, Any]]:
+    from rich.progress import Progress
+
+    from mirage.learn.train import train
+
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(tag: str, done: int, total: int) -> None:
+            if tag not in tasks:
+                tasks[tag] = bar.add_task(f"probes {tag}", total=total)
+            bar.update(tasks[tag], completed=done, total=total)
+
+        out: dict[str, dict[str, Any]] = train(cfg, policies, root, progress)
+        return out
+
+
+def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"mirage train ({wall:.0f} s): tuning-split mean J, hours")
+    for col in ("policy", "samples", "J", "reactive J", "oracle J", "fit s", "90% cover", "model"):
+        table.add_column(col)
+    for kind, m in metrics.items():
+        t = m["tune"]
+        cover = m.get("tune_interval_coverage_90")
+        table.add_row(
+            kind,
+            str(t["samples"]),
+            f"{t['mean_J_h']:.2f}",
+            f"{t['reactive_mean_J_h']:.2f}",
+            f"{t['oracle_mean_J_h']:.2f}",
+            f"{m['fit_s']:.0f}",
+            "-" if cover is None else f"{cover:.0%}",
+            m["folder"],
+        )
+    Console().print(table)

@@ -1,0 +1,305 @@
+"""Training data for learned policies: decision-step features beside the outcome curves.
+
+The harness's counterfactual probes (:mod:`mirage.evaluate.probes`) give, for every
+sample and decision step ``k``, when the successor would start if submitted at step ``k``.
+A learned policy also needs what it would have *seen* at step ``k``: the queue features of
+:mod:`mirage.policy.features`, computed from the simulator's ``squeue``-shaped snapshot
+(``SimSlurmClient.queue()``) by the very function the daemon calls on a real cluster.
+
+Queue features are recorded by a separate, cheap pass (one replay per task, no forks: the
+base world before the successor exists is the same one the probes forked from) and cached
+beside the probes as ``<t>.<FEATURE_SET>.npz``, so outcome curves that took long to
+probe are reused and a feature change only re-runs this pass.
+
+:class:`Dataset` flattens samples into rows (one per sample and decision step before the
+planned end): the full feature vector, the wait if submitted then (hours), the time left
+to the planned end (hours) and the sample's cost curve, which the RL environment and the
+band tuning read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mirage.evaluate.probes import (
+    Progress,
+    SampleResult,
+    chain_spec,
+    chunks,
+    load_setting_jobs,
+)
+from mirage.evaluate.protocol import Protocol, Setting
+from mirage.policy.base import PendingTransition
+from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.features import FEATURE_NAMES, FEATURE_SET, QUEUE_FEATURE_NAMES, features
+from mirage.profile.schema import ClusterProfile
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.engine import Simulation
+from mirage.slurm.types import QueueSnapshot
+
+HOUR = 3600.0
+
+
+@dataclass
+class FeatureCurve:
+    """The queue features of one sample at each of its decision steps."""
+
+    t: int
+    pred_start: int  # -1: the predecessor did not start (as in the probe)
+    queue: np.ndarray  # float64 (K+1, len(QUEUE_FEATURE_NAMES))
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, meta=np.array([self.t, self.pred_start]), queue=self.queue)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> FeatureCurve:
+        with np.load(path) as z:
+            t, s = (int(x) for x in z["meta"])
+            return cls(t=t, pred_start=s, queue=z["queue"])
+
+
+def feature_curve(sim: Simulation, protocol: Protocol) -> FeatureCurve:
+    """Queue features at the decision steps of the sample at ``sim.now`` (``sim`` unchanged).
+
+    Replays exactly the base world of :func:`mirage.evaluate.probes.probe_sample`: the same
+    predecessor, started at the same time, the same steps.
+    """
+    from mirage.policy.features import queue_features
+
+    t = sim.now
+    base = sim.fork()
+    spec = chain_spec(base, protocol, "pred")
+    pred = base.add_job(spec)
+    s = base.run_until_started(pred, until=t + protocol.window_s)
+    empty = np.zeros((0, len(QUEUE_FEATURE_NAMES)))
+    if s is None or s + protocol.time_limit_s >= s + protocol.window_s:
+        return FeatureCurve(t, -1, empty)
+    end = s + protocol.time_limit_s
+    steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
+    client = SimSlurmClient(base)
+    rows = np.empty((len(steps), len(QUEUE_FEATURE_NAMES)))
+    for k, tau in enumerate(steps):
+        base.run_until(tau)
+        rows[k] = queue_features(client.queue(), base.profile, spec.partition, tau)
+    return FeatureCurve(t, int(s), rows)
+
+
+def _path(cache: str, setting: Setting, t: int) -> Path:
+    return Path(cache) / setting.key() / f"{t}.{FEATURE_SET}.npz"
+
+
+def feature_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[FeatureCurve]:
+    """One task: replay to each sample time in turn and record its features (or read them)."""
+    out: list[FeatureCurve] = []
+    todo = [t for t in times if cache is None or not _path(cache, setting, t).exists()]
+    sim: Simulation | None = None
+    if todo:
+        profile, jobs = load_setting_jobs(setting)
+        first = min(j.submit for j in jobs)
+        sim = Simulation(profile, start_time=min(first, *todo), track_estimates=False)
+        sim.add_jobs_skipping_invalid(jobs)
+    for t in times:
+        path = _path(cache, setting, t) if cache is not None else None
+        if path is not None and path.exists():
+            out.append(FeatureCurve.load(path))
+            continue
+        assert sim is not None
+        sim.run_until(t)
+        res = feature_curve(sim, setting.protocol)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            res.save(path)
+        out.append(res)
+    return out
+
+
+def generate_features(
+    setting: Setting,
+    times: Sequence[int],
+    *,
+    cache: str | None = None,
+    n_jobs: int = 1,
+    dask_address: str | None = None,
+    progress: Progress | None = None,
+) -> list[FeatureCurve]:
+    """The feature curves of every sample of ``times`` (in order), in parallel (joblib, or
+    the Dask scheduler at ``dask_address``)."""
+    times = sorted(times)
+    have = {
+        t: FeatureCurve.load(_path(cache, setting, t))
+        for t in times
+        if cache is not None and _path(cache, setting, t).exists()
+    }
+    todo = [t for t in times if t not in have]
+    done = len(have)
+    if progress is not None:
+        progress(done, len(times))
+    parts = chunks(todo, max(1, n_jobs) * 2)
+    for batch in _execute(setting, parts, cache, n_jobs, dask_address):
+        for r in batch:
+            have[r.t] = r
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(times))
+    return [have[t] for t in times]
+
+
+def _execute(
+    setting: Setting,
+    parts: list[list[int]],
+    cache: str | None,
+    n_jobs: int,
+    dask_address: str | None,
+) -> Iterable[list[FeatureCurve]]:
+    if not parts:
+        return
+    if dask_address:
+        from distributed import Client, as_completed
+
+        with Client(dask_address) as client:  # type: ignore[no-untyped-call]
+            futures = [client.submit(feature_task, setting, p, cache, pure=False) for p in parts]
+            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
+                yield fut.result()
+        return
+    if n_jobs <= 1:
+        for p in parts:
+            yield feature_task(setting, p, cache)
+        return
+    from joblib import Parallel, delayed
+
+    par = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
+    yield from par(delayed(feature_task)(setting, p, cache) for p in parts)
+
+
+# ---- flattening into rows ------------------------------------------------------------
+
+
+def pending_for(
+    sample: SampleResult, protocol: Protocol, profile: ClusterProfile
+) -> PendingTransition:
+    """The transition a sample asks about, as the daemon would describe it."""
+    part = profile.partition(protocol.partition)
+    whole = protocol.gpus <= 0
+    return PendingTransition(
+        chain_id="sample",
+        pred_job_id="pred",
+        pred_start=sample.pred_start,
+        pred_time_limit=sample.time_limit,
+        succ_nodes=protocol.nodes,
+        succ_gpus=protocol.nodes * part.gpus_per_node if whole else protocol.gpus,
+        succ_time_limit=sample.time_limit,
+        partition=part.name,
+    )
+
+
+def sample_matrix(
+    sample: SampleResult, curve: FeatureCurve, protocol: Protocol, profile: ClusterProfile
+) -> np.ndarray:
+    """The full feature rows of a sample's decision steps (K, len(FEATURE_NAMES)).
+
+    Row k is what :func:`mirage.policy.features.features` returns at step k for the
+    sample's transition, given the queue part recorded at that step.
+    """
+    if curve.pred_start != sample.pred_start or len(curve.queue) != len(sample.steps):
+        raise ValueError(
+            f"sample {sample.t}: feature curve does not match the probe "
+            f"(start {curve.pred_start} vs {sample.pred_start}); clear the cache"
+        )
+    p = pending_for(sample, protocol, profile)
+    k_steps = len(sample.steps) - 1
+    out = np.empty((k_steps, len(FEATURE_NAMES)))
+    for k in range(k_steps):
+        now = int(sample.steps[k])
+        out[k] = features(
+            _NO_SNAPSHOT, profile, [p], now, queue_rows={p.partition: curve.queue[k]}
+        )[0]
+    return out
+
+
+#: Stands in for the snapshot when its queue features were recorded (they are not recomputed).
+_NO_SNAPSHOT = QueueSnapshot(taken_at=0, jobs=(), slurm_version="recorded")
+
+
+@dataclass
+class Dataset:
+    """Rows of (sample, step k < K) with their features and outcomes.
+
+    ``wait_h``: the successor's wait if submitted at step k; ``left_h``: time to the
+    planned end at step k; ``cost_h`` per sample: J at every step (K+1 values, the last one
+    the reactive submission at the planned end). ``censored`` marks waits cut at the
+    window's end (lower bounds).
+    """
+
+    x: np.ndarray
+    wait_h: np.ndarray
+    left_h: np.ndarray
+    censored: np.ndarray
+    sample: np.ndarray  # int64: index into ``samples``
+    step: np.ndarray  # int64: k
+    samples: list[SampleResult]
+    matrices: list[np.ndarray]  # per sample (K, F)
+    alpha: float = DEFAULT_ALPHA
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def cost_curve(self, i: int) -> np.ndarray:
+        s = self.samples[i]
+        start = s.succ_start.astype(np.float64)
+        end = float(s.planned_end)
+        out: np.ndarray = (
+            np.maximum(0.0, start - end) + self.alpha * np.maximum(0.0, end - start)
+        ) / HOUR
+        return out
+
+    @classmethod
+    def build(
+        cls,
+        samples: Sequence[SampleResult],
+        curves: Sequence[FeatureCurve],
+        protocol: Protocol,
+        profile: ClusterProfile,
+        alpha: float = DEFAULT_ALPHA,
+    ) -> Dataset:
+        usable = [(s, c) for s, c in zip(samples, curves, strict=True) if s.ok]
+        mats = [sample_matrix(s, c, protocol, profile) for s, c in usable]
+        kept = [s for s, _ in usable]
+        rows = [len(m) for m in mats]
+        idx = np.repeat(np.arange(len(kept)), rows)
+        step = np.concatenate([np.arange(n) for n in rows]) if rows else np.zeros(0, np.int64)
+        wait = [(s.succ_start[:-1] - s.steps[:-1]) / HOUR for s in kept]
+        left = [(s.planned_end - s.steps[:-1]) / HOUR for s in kept]
+        cens = [s.censored[:-1] for s in kept]
+        width = len(FEATURE_NAMES)
+        return cls(
+            x=np.concatenate(mats) if mats else np.zeros((0, width)),
+            wait_h=np.concatenate(wait).astype(np.float64) if wait else np.zeros(0),
+            left_h=np.concatenate(left).astype(np.float64) if left else np.zeros(0),
+            censored=np.concatenate(cens) if cens else np.zeros(0, bool),
+            sample=idx.astype(np.int64),
+            step=step.astype(np.int64),
+            samples=kept,
+            matrices=mats,
+            alpha=alpha,
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[Dataset]) -> Dataset:
+        offsets = np.cumsum([0] + [len(p.samples) for p in parts])[:-1]
+        return cls(
+            x=np.concatenate([p.x for p in parts]),
+            wait_h=np.concatenate([p.wait_h for p in parts]),
+            left_h=np.concatenate([p.left_h for p in parts]),
+            censored=np.concatenate([p.censored for p in parts]),
+            sample=np.concatenate([p.sample + o for p, o in zip(parts, offsets, strict=True)]),
+            step=np.concatenate([p.step for p in parts]),
+            samples=[s for p in parts for s in p.samples],
+            matrices=[m for p in parts for m in p.matrices],
+            alpha=parts[0].alpha if parts else DEFAULT_ALPHA,
+        )

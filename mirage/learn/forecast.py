@@ -1,0 +1,214 @@
+"""Wait forecasters (random forest, XGBoost) and the policy that acts on them.
+
+A forecaster predicts, from the decision features, quantiles of the successor's wait if it
+were submitted now (hours). The policy submits when the time left to the predecessor's
+planned end is at most the predicted wait quantile plus a band tuned on the tuning split.
+
+Why a quantile and which one: with J = interruption + alpha * overlap, submitting at time
+tau costs (tau + W - E)+ + alpha * (E - tau - W)+ for wait W and planned end E. Its
+expectation is least when P(tau + W <= E) = 1 / (1 + alpha) (the newsvendor solution), so
+the target is the 1/(1+alpha) quantile of W given what is seen (2/3 for alpha = 0.5): the
+policy submits once the time left falls to it. The band absorbs what the forecaster gets
+systematically wrong; the outer quantiles (5% and 95%) give the daemon's 90% interval.
+
+- :class:`XGBForecaster`: one XGBoost model with the multi-quantile objective
+  (``reg:quantileerror``), quantiles re-sorted so that they never cross.
+- :class:`ForestForecaster`: a scikit-learn random forest of the wait; its quantiles are
+  the per-leaf empirical quantiles of the training waits averaged over the trees (a
+  cheap quantile-forest approximation: one table lookup per tree at prediction time).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.features import features
+
+HOUR = 3600.0
+
+
+def quantile_levels(alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float]:
+    """(5%, the J-optimal 1/(1+alpha), 95%)."""
+    return (0.05, 1.0 / (1.0 + alpha), 0.95)
+
+
+class Forecaster(abc.ABC):
+    """Quantiles of the wait (hours) if submitted now, one row per feature row."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+        self.levels = levels
+        self.seed = seed
+
+    @abc.abstractmethod
+    def fit(self, x: np.ndarray, wait_h: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """float64 (n, 3): the quantiles of ``levels``, non-decreasing along each row."""
+
+    @abc.abstractmethod
+    def save(self, folder: Path) -> list[str]:
+        """Write the model's files into ``folder``; return their names."""
+
+    @classmethod
+    @abc.abstractmethod
+    def load(cls, folder: Path, levels: tuple[float, float, float]) -> Forecaster: ...
+
+
+class XGBForecaster(Forecaster):
+    kind = "xgb"
+    FILE = "model.json"  # XGBoost's own, version-portable format
+
+    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+        import xgboost as xgb
+
+        super().__init__(levels, seed)
+        defaults: dict[str, Any] = {
+            "n_estimators": 300,
+            "max_depth": 6,
+            "learning_rate": 0.05,
+            "min_child_weight": 5.0,
+            "subsample": 0.8,
+            "colsample_bytree": 0.8,
+            "tree_method": "hist",
+            "n_jobs": 2,
+        }
+        defaults.update(params)
+        self.model = xgb.XGBRegressor(
+            objective="reg:quantileerror",
+            quantile_alpha=np.asarray(levels),
+            random_state=seed,
+            **defaults,
+        )
+
+    def fit(self, x: np.ndarray, wait_h: np.ndarray) -> None:
+        self.model.fit(x, wait_h)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        out = np.asarray(self.model.predict(x), dtype=np.float64).reshape(len(x), -1)
+        out = np.maximum(out, 0.0)
+        return np.sort(out, axis=1)
+
+    def save(self, folder: Path) -> list[str]:
+        self.model.save_model(folder / self.FILE)
+        return [self.FILE]
+
+    @classmethod
+    def load(cls, folder: Path, levels: tuple[float, float, float]) -> XGBForecaster:
+        out = cls(levels)
+        out.model.load_model(folder / cls.FILE)
+        return out
+
+
+class ForestForecaster(Forecaster):
+    kind = "rf"
+    FILE = "model.joblib"
+
+    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+        from sklearn.ensemble import RandomForestRegressor
+
+        super().__init__(levels, seed)
+        defaults: dict[str, Any] = {
+            "n_estimators": 100,
+            "min_samples_leaf": 20,
+            "max_features": 0.5,
+            "max_samples": 0.5,
+            "n_jobs": 2,
+        }
+        defaults.update(params)
+        self.model = RandomForestRegressor(random_state=seed, **defaults)
+        self.leaf_q: list[np.ndarray] = []  # per tree: (n_nodes, 3) wait quantiles per leaf
+
+    def fit(self, x: np.ndarray, wait_h: np.ndarray) -> None:
+        self.model.fit(x, wait_h)
+        leaves = self.model.apply(x)  # (n, trees)
+        self.leaf_q = [
+            self._leaf_table(t, leaves[:, i], wait_h) for i, t in enumerate(self.model.estimators_)
+        ]
+
+    def _leaf_table(self, tree: Any, leaf: np.ndarray, y: np.ndarray) -> np.ndarray:
+        table = np.zeros((tree.tree_.node_count, 3))
+        order = np.argsort(leaf, kind="stable")
+        ids, starts = np.unique(leaf[order], return_index=True)
+        for node, ys in zip(ids, np.split(y[order], starts[1:]), strict=True):
+            table[node] = np.quantile(ys, self.levels)
+        return table
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        leaves = self.model.apply(x)
+        acc = np.zeros((len(x), 3))
+        for i, table in enumerate(self.leaf_q):
+            acc += table[leaves[:, i]]
+        out: np.ndarray = np.sort(acc / max(1, len(self.leaf_q)), axis=1)
+        return out
+
+    def save(self, folder: Path) -> list[str]:
+        import joblib
+
+        joblib.dump({"model": self.model, "leaf_q": self.leaf_q}, folder / self.FILE, compress=3)
+        return [self.FILE]
+
+    @classmethod
+    def load(cls, folder: Path, levels: tuple[float, float, float]) -> ForestForecaster:
+        import joblib
+
+        # joblib files are pickles: models/ is written by `mirage train` and owned by the
+        # admin, like the daemon's code; never load one from an untrusted place.
+        blob = joblib.load(folder / cls.FILE)
+        out = cls(levels)
+        out.model, out.leaf_q = blob["model"], blob["leaf_q"]
+        return out
+
+
+FORECASTERS: dict[str, type[Forecaster]] = {"rf": ForestForecaster, "xgb": XGBForecaster}
+
+
+def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: float) -> int:
+    """The first step whose time left is within the predicted wait plus the band
+    (``len(left_h)``: none; the successor is then submitted at the planned end)."""
+    hit = np.nonzero(left_h <= q_h + band_h)[0]
+    return int(hit[0]) if len(hit) else len(left_h)
+
+
+class ForecastPolicy(Policy):
+    """Submit when the time left is within the forecast J-optimal wait quantile + band."""
+
+    def __init__(self, forecaster: Forecaster, band_s: float, name: str | None = None) -> None:
+        self.forecaster = forecaster
+        self.band_s = band_s
+        self.name = name or forecaster.kind
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        if not pending:
+            return []
+        x = features(ctx.snapshot, ctx.profile, pending, ctx.now, queue_rows=ctx.queue_rows)
+        q = self.forecaster.predict(x) * HOUR  # seconds
+        out = []
+        for p, (lo, mid, hi) in zip(pending, q.tolist(), strict=True):
+            left = p.remaining(ctx.now)
+            submit = left <= mid + self.band_s
+            out.append(
+                Decision(
+                    submit=submit,
+                    predicted_start=ctx.now + round(mid),
+                    interval=(ctx.now + round(lo), ctx.now + round(hi)),
+                    reason=f"{self.name}: left {left / HOUR:.2f} h, wait q "
+                    f"{mid / HOUR:.2f} h + band {self.band_s / HOUR:+.2f} h",
+                )
+            )
+        return out
+
+    def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int:
+        """The submission step on a recorded sample (rows = its decision steps): the same
+        rule as :meth:`decide`, in one batched prediction."""
+        q = self.forecaster.predict(matrix)[:, 1]
+        return first_submit(left_h, q, self.band_s / HOUR)

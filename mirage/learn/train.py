@@ -1,0 +1,246 @@
+"""The training pipeline behind ``mirage train``.
+
+1. Worlds: the cluster's trace replayed on its calibrated profile at each training load
+   (a load factor shrinks the cluster, as in :mod:`mirage.evaluate.protocol`).
+2. Data: counterfactual probes and decision features on the *training* split (ls6: up to
+   2023-01-31) and the *tuning* split (ls6: February 2023); the test split is never read
+   (the replays are cut at each split's end).
+3. Fit: forecasters on the training rows (wait quantiles), agents on episodes of the
+   training samples; then each forecaster's band is chosen on the tuning split (least
+   mean J over a grid fixed here), and every policy's tuning-split metrics are recorded.
+4. Save under ``models/<cluster>/<policy>/`` with metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirage.evaluate.probes import generate
+from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times, scaled_nodes
+from mirage.learn.artifacts import ModelMeta
+from mirage.learn.dataset import Dataset, generate_features
+from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.profile.schema import ClusterProfile, load_profile
+
+log = logging.getLogger(__name__)
+HOUR = 3600.0
+
+#: Band grid for the forecasters (hours added to the predicted wait quantile).
+BANDS_H = (-6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class TrainConfig:
+    cluster: str
+    trace: str
+    profile: str
+    splits: dict[str, Split]  # "train", "tune"
+    loads: tuple[float, ...] = (1.0,)
+    protocol: Protocol = field(default_factory=Protocol)
+    train_every_s: int = 4 * 3600  # sample spacing on the training split
+    seed: int = 0
+    alpha: float = DEFAULT_ALPHA
+    cache: str | None = "out/probe-cache"
+    n_jobs: int = 1
+    agent_steps: int = 300_000
+    first_submit: int = 0
+
+
+@dataclass
+class Data:
+    train: Dataset
+    tune: Dataset
+    counts: dict[str, dict[str, int]]  # load -> split -> usable samples
+
+
+def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Split) -> Setting:
+    part = profile.partition(cfg.protocol.partition)
+    assert part.nodes is not None
+    protocol = cfg.protocol
+    if split.name == "train":
+        protocol = Protocol(**{**protocol.__dict__, "every_s": cfg.train_every_s})
+    nodes = scaled_nodes(part.nodes, load)
+    return Setting(cfg.trace, cfg.profile, nodes, load, split, protocol)
+
+
+def load_data(cfg: TrainConfig, progress: Progress | None = None) -> Data:
+    """Probes and features for every load on the training and tuning splits (cached)."""
+    profile = load_profile(cfg.profile)
+    parts: dict[str, list[Dataset]] = {"train": [], "tune": []}
+    counts: dict[str, dict[str, int]] = {}
+    for load in cfg.loads:
+        for name in ("train", "tune"):
+            setting = _setting(cfg, profile, load, cfg.splits[name])
+            times = sample_times(setting.split, setting.protocol, cfg.first_submit)
+            tag = f"{name} load {load:g}"
+
+            def bar(done: int, total: int, tag: str = tag) -> None:
+                if progress is not None:
+                    progress(tag, done, total)
+
+            samples = generate(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
+            curves = generate_features(
+                setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar
+            )
+            ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)
+            parts[name].append(ds)
+            counts.setdefault(f"{load:g}", {})[name] = len(ds.samples)
+    return Data(Dataset.concat(parts["train"]), Dataset.concat(parts["tune"]), counts)
+
+
+# ---- judging on a split ------------------------------------------------------------------
+
+
+StepRule = Callable[[int, np.ndarray, np.ndarray], int]  # (sample, matrix, left_h) -> k
+
+
+def walk(rule: StepRule, ds: Dataset) -> np.ndarray:
+    """J (hours) of each sample of ``ds`` when submitted at the step a policy picks."""
+    out = np.empty(len(ds.samples))
+    for i, (s, m) in enumerate(zip(ds.samples, ds.matrices, strict=True)):
+        left = (s.planned_end - s.steps[:-1]) / HOUR
+        out[i] = ds.cost_curve(i)[rule(i, m, left)]
+    return out
+
+
+def split_metrics(j_h: np.ndarray, ds: Dataset) -> dict[str, float]:
+    reactive = np.array([ds.cost_curve(i)[-1] for i in range(len(ds.samples))])
+    oracle = np.array([ds.cost_curve(i).min() for i in range(len(ds.samples))])
+    return {
+        "samples": len(ds.samples),
+        "mean_J_h": float(j_h.mean()) if len(j_h) else float("nan"),
+        "reactive_mean_J_h": float(reactive.mean()) if len(j_h) else float("nan"),
+        "oracle_mean_J_h": float(oracle.mean()) if len(j_h) else float("nan"),
+    }
+
+
+def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
+    """Share of true waits inside the predicted 5-95% interval."""
+    inside = (wait_h >= q[:, 0]) & (wait_h <= q[:, 2])
+    return float(inside.mean()) if len(inside) else float("nan")
+
+
+# ---- fitting -----------------------------------------------------------------------------
+
+
+def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
+    from mirage.learn.forecast import FORECASTERS, ForecastPolicy, first_submit, quantile_levels
+
+    levels = quantile_levels(cfg.alpha)
+    model = FORECASTERS[kind](levels, seed=cfg.seed)
+    t0 = time.perf_counter()
+    model.fit(data.train.x, data.train.wait_h)
+    fit_s = time.perf_counter() - t0
+    tune = data.tune
+    q_tune = model.predict(tune.x)
+    mid = {i: q_tune[tune.sample == i, 1] for i in range(len(tune.samples))}
+
+    def j_for(band: float) -> np.ndarray:
+        return walk(lambda i, _m, left: first_submit(left, mid[i], band), tune)
+
+    scores = {b: float(j_for(b).mean()) for b in BANDS_H}
+    band = min(BANDS_H, key=lambda b: (scores[b], abs(b)))
+    policy = ForecastPolicy(model, band * HOUR, kind)
+    metrics: dict[str, Any] = {
+        "fit_s": round(fit_s, 1),
+        "tune": split_metrics(j_for(band), tune),
+        "tune_band_scores_mean_J_h": {repr(b): v for b, v in scores.items()},
+        "tune_interval_coverage_90": coverage(q_tune, tune.wait_h),
+        "train_rows": len(data.train),
+    }
+    params = {"band_s": band * HOUR, "levels": list(levels), "alpha": cfg.alpha}
+    return (policy, model, params), metrics
+
+
+def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
+    from mirage.learn.agents import AgentPolicy, ChainEnv, make_model
+
+    costs = [data.train.cost_curve(i) for i in range(len(data.train.samples))]
+    env = ChainEnv(data.train.matrices, costs, seed=cfg.seed)
+    model = make_model(kind, env, cfg.seed)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=cfg.agent_steps, progress_bar=False)
+    fit_s = time.perf_counter() - t0
+    policy = AgentPolicy(model, kind)
+    metrics: dict[str, Any] = {
+        "fit_s": round(fit_s, 1),
+        "timesteps": cfg.agent_steps,
+        "tune": split_metrics(
+            walk(lambda _i, m, left: policy.steps_for(m, left), data.tune), data.tune
+        ),
+        "train_rows": len(data.train),
+    }
+    return (policy, model, {"alpha": cfg.alpha, "reward_scale_h": 10.0}), metrics
+
+
+def file_hash(path: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        return ""
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def save(
+    *, kind: str, fitted: Any, metrics: dict[str, Any], data: Data, cfg: TrainConfig, root: Path
+) -> Path:
+    _policy, model, params = fitted
+    folder = root / cfg.cluster / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind in ("rf", "xgb"):
+        files = model.save(folder)
+    else:
+        model.save(folder / "model.zip")
+        files = ["model.zip"]
+    meta = ModelMeta(
+        policy=kind,
+        cluster=cfg.cluster,
+        files=files,
+        params=params,
+        training={
+            "trace": Path(cfg.trace).name,
+            "trace_sha256": file_hash(cfg.trace),
+            "profile": Path(cfg.profile).name,
+            "profile_sha256": file_hash(cfg.profile),
+            "splits": {k: v.as_dict() for k, v in cfg.splits.items()},
+            "loads": list(cfg.loads),
+            "samples": data.counts,
+            "protocol": cfg.protocol.__dict__,
+            "train_every_s": cfg.train_every_s,
+            "seed": cfg.seed,
+        },
+        metrics=metrics,
+    )
+    meta.write(folder)
+    return folder
+
+
+def train(
+    cfg: TrainConfig,
+    policies: Sequence[str],
+    root: Path,
+    progress: Progress | None = None,
+    data: Data | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Train ``policies`` and save them under ``root``; return their metrics."""
+    data = data or load_data(cfg, progress)
+    if not data.train.samples or not data.tune.samples:
+        raise ValueError(f"no usable samples: {data.counts} (a shorter window or lower load?)")
+    out: dict[str, dict[str, Any]] = {}
+    for kind in policies:
+        fit = fit_forecaster if kind in ("rf", "xgb") else fit_agent
+        fitted, metrics = fit(kind, data, cfg)
+        metrics["folder"] = str(
+            save(kind=kind, fitted=fitted, metrics=metrics, data=data, cfg=cfg, root=root)
+        )
+        out[kind] = metrics
+    return out

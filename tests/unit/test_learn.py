@@ -1,0 +1,223 @@
+"""Learned policies: data, forecasters, agents, artifacts, `mirage train` on the ls6 slice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mirage.cli import main
+from mirage.evaluate.harness import Walker
+from mirage.evaluate.probes import generate
+from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
+from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, ChainEnv
+from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
+from mirage.learn.dataset import Dataset, generate_features
+from mirage.learn.forecast import ForecastPolicy, ForestForecaster, XGBForecaster
+from mirage.policy.base import DecisionContext, PendingTransition
+from mirage.policy.features import FEATURE_NAMES, features, queue_features
+from mirage.profile.schema import load_profile
+from mirage.sim import JobSpec, Simulation
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.scenario import toy_profile
+
+H = 3600
+REPO = Path(__file__).resolve().parents[2]
+SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+LS6 = str(REPO / "models" / "ls6" / "profile.toml")
+SMALL = Protocol(time_limit_s=4 * H, step_s=30 * 60, every_s=12 * H, window_s=10 * H,
+                 warmup_s=12 * H)  # fmt: skip
+LEVELS = (0.05, 2 / 3, 0.95)
+SMALL_OPTS = ["--time-limit-h", "4", "--step-min", "30", "--window-h", "10", "--warmup-h", "12"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Setting, Dataset, list[np.ndarray]]:
+    cache = str(tmp_path_factory.mktemp("cache"))
+    split = Split("train", parse_when("2022-11-06", "UTC"), parse_when("2022-11-14", "UTC"))
+    setting = Setting(SLICE, LS6, 40, 2.0, split, SMALL)
+    times = sample_times(split, SMALL, 0)
+    samples = generate(setting, times, cache=cache, tasks=2)
+    curves = generate_features(setting, times, cache=cache)
+    profile = load_profile(LS6)
+    ds = Dataset.build(samples, curves, SMALL, profile)
+    queue = [c.queue for c in curves]
+    return setting, ds, queue
+
+
+def test_dataset_rows_are_the_probes_outcomes(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    _, ds, _ = data
+    assert len(ds.samples) >= 10
+    assert ds.x.shape == (len(ds), len(FEATURE_NAMES)) and np.isfinite(ds.x).all()
+    for row in (0, len(ds) // 2, len(ds) - 1):
+        s = ds.samples[ds.sample[row]]
+        k = ds.step[row]
+        assert ds.wait_h[row] * H == pytest.approx(s.succ_start[k] - s.steps[k])
+        assert ds.left_h[row] * H == pytest.approx(s.planned_end - s.steps[k])
+    # queue load is seen: pending demand varies between samples of a busy slice
+    assert ds.x[:, FEATURE_NAMES.index("pend_nodes")].std() > 0
+
+
+def test_recorded_queue_rows_equal_features_from_the_snapshot() -> None:
+    """The harness's recorded rows and the daemon's snapshot give the same vector."""
+    profile = toy_profile()
+    sim = Simulation(profile, start_time=0)
+    for i in range(12):
+        sim.add_job(JobSpec(submit=i * 60, run=5 * H, time_limit=6 * H, nodes=1 + i % 2,
+                            partition="gpu", gpus=4))  # fmt: skip
+    sim.run_until(30 * 60)
+    snap = SimSlurmClient(sim).queue()
+    p = PendingTransition("c", "1", 0, 6 * H, 1, 4, 6 * H, "gpu")
+    direct = features(snap, profile, [p], sim.now)
+    rows = {"gpu": queue_features(snap, profile, "gpu", sim.now)}
+    assert np.array_equal(direct, features(snap, profile, [p], sim.now, queue_rows=rows))
+
+
+def _forest(ds: Dataset, seed: int = 0) -> ForestForecaster:
+    f = ForestForecaster(LEVELS, seed=seed, n_estimators=20, min_samples_leaf=5)
+    f.fit(ds.x, ds.wait_h)
+    return f
+
+
+def test_forecasters_give_ordered_quantiles_and_same_seed_same_model(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    _, ds, _ = data
+    for make in (
+        lambda s: _forest(ds, s),
+        lambda s: _fit(XGBForecaster(LEVELS, seed=s, n_estimators=30), ds),
+    ):
+        a, b = make(1), make(1)
+        qa = a.predict(ds.x)
+        assert qa.shape == (len(ds), 3) and (np.diff(qa, axis=1) >= 0).all() and (qa >= 0).all()
+        assert np.array_equal(qa, b.predict(ds.x))
+
+
+def _fit(f: XGBForecaster, ds: Dataset) -> XGBForecaster:
+    f.fit(ds.x, ds.wait_h)
+    return f
+
+
+def test_walking_decide_equals_the_batched_path(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    """The harness's fast path picks the same step as the daemon's decide() at each step."""
+    setting, ds, queue = data
+    profile = load_profile(LS6)
+    samples = generate(setting, [s.t for s in ds.samples])
+    walker = Walker(samples, SMALL, profile, "gpu-a100", [q for q in queue if len(q)])
+    for band in (-2 * H, 0.0, 2 * H):
+        policy = ForecastPolicy(_forest(ds), band)
+        slow = walker.run(lambda policy=policy: policy)  # type: ignore[misc]
+        fast = walker.run_batched(policy)
+        assert np.array_equal(slow.step, fast.step)
+
+
+def test_chain_env_rewards_are_minus_j() -> None:
+    m = np.zeros((3, len(FEATURE_NAMES)))
+    cost = np.array([5.0, 2.0, 1.0, 7.0])
+    env = ChainEnv([m], [cost], random_start=False)
+    env.reset(seed=0)
+    _, r, done, _, _ = env.step(np.int64(WAIT))
+    assert (r, done) == (0.0, False)
+    _, r, done, _, info = env.step(np.int64(SUBMIT))
+    assert done and r == -2.0 / REWARD_SCALE and info["step"] == 1
+    env.reset()
+    for _ in range(2):
+        assert not env.step(np.int64(WAIT))[2]
+    _, r, done, _, info = env.step(np.int64(WAIT))  # the planned end: submitted regardless
+    assert done and r == -7.0 / REWARD_SCALE and info["step"] == 3
+
+
+def test_one_batched_decision_for_many_chains(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    _, ds, _ = data
+    profile = load_profile(LS6)
+    snap = SimSlurmClient(Simulation(profile, start_time=0)).queue()
+    pending = [
+        PendingTransition(f"c{i}", str(i), i * 60, 48 * H, 1, 3, 48 * H, "gpu-a100")
+        for i in range(1000)
+    ]
+    now = 47 * H  # one hour left for the first chain, up to ~17.6 h for the last
+    ctx = DecisionContext(now=now, snapshot=snap, profile=profile)
+    forest = _forest(ds)
+    for band in (2 * H, -60 * H):
+        out = ForecastPolicy(forest, band).decide(ctx, pending)
+        assert len(out) == 1000
+        for d, p in zip(out, pending, strict=True):
+            assert d.interval and d.interval[0] <= (d.predicted_start or 0) <= d.interval[1]
+            assert d.submit == (p.remaining(now) <= (d.predicted_start or 0) - now + band)
+    assert not any(d.submit for d in out)  # a band of -60 h is never reached
+    assert ForecastPolicy(forest, 2 * H).decide(ctx, pending)[0].submit  # 1 h left < 2 h
+
+
+def _train_args(models: Path, cache: Path, policy: str, seed: int = 0) -> list[str]:
+    return [
+        "train", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
+        "--policy", policy, "--seed", str(seed), "--models", str(models),
+        "--cache", str(cache), "--every-h", "12", "--agent-steps", "3000",
+        "--train-split", "2022-11-06:2022-11-12", "--tune-split", "2022-11-12:2022-11-15",
+        *SMALL_OPTS,
+    ]  # fmt: skip
+
+
+def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> None:
+    models, cache = tmp_path / "models", tmp_path / "cache"
+    res = CliRunner().invoke(main, [*_train_args(models, cache, "all"), "--json"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads(res.output)["policies"]
+    assert set(metrics) == {"rf", "xgb", "dqn", "pg"}
+    for kind in metrics:
+        meta = json.loads((models / "ls6" / kind / METADATA).read_text())
+        assert meta["feature_set"] and meta["training"]["trace_sha256"]
+        assert (
+            meta["training"]["splits"]["train"]["end"]
+            <= meta["training"]["splits"]["tune"]["start"]
+        )
+        load_policy(models / "ls6" / kind)  # loads and passes its checks
+    args = [
+        "evaluate", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
+        "--policies", "reactive,rf,xgb,dqn,pg,oracle", "--models", str(models / "ls6"),
+        "--every-h", "12", "--tune-split", "2022-11-12:2022-11-15",
+        "--test-split", "2023-03-08:2023-03-11", "--out", str(tmp_path / "out"),
+        "--cache", str(cache), "--boot", "100", *SMALL_OPTS,
+    ]  # fmt: skip
+    ev = CliRunner().invoke(main, [*args, "--json"])
+    assert ev.exit_code == 0, ev.output
+    table = json.loads(ev.output)["loads"]["2"]["table"]
+    oracle = table["oracle"]["all"]["mean_J_h"]["value"]
+    for kind in ("rf", "xgb", "dqn", "pg"):
+        assert table[kind]["all"]["mean_J_h"]["value"] >= oracle - 1e-9
+    # a model of another feature version is refused with a clear error
+    meta_path = models / "ls6" / "rf" / METADATA
+    meta = json.loads(meta_path.read_text())
+    meta["feature_version"] += 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelCompatibilityError, match="feature set"):
+        load_policy(models / "ls6" / "rf")
+    bad = CliRunner().invoke(main, args)
+    assert bad.exit_code != 0 and "retrain" in bad.output
+    meta = json.loads((models / "ls6" / "xgb" / METADATA).read_text())
+    meta["libraries"]["xgboost"] = "0.1.0"
+    (models / "ls6" / "xgb" / METADATA).write_text(json.dumps(meta))
+    with pytest.raises(ModelCompatibilityError, match=r"xgboost 0\.1\.0"):
+        load_policy(models / "ls6" / "xgb")
+
+
+def test_same_seed_same_model_files(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    for run in ("a", "b"):
+        res = CliRunner().invoke(main, _train_args(tmp_path / run, cache, "xgb,pg", seed=3))
+        assert res.exit_code == 0, res.output
+    a = (tmp_path / "a" / "ls6" / "xgb" / "model.json").read_bytes()
+    assert a == (tmp_path / "b" / "ls6" / "xgb" / "model.json").read_bytes()
+    pa = load_policy(tmp_path / "a" / "ls6" / "pg")[0]
+    pb = load_policy(tmp_path / "b" / "ls6" / "pg")[0]
+    x = np.random.default_rng(0).normal(size=(50, len(FEATURE_NAMES)))
+    assert np.array_equal(pa.actions(x), pb.actions(x))  # type: ignore[attr-defined]
