@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mirage.evaluate import probes
-from mirage.evaluate.harness import METHODS, ORACLE, Walker, curve_cost, evaluate, tune
+from mirage.evaluate.harness import BASELINES, ORACLE, Walker, curve_cost, evaluate, tune
 from mirage.evaluate.probes import SampleResult, generate, probe_sample
 from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
 from mirage.evaluate.stats import load_levels, table
@@ -43,7 +43,7 @@ def test_reactive_gap_and_oracle_on_hand_made_scenario() -> None:
     assert r.succ_start[-1] == 60 * H  # reactive: the analytically known 12 h gap
     assert r.succ_start[0] == 48 * H and r.succ_start[1] == 48 * H  # before the 2-node job
     walker = Walker([r], Protocol(step_s=30 * 60), TWO, "gpu")
-    res = evaluate(walker, METHODS, {"fixed-lead": 3600.0}, 0.5)
+    res = evaluate(walker, BASELINES, {"fixed-lead": 3600.0}, 0.5)
     assert res["reactive"].gap[0] == 12 * H and res["reactive"].interruption[0] == 12 * H
     assert res[ORACLE].cost()[0] == 0.0 and res[ORACLE].step[0] == 1
     assert res["fixed-lead"].gap[0] == 12 * H  # an hour ahead is too late here
@@ -69,8 +69,8 @@ def test_oracle_beats_every_baseline_on_each_sample(
     walker = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)),
                     "gpu-a100")  # fmt: skip
     assert len(walker.samples) >= 10
-    tuned = tune(walker, METHODS, 0.5)
-    res = evaluate(walker, METHODS, tuned.params, 0.5)
+    tuned = tune(walker, BASELINES, 0.5)
+    res = evaluate(walker, BASELINES, tuned.params, 0.5)
     oracle = res[ORACLE].cost()
     for name, o in res.items():
         assert np.all(oracle <= o.cost() + 1e-9), name
