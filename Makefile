@@ -21,11 +21,13 @@ $(STAMP): setup.cfg pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Until the daemon's simulated-cluster demo exists: inspect the bundled real trace slice,
-# then replay it in the simulator on the calibrated ls6 cluster.
+# The daemon on the simulated backend: 4 chains on a busy replay of the bundled ls6 slice
+# (70 of the calibrated 79 nodes, for a busier queue), a live status view, then the gap
+# table against reactive submission of the same chains on the same replay (~30 s).
 demo: venv
-	$(BIN)/mirage trace inspect traces/ls6-a100-slice.log.gz
-	$(BIN)/mirage simulate --trace traces/ls6-a100-slice.log.gz --profile models/ls6/profile.toml
+	$(BIN)/mirage daemon --backend sim --trace traces/ls6-a100-slice.log.gz \
+	  --profile models/ls6/profile.toml --nodes 70 --demo-chains 4 --segments 3 \
+	  --time-limit 2:00:00 --policy fixed-lead
 
 lint: venv
 	$(BIN)/ruff check mirage tests scripts
