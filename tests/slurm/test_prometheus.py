@@ -10,6 +10,7 @@ text alone.
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import time
 import urllib.parse
@@ -99,10 +100,11 @@ def test_prometheus_scrapes_the_daemon(
     script = d.root / "seg.sbatch"
     script.write_text(SCRIPT)
     ids = []
+    run = secrets.token_hex(3)  # names unique to this run: sacct still has earlier runs
     for n in range(3):  # registered only: the daemon submits each segment 1 itself
         out = d.cli(
             "chain", "submit", str(script), "--segments", "1", "--no-submit", "--name",
-            f"prom{n}", "--", "-p", "gpu", "--gres=gpu:1", "--time=1", f"--chdir={work}",
+            f"prom{n}-{run}", "--", "-p", "gpu", "--gres=gpu:1", "--time=1", f"--chdir={work}",
         )  # fmt: skip
         ids.append(out["chain_id"])
     d.cli("chain", "cancel", ids[2])  # one chain in another state: CANCELLED
@@ -125,7 +127,7 @@ def test_prometheus_scrapes_the_daemon(
     assert prom.value("mirage_lease_held") == 1
     # the two segment-1 jobs are in Slurm, as the daemon's own counter says
     jobs = d.slurm_jobs(CliSlurmClient(timeout=60.0), int(started) - 60)
-    assert sorted(j.name.partition(".")[0] for j in jobs) == ["prom0", "prom1"]
+    assert sorted(j.name.partition(".")[0] for j in jobs) == [f"prom0-{run}", f"prom1-{run}"]
     polls = prom.value("mirage_poll_duration_seconds_count")
     assert polls is not None and polls >= 1
     assert prom.value('mirage_slurm_commands_total{command="sbatch"}') == 2
