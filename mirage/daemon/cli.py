@@ -434,6 +434,7 @@ def daemon_cmd(
     from mirage.daemon.service import open_store, run_service
 
     cfg = _config(config_path)
+    _check_models(cfg)
     if demo_chains is not None:
         if backend != "sim" or not trace_path:
             raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
@@ -483,6 +484,18 @@ def daemon_cmd(
             store.release_lease(cfg.daemon.cluster, daemon.holder)
         return
     run_service(daemon, cfg)
+
+
+def _check_models(cfg: Config) -> None:
+    """Fail at start, with the reason, when a configured trained model cannot be used."""
+    from mirage.daemon.policies import build_policies, learned_profile
+    from mirage.learn.artifacts import ModelError
+
+    try:
+        if any(lp.kind == "learned" for lp in build_policies(cfg.policy).values()):
+            learned_profile(cfg.policy)
+    except ModelError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _run_sim(

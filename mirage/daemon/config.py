@@ -29,9 +29,11 @@ never silently falls back to a default. Durations are seconds (``_s``).
     submit_timeout_s = 60          # sbatch (a timeout makes the submission UNKNOWN)
 
     [policy]
-    default = "fixed-lead"         # "reactive", "fixed-lead"
+    default = "fixed-lead"         # "reactive", "fixed-lead", or a trained "rf", "xgb", "dqn", "pg"
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
+    models_dir = ""                # trained policies: <models_dir>/<cluster>/<policy>/ ("" = none)
+    cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
 
     [policy.partitions]            # per-partition policy names (override `default`)
     # gpu-a100 = "reactive"
@@ -92,6 +94,8 @@ class PolicySection:
     default: str = "fixed-lead"
     lead_s: int = 900
     fallback: str = "reactive"
+    models_dir: str = ""
+    cluster: str = ""
     partitions: dict[str, str] = field(default_factory=dict)
 
 
@@ -163,14 +167,24 @@ def _check(cfg: Config, source: str) -> None:
         )
     if d.backoff_max_s < d.poll_interval_s:
         raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
+    from mirage.learn.artifacts import POLICIES as LEARNED
     from mirage.policy.simple import POLICY_NAMES
 
-    names = [cfg.policy.default, cfg.policy.fallback, *cfg.policy.partitions.values()]
-    for name in names:
-        if name not in POLICY_NAMES:
+    p = cfg.policy
+    valid = (*POLICY_NAMES, *LEARNED)
+    for name in [p.default, p.fallback, *p.partitions.values()]:
+        if name not in valid:
             raise ConfigError(
-                f"{source} [policy]: unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}"
+                f"{source} [policy]: unknown policy {name!r}; valid: {', '.join(valid)}"
             )
+        if name in LEARNED and not (p.models_dir and p.cluster):
+            raise ConfigError(
+                f"{source} [policy]: the trained policy {name!r} needs models_dir and cluster"
+            )
+    if p.fallback in LEARNED:
+        raise ConfigError(
+            f"{source} [policy]: fallback must be a baseline ({', '.join(POLICY_NAMES)})"
+        )
 
 
 def load_config(path: str | Path | None = None) -> Config:

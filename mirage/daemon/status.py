@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from mirage.daemon.core import CURSOR_KEY
+from mirage.daemon.policies import model_key
 from mirage.daemon.store import Chain, Event, Segment, Store, Submission
 
 
@@ -92,6 +93,13 @@ def show_chain(store: Store, chain_id: str, uid: int | None) -> dict[str, Any] |
         return out
 
 
+def _model_age(store: Store, policy: str, now: int) -> int | None:
+    """Age of the trained model behind a chain's policy label (None for a baseline)."""
+    name = policy.split(" ", 1)[0]
+    created = store.get_value(model_key(name)) if name else None
+    return max(0, now - int(created)) if created else None
+
+
 def status(store: Store, now: int, uid: int | None, *, cluster: str = "default") -> dict[str, Any]:
     """Per active chain: current segment, time left, successor, prediction, estimate, policy."""
     rows = []
@@ -135,7 +143,7 @@ def status(store: Store, now: int, uid: int | None, *, cluster: str = "default")
                     ),
                     "policy": c.policy,
                     "policy_fallback": "fallback" in c.policy,
-                    "model_age_s": None,  # baselines have no model
+                    "model_age_s": _model_age(store, c.policy, now),
                     "decided_at": c.decided_at,
                     "trained_s": c.trained_s,
                     "reason": c.reason,

@@ -10,6 +10,7 @@ libraries that read its files have the same major.minor version: anything else r
 
 from __future__ import annotations
 
+import calendar
 import json
 import platform
 import time
@@ -110,12 +111,11 @@ class ModelMeta:
                 + " (retrain it with `mirage train`)"
             )
 
-    def age_s(self, now: float | None = None) -> float | None:
+    def created_epoch(self) -> float | None:
         try:
-            made = time.mktime(time.strptime(self.created, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+            return float(calendar.timegm(time.strptime(self.created, "%Y-%m-%dT%H:%M:%SZ")))
         except ValueError:
             return None
-        return (now if now is not None else time.time()) - made
 
 
 def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:

@@ -53,11 +53,24 @@ def _import_history(cluster: str, days: float) -> str:
     help=f"One of {', '.join(POLICIES)}, or all (comma-separated list allowed).",
 )
 @click.option("--seed", default=0, show_default=True, help="Same seed, same model.")
-@click.option("--load", "loads", multiple=True, type=float, help="Training load factor(s).")
+@click.option(
+    "--load",
+    "loads",
+    multiple=True,
+    help="Training load factor(s), each LOAD[:EVERY_H[:STEP_MIN]] to give its own training "
+    "sample spacing and step (deep queues make probes slow).",
+)
 @click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
 @click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
 @click.option("--every-h", default=4.0, show_default=True, help="Training sample spacing.")
+@click.option(
+    "--train-step-min",
+    default=None,
+    type=float,
+    help="Decision step of the "
+    "training split (default: --step-min; coarser is cheaper at heavy load).",
+)
 @click.option("--agent-steps", default=300_000, show_default=True, help="RL timesteps.")
 @click.option(
     "--history-days",
@@ -106,6 +119,7 @@ def train_cmd(**kw: Any) -> None:
         "train": parse_split(kw["train_split"], "train", profile.timezone, splits["train"]),
         "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
     }
+    schedule = [_load_spec(text) for text in kw["loads"]]
     protocol = Protocol(
         nodes=kw["nodes"],
         gpus=kw["gpus"],
@@ -122,8 +136,10 @@ def train_cmd(**kw: Any) -> None:
         trace=trace,
         profile=profile_name,
         splits=splits,
-        loads=tuple(kw["loads"]) or (1.0,),
+        loads=tuple(load for load, _ in schedule) or (1.0,),
+        schedule={load: when for load, when in schedule if when is not None},
         train_every_s=int(kw["every_h"] * HOUR),
+        train_step_s=int(kw["train_step_min"] * 60) if kw["train_step_min"] else None,
         seed=kw["seed"],
         cache=kw["cache"] or None,
         n_jobs=kw["n_jobs"],
@@ -140,6 +156,22 @@ def train_cmd(**kw: Any) -> None:
         click.echo(json.dumps({"wall_s": round(wall, 1), "policies": metrics}, sort_keys=True))
         return
     _print(metrics, wall)
+
+
+def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:
+    """ "1.13:12:30" -> (1.13, (12 h, 30 min)); "1" -> (1.0, None)."""
+    parts = text.split(":")
+    try:
+        load = float(parts[0])
+        if len(parts) == 1:
+            return load, None
+        every = float(parts[1]) * HOUR
+        step = float(parts[2]) * 60 if len(parts) > 2 else 600.0
+    except (ValueError, IndexError) as exc:
+        raise click.BadParameter(f"expected LOAD[:EVERY_H[:STEP_MIN]], got {text!r}") from exc
+    if load <= 0 or every <= 0 or step <= 0 or len(parts) > 3:
+        raise click.BadParameter(f"expected positive LOAD[:EVERY_H[:STEP_MIN]], got {text!r}")
+    return load, (int(every), int(step))
 
 
 def _run(cfg: Any, policies: list[str], root: Path) -> dict[str, dict[str, Any]]:

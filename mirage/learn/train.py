@@ -48,6 +48,11 @@ class TrainConfig:
     loads: tuple[float, ...] = (1.0,)
     protocol: Protocol = field(default_factory=Protocol)
     train_every_s: int = 4 * 3600  # sample spacing on the training split
+    # decision step on the training split (probes cost one fork per step: a coarser step
+    # makes heavy-load training data affordable; features do not depend on the step)
+    train_step_s: int | None = None
+    # per load: (sample spacing, decision step) of its training split, overriding the above
+    schedule: dict[float, tuple[int, int]] = field(default_factory=dict)
     seed: int = 0
     alpha: float = DEFAULT_ALPHA
     cache: str | None = "out/probe-cache"
@@ -68,7 +73,10 @@ def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Spli
     assert part.nodes is not None
     protocol = cfg.protocol
     if split.name == "train":
-        protocol = Protocol(**{**protocol.__dict__, "every_s": cfg.train_every_s})
+        every, step = cfg.schedule.get(
+            load, (cfg.train_every_s, cfg.train_step_s or protocol.step_s)
+        )
+        protocol = Protocol(**{**protocol.__dict__, "every_s": every, "step_s": step})
     nodes = scaled_nodes(part.nodes, load)
     return Setting(cfg.trace, cfg.profile, nodes, load, split, protocol)
 
@@ -216,6 +224,8 @@ def save(
             "samples": data.counts,
             "protocol": cfg.protocol.__dict__,
             "train_every_s": cfg.train_every_s,
+            "train_step_s": cfg.train_step_s or cfg.protocol.step_s,
+            "schedule": {f"{k:g}": list(v) for k, v in cfg.schedule.items()},
             "seed": cfg.seed,
         },
         metrics=metrics,

@@ -1,0 +1,97 @@
+"""The daemon with a trained policy: loaded from models/, version-checked, its age shown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mirage.cli import main
+from mirage.daemon.config import Config, ConfigError, PolicySection, config_from_dict
+from mirage.daemon.core import Daemon
+from mirage.daemon.status import status
+from mirage.learn.artifacts import ModelCompatibilityError, ModelMeta
+from mirage.learn.forecast import ForecastPolicy, ForestForecaster
+from mirage.policy.features import FEATURE_NAMES
+from mirage.profile.schema import profile_to_toml
+from mirage.sim.scenario import toy_profile
+from tests.unit.test_daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_model(root: Path, *, band_s: float = 600.0) -> Path:
+    """A small forest trained on made-up rows (wait = 2 h when the queue is long)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 2, size=(400, len(FEATURE_NAMES)))
+    wait = np.where(x[:, 0] > 1, 2.0, 0.0)
+    f = ForestForecaster((0.05, 2 / 3, 0.95), n_estimators=10, min_samples_leaf=5)
+    f.fit(x, wait)
+    folder = root / "toy" / "rf"
+    folder.mkdir(parents=True)
+    files = f.save(folder)
+    ModelMeta("rf", "toy", files, {"band_s": band_s, "levels": list(f.levels), "alpha": 0.5},
+              {"trace": "made-up"}).write(folder)  # fmt: skip
+    (root / "toy" / "profile.toml").write_text(profile_to_toml(toy_profile(4)), encoding="utf-8")
+    return root
+
+
+def learned_config(models: Path) -> Config:
+    base = make_config("reactive")
+    policy = PolicySection(default="rf", models_dir=str(models), cluster="toy")
+    return Config(daemon=base.daemon, policy=policy)
+
+
+def test_trained_policy_runs_a_chain_and_reports_its_age(tmp_path: Path) -> None:
+    models = write_model(tmp_path / "models")
+    store, sim = make_store(tmp_path), make_sim()
+    chain = make_chain(store, segments=2, limit=3600)
+    d = Daemon(store, sim, config=learned_config(models))
+    assert isinstance(d.policies["rf"], ForecastPolicy)
+    assert d.profile is not None and d.profile.name == toy_profile(4).name  # read beside the models
+    run_cycles([d], sim, 0, 3 * 3600)
+    report = status(store, 3 * 3600, None)
+    row = next(r for r in report["chains"] if r["id"] == chain.id)
+    assert row["policy"] == "rf" and row["state"] == "COMPLETED"
+    assert row["model_age_s"] is not None and row["model_age_s"] >= 0
+    info = d.metrics.model._value  # the Info metric's labels
+    assert info["kind"] == "learned" and info["policy"] == "rf"
+
+
+def test_a_mismatched_model_stops_the_daemon_with_its_reason(tmp_path: Path) -> None:
+    models = write_model(tmp_path / "models")
+    meta_path = models / "toy" / "rf" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["libraries"]["scikit-learn"] = "0.20.0"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelCompatibilityError, match=r"scikit-learn 0\.20\.0"):
+        Daemon(make_store(tmp_path), make_sim(), config=learned_config(models))
+    cfg = tmp_path / "mirage.toml"
+    cfg.write_text(
+        f'[policy]\ndefault = "rf"\nmodels_dir = "{models}"\ncluster = "toy"\n', encoding="utf-8"
+    )
+    res = CliRunner().invoke(main, ["daemon", "--config", str(cfg), "--cycles", "1"])
+    assert res.exit_code != 0 and "retrain" in res.output
+
+
+def test_config_needs_models_dir_for_a_trained_policy() -> None:
+    with pytest.raises(ConfigError, match="needs models_dir"):
+        config_from_dict({"policy": {"default": "xgb"}})
+    with pytest.raises(ConfigError, match="fallback must be a baseline"):
+        config_from_dict({"policy": {"fallback": "rf", "models_dir": "/m", "cluster": "c"}})
+    with pytest.raises(ConfigError, match="valid: reactive, fixed-lead, rf, xgb, dqn, pg"):
+        config_from_dict({"policy": {"default": "magic"}})
+
+
+def test_missing_profile_beside_models_is_a_clear_error(tmp_path: Path) -> None:
+    models = write_model(tmp_path / "models")
+    (models / "toy" / "profile.toml").unlink()
+    from mirage.learn.artifacts import ModelError
+
+    with pytest.raises(ModelError, match="profile"):
+        Daemon(make_store(tmp_path), make_sim(), config=learned_config(models))
+    shutil.rmtree(models)
