@@ -6,11 +6,15 @@
 Synthetic traces resampled from ls6 (or the synthetic stand-in): each job's size, limit
 and run time are drawn from the trace's jobs, and inter-arrival times from the trace's
 inter-arrival times divided by the load factor, so the load stays the same at every
-length. ``--loads``: the load factors run at every size; at x1 the queue is short, at x1.6
-(offered load ~0.9 of what 88 nodes sustain) it is deep (hundreds of jobs pending) but
-stationary, so longer traces mean more of the same, not deeper queues. ``--overload``:
-a load the cluster cannot sustain (x2: the queue grows without bound, so depth grows with
-length), run only up to ``--overload-max-jobs``.
+length. ``--loads``: the load factors run at every size; at x1 the queue is short (a few
+jobs pending, whatever the length); at x1.6 it is deep (hundreds pending) and still
+deepening with length (measured: mean 315 pending at 10k jobs, 942 at 30k), so the slope
+there mixes length and depth. ``--overload``: a load the cluster cannot sustain (x2: the
+queue grows without bound), run only up to ``--overload-max-jobs``. Backfill tests at
+most bf_max_job_test (500) jobs per pass, so once the queue is deeper than that, a pass
+costs about the same, and time grows with length again; the main pass's vectorised
+priorities grow with the queue (numpy over every pending job), which shows at 100k
+overloaded jobs (tens of thousands pending).
 
 Each (load, size) runs in a child process of its own, so that its peak RSS is its own
 (``ru_maxrss``; ``base`` is the child's RSS before the jobs are built: the interpreter,
