@@ -353,6 +353,7 @@ def features(
     profile: ClusterProfile,
     pending: Sequence[PendingTransition],
     now: int,
+    *,
     tz: str | None = None,
     queue_rows: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
@@ -379,7 +380,8 @@ def features(
         _, cap_nodes[k], cap_gpus[k] = _capacity(profile, name)
     queue = np.stack(
         [
-            queue_rows[name] if queue_rows is not None and name in queue_rows
+            queue_rows[name]
+            if queue_rows is not None and name in queue_rows
             # computed here when not given
             else queue_features(snapshot, profile, name, now)
             for name in parts
