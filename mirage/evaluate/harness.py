@@ -130,7 +130,6 @@ def outcomes_at(samples: Sequence[SampleResult], steps: Sequence[int]) -> Outcom
 
 
 PolicyFactory = Callable[[], Policy]
-_EMPTY = QueueSnapshot(taken_at=0, jobs=(), slurm_version="sim-recorded")
 
 
 class BatchedPolicy(typing.Protocol):
@@ -170,20 +169,14 @@ class Walker:
 
     def run_batched(self, policy: BatchedPolicy) -> Outcomes:
         """A learned policy, one batched prediction per sample (same rule as ``run``)."""
-        from mirage.policy.features import features
+        from mirage.learn.dataset import sample_matrix
 
         if self.queue is None:
             raise ValueError("learned policies need the recorded queue features")
         steps = []
         for s, q, p in zip(self.samples, self.queue, self.pending, strict=True):
-            now = s.steps[:-1]
-            x = np.concatenate(
-                [
-                    features(_EMPTY, self.profile, [p], int(t), queue_rows={p.partition: q[k]})
-                    for k, t in enumerate(now.tolist())
-                ]
-            )
-            steps.append(policy.steps_for(x, (s.planned_end - now) / HOUR))
+            x = sample_matrix(s, q, p, self.profile)
+            steps.append(policy.steps_for(x, (s.planned_end - s.steps[:-1]) / HOUR))
         return outcomes_at(self.samples, steps)
 
     def oracle(self, alpha: float) -> Outcomes:

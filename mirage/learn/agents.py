@@ -33,8 +33,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from mirage.learn.decision import DECISION_NAMES, decision_features
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
-from mirage.policy.features import FEATURE_NAMES, features
 
 REWARD_SCALE = 10.0  # hours per unit of reward: keeps Q-values near 1
 WAIT, SUBMIT = 0, 1
@@ -61,7 +61,7 @@ class ChainEnv(gym.Env[np.ndarray, np.int64]):
         self.matrices = [observe(m) for m in matrices]
         self.costs = [np.asarray(c, dtype=np.float64) for c in costs]
         self.random_start = random_start
-        width = len(FEATURE_NAMES)
+        width = len(DECISION_NAMES)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(width,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.rng = np.random.default_rng(seed)
@@ -164,7 +164,7 @@ class AgentPolicy(Policy):
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         if not pending:
             return []
-        x = features(ctx.snapshot, ctx.profile, pending, ctx.now, queue_rows=ctx.queue_rows)
+        x = decision_features(ctx, pending)
         act = self.actions(x)
         return [
             Decision(submit=bool(a == SUBMIT), reason=f"{self.name}: {'submit' if a else 'wait'}")

@@ -19,8 +19,9 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from mirage.learn.decision import DECISION_NAMES, DECISION_SET
 from mirage.policy.base import Policy
-from mirage.policy.features import FEATURE_NAMES, FEATURE_SET, FEATURE_VERSION
+from mirage.policy.features import FEATURE_VERSION
 
 METADATA = "metadata.json"
 FORMAT = 1  # of metadata.json itself
@@ -65,9 +66,9 @@ class ModelMeta:
     params: dict[str, Any]  # band_s, levels, alpha, ...
     training: dict[str, Any]  # trace, hash, windows, loads, samples, seed
     metrics: dict[str, Any] = field(default_factory=dict)
-    feature_set: str = FEATURE_SET
+    feature_set: str = DECISION_SET
     feature_version: int = FEATURE_VERSION
-    feature_names: list[str] = field(default_factory=lambda: list(FEATURE_NAMES))
+    feature_names: list[str] = field(default_factory=lambda: list(DECISION_NAMES))
     libraries: dict[str, str] = field(default_factory=dict)
     created: str = ""
     format: int = FORMAT
@@ -93,12 +94,12 @@ class ModelMeta:
     def check(self) -> None:
         """Raise :class:`ModelCompatibilityError` unless this code can use the model."""
         problems = []
-        if (self.feature_set, self.feature_version) != (FEATURE_SET, FEATURE_VERSION):
+        if (self.feature_set, self.feature_version) != (DECISION_SET, FEATURE_VERSION):
             problems.append(
                 f"feature set {self.feature_set} v{self.feature_version}, this Mirage computes "
-                f"{FEATURE_SET} v{FEATURE_VERSION}"
+                f"{DECISION_SET} v{FEATURE_VERSION}"
             )
-        elif self.feature_names != list(FEATURE_NAMES):
+        elif self.feature_names != list(DECISION_NAMES):
             problems.append("feature columns differ from this Mirage's")
         for lib in LIBRARIES.get(self.policy, ()):
             have, had = library_version(lib), self.libraries.get(lib, "missing")
@@ -126,10 +127,10 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
     if meta.policy in ("rf", "xgb"):
         from mirage.learn.forecast import FORECASTERS, ForecastPolicy
 
-        levels = tuple(meta.params["levels"])
-        assert len(levels) == 3
-        forecaster = FORECASTERS[meta.policy].load(folder, (levels[0], levels[1], levels[2]))
-        return ForecastPolicy(forecaster, float(meta.params["band_s"]), meta.policy), meta
+        levels = tuple(float(v) for v in meta.params["levels"])
+        forecaster = FORECASTERS[meta.policy].load(folder, levels)
+        band, act = float(meta.params["band_s"]), int(meta.params["act"])
+        return ForecastPolicy(forecaster, band, act, meta.policy), meta
     if meta.policy in ("dqn", "pg"):
         from mirage.learn.agents import AgentPolicy, load_model
 

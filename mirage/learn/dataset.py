@@ -33,6 +33,7 @@ from mirage.evaluate.probes import (
     load_setting_jobs,
 )
 from mirage.evaluate.protocol import Protocol, Setting
+from mirage.learn.decision import DECISION_NAMES, estimate_columns
 from mirage.policy.base import PendingTransition
 from mirage.policy.cost import DEFAULT_ALPHA
 from mirage.policy.features import FEATURE_NAMES, FEATURE_SET, QUEUE_FEATURE_NAMES, features
@@ -198,28 +199,30 @@ def pending_for(
     )
 
 
-def sample_matrix(
-    sample: SampleResult, curve: FeatureCurve, protocol: Protocol, profile: ClusterProfile
-) -> np.ndarray:
-    """The full feature rows of a sample's decision steps (K, len(FEATURE_NAMES)).
-
-    Row k is what :func:`mirage.policy.features.features` returns at step k for the
-    sample's transition, given the queue part recorded at that step.
-    """
+def check_curve(sample: SampleResult, curve: FeatureCurve) -> None:
     if curve.pred_start != sample.pred_start or len(curve.queue) != len(sample.steps):
         raise ValueError(
             f"sample {sample.t}: feature curve does not match the probe "
             f"(start {curve.pred_start} vs {sample.pred_start}); clear the cache"
         )
-    p = pending_for(sample, protocol, profile)
+
+
+def sample_matrix(
+    sample: SampleResult, queue: np.ndarray, p: PendingTransition, profile: ClusterProfile
+) -> np.ndarray:
+    """The decision rows of a sample's steps (K, len(DECISION_NAMES)).
+
+    Row k is what :func:`mirage.learn.decision.decision_features` gives at step k for the
+    sample's transition: the queue part recorded at that step and the estimate recorded
+    there.
+    """
     k_steps = len(sample.steps) - 1
     out = np.empty((k_steps, len(FEATURE_NAMES)))
     for k in range(k_steps):
         now = int(sample.steps[k])
-        out[k] = features(
-            _NO_SNAPSHOT, profile, [p], now, queue_rows={p.partition: curve.queue[k]}
-        )[0]
-    return out
+        out[k] = features(_NO_SNAPSHOT, profile, [p], now, queue_rows={p.partition: queue[k]})[0]
+    est = estimate_columns(sample.steps[:-1].astype(np.float64), sample.estimate[:-1])
+    return np.concatenate([out, est], axis=1)
 
 
 #: Stands in for the snapshot when its queue features were recorded (they are not recomputed).
@@ -268,7 +271,11 @@ class Dataset:
         alpha: float = DEFAULT_ALPHA,
     ) -> Dataset:
         usable = [(s, c) for s, c in zip(samples, curves, strict=True) if s.ok]
-        mats = [sample_matrix(s, c, protocol, profile) for s, c in usable]
+        for s, c in usable:
+            check_curve(s, c)
+        mats = [
+            sample_matrix(s, c.queue, pending_for(s, protocol, profile), profile) for s, c in usable
+        ]
         kept = [s for s, _ in usable]
         rows = [len(m) for m in mats]
         idx = np.repeat(np.arange(len(kept)), rows)
@@ -276,7 +283,7 @@ class Dataset:
         wait = [(s.succ_start[:-1] - s.steps[:-1]) / HOUR for s in kept]
         left = [(s.planned_end - s.steps[:-1]) / HOUR for s in kept]
         cens = [s.censored[:-1] for s in kept]
-        width = len(FEATURE_NAMES)
+        width = len(DECISION_NAMES)
         return cls(
             x=np.concatenate(mats) if mats else np.zeros((0, width)),
             wait_h=np.concatenate(wait).astype(np.float64) if wait else np.zeros(0),

@@ -27,16 +27,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from mirage.learn.decision import decision_features
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.cost import DEFAULT_ALPHA
-from mirage.policy.features import features
 
 HOUR = 3600.0
 
 
-def quantile_levels(alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float]:
-    """(5%, the J-optimal 1/(1+alpha), 95%)."""
-    return (0.05, 1.0 / (1.0 + alpha), 0.95)
+Levels = tuple[float, ...]
+
+
+def quantile_levels(alpha: float = DEFAULT_ALPHA) -> Levels:
+    """5%, 95% (the daemon's 90% interval), the median (its predicted start), the
+    J-optimal 1/(1+alpha) and a few around it, among which tuning picks the one to act on
+    (a forecaster's quantiles are calibrated on its training months, not on the next)."""
+    return tuple(sorted({0.05, 0.25, 0.5, round(1.0 / (1.0 + alpha), 4), 0.8, 0.95}))
 
 
 class Forecaster(abc.ABC):
@@ -44,7 +49,7 @@ class Forecaster(abc.ABC):
 
     kind: ClassVar[str]
 
-    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+    def __init__(self, levels: Levels, seed: int = 0, **params: Any) -> None:
         self.levels = levels
         self.seed = seed
 
@@ -53,7 +58,7 @@ class Forecaster(abc.ABC):
 
     @abc.abstractmethod
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """float64 (n, 3): the quantiles of ``levels``, non-decreasing along each row."""
+        """float64 (n, len(levels)): the quantiles of ``levels``, non-decreasing per row."""
 
     @abc.abstractmethod
     def save(self, folder: Path) -> list[str]:
@@ -61,14 +66,14 @@ class Forecaster(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def load(cls, folder: Path, levels: tuple[float, float, float]) -> Forecaster: ...
+    def load(cls, folder: Path, levels: Levels) -> Forecaster: ...
 
 
 class XGBForecaster(Forecaster):
     kind = "xgb"
     FILE = "model.json"  # XGBoost's own, version-portable format
 
-    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+    def __init__(self, levels: Levels, seed: int = 0, **params: Any) -> None:
         import xgboost as xgb
 
         super().__init__(levels, seed)
@@ -103,7 +108,7 @@ class XGBForecaster(Forecaster):
         return [self.FILE]
 
     @classmethod
-    def load(cls, folder: Path, levels: tuple[float, float, float]) -> XGBForecaster:
+    def load(cls, folder: Path, levels: Levels) -> XGBForecaster:
         out = cls(levels)
         out.model.load_model(folder / cls.FILE)
         return out
@@ -113,7 +118,7 @@ class ForestForecaster(Forecaster):
     kind = "rf"
     FILE = "model.joblib"
 
-    def __init__(self, levels: tuple[float, float, float], seed: int = 0, **params: Any) -> None:
+    def __init__(self, levels: Levels, seed: int = 0, **params: Any) -> None:
         from sklearn.ensemble import RandomForestRegressor
 
         super().__init__(levels, seed)
@@ -126,7 +131,7 @@ class ForestForecaster(Forecaster):
         }
         defaults.update(params)
         self.model = RandomForestRegressor(random_state=seed, **defaults)
-        self.leaf_q: list[np.ndarray] = []  # per tree: (n_nodes, 3) wait quantiles per leaf
+        self.leaf_q: list[np.ndarray] = []  # per tree: (n_nodes, levels) wait quantiles per leaf
 
     def fit(self, x: np.ndarray, wait_h: np.ndarray) -> None:
         self.model.fit(x, wait_h)
@@ -136,7 +141,7 @@ class ForestForecaster(Forecaster):
         ]
 
     def _leaf_table(self, tree: Any, leaf: np.ndarray, y: np.ndarray) -> np.ndarray:
-        table = np.zeros((tree.tree_.node_count, 3))
+        table = np.zeros((tree.tree_.node_count, len(self.levels)))
         order = np.argsort(leaf, kind="stable")
         ids, starts = np.unique(leaf[order], return_index=True)
         for node, ys in zip(ids, np.split(y[order], starts[1:]), strict=True):
@@ -145,7 +150,7 @@ class ForestForecaster(Forecaster):
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         leaves = self.model.apply(x)
-        acc = np.zeros((len(x), 3))
+        acc = np.zeros((len(x), len(self.levels)))
         for i, table in enumerate(self.leaf_q):
             acc += table[leaves[:, i]]
         out: np.ndarray = np.sort(acc / max(1, len(self.leaf_q)), axis=1)
@@ -158,7 +163,7 @@ class ForestForecaster(Forecaster):
         return [self.FILE]
 
     @classmethod
-    def load(cls, folder: Path, levels: tuple[float, float, float]) -> ForestForecaster:
+    def load(cls, folder: Path, levels: Levels) -> ForestForecaster:
         import joblib
 
         # joblib files are pickles: models/ is written by `mirage train` and owned by the
@@ -180,29 +185,39 @@ def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: float) -> int:
 
 
 class ForecastPolicy(Policy):
-    """Submit when the time left is within the forecast J-optimal wait quantile + band."""
+    """Submit when the time left is within the forecast wait quantile ``act`` + band.
 
-    def __init__(self, forecaster: Forecaster, band_s: float, name: str | None = None) -> None:
+    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory); the decision
+    shows the median as the predicted start and the 5-95% quantiles as its interval.
+    """
+
+    def __init__(
+        self, forecaster: Forecaster, band_s: float, act: int, name: str | None = None
+    ) -> None:
+        levels = forecaster.levels
+        if not 0 <= act < len(levels):
+            raise ValueError(f"act must index the levels {levels}, got {act}")
         self.forecaster = forecaster
         self.band_s = band_s
+        self.act = act
+        self.mid = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
         self.name = name or forecaster.kind
 
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         if not pending:
             return []
-        x = features(ctx.snapshot, ctx.profile, pending, ctx.now, queue_rows=ctx.queue_rows)
-        q = self.forecaster.predict(x) * HOUR  # seconds
+        q = self.forecaster.predict(decision_features(ctx, pending)) * HOUR  # seconds
         out = []
-        for p, (lo, mid, hi) in zip(pending, q.tolist(), strict=True):
-            left = p.remaining(ctx.now)
-            submit = left <= mid + self.band_s
+        for p, row in zip(pending, q.tolist(), strict=True):
+            left, act = p.remaining(ctx.now), row[self.act]
             out.append(
                 Decision(
-                    submit=submit,
-                    predicted_start=ctx.now + round(mid),
-                    interval=(ctx.now + round(lo), ctx.now + round(hi)),
-                    reason=f"{self.name}: left {left / HOUR:.2f} h, wait q "
-                    f"{mid / HOUR:.2f} h + band {self.band_s / HOUR:+.2f} h",
+                    submit=left <= act + self.band_s,
+                    predicted_start=ctx.now + round(row[self.mid]),
+                    interval=(ctx.now + round(row[0]), ctx.now + round(row[-1])),
+                    reason=f"{self.name}: left {left / HOUR:.2f} h, wait "
+                    f"q{self.forecaster.levels[self.act]:g} {act / HOUR:.2f} h "
+                    f"+ band {self.band_s / HOUR:+.2f} h",
                 )
             )
         return out
@@ -210,5 +225,5 @@ class ForecastPolicy(Policy):
     def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int:
         """The submission step on a recorded sample (rows = its decision steps): the same
         rule as :meth:`decide`, in one batched prediction."""
-        q = self.forecaster.predict(matrix)[:, 1]
+        q = self.forecaster.predict(matrix)[:, self.act]
         return first_submit(left_h, q, self.band_s / HOUR)

@@ -133,8 +133,8 @@ def split_metrics(j_h: np.ndarray, ds: Dataset) -> dict[str, float]:
 
 
 def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
-    """Share of true waits inside the predicted 5-95% interval."""
-    inside = (wait_h >= q[:, 0]) & (wait_h <= q[:, 2])
+    """Share of true waits inside the predicted interval (columns: low, high)."""
+    inside = (wait_h >= q[:, 0]) & (wait_h <= q[:, -1])
     return float(inside.mean()) if len(inside) else float("nan")
 
 
@@ -142,39 +142,45 @@ def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
 
 
 def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
+    from mirage.learn.decision import mask_estimates
     from mirage.learn.forecast import FORECASTERS, ForecastPolicy, first_submit, quantile_levels
 
     levels = quantile_levels(cfg.alpha)
     model = FORECASTERS[kind](levels, seed=cfg.seed)
     t0 = time.perf_counter()
-    model.fit(data.train.x, data.train.wait_h)
+    model.fit(mask_estimates(data.train.x, cfg.seed), data.train.wait_h)
     fit_s = time.perf_counter() - t0
     tune = data.tune
     q_tune = model.predict(tune.x)
-    mid = {i: q_tune[tune.sample == i, 1] for i in range(len(tune.samples))}
+    per_sample = [q_tune[tune.sample == i] for i in range(len(tune.samples))]
 
-    def j_for(band: float) -> np.ndarray:
-        return walk(lambda i, _m, left: first_submit(left, mid[i], band), tune)
+    def j_for(act: int, band: float) -> np.ndarray:
+        return walk(lambda i, _m, left: first_submit(left, per_sample[i][:, act], band), tune)
 
-    scores = {b: float(j_for(b).mean()) for b in BANDS_H}
-    band = min(BANDS_H, key=lambda b: (scores[b], abs(b)))
-    policy = ForecastPolicy(model, band * HOUR, kind)
+    grid = [(a, b) for a in range(len(levels)) for b in BANDS_H]
+    scores = {g: float(j_for(*g).mean()) for g in grid}
+    target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + cfg.alpha)))
+    # least J; ties go to the theory's quantile and the smallest band
+    act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
+    policy = ForecastPolicy(model, band * HOUR, act, kind)
     metrics: dict[str, Any] = {
         "fit_s": round(fit_s, 1),
-        "tune": split_metrics(j_for(band), tune),
-        "tune_band_scores_mean_J_h": {repr(b): v for b, v in scores.items()},
-        "tune_interval_coverage_90": coverage(q_tune, tune.wait_h),
+        "tune": split_metrics(j_for(act, band), tune),
+        "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
+        "tune_interval_coverage_90": coverage(q_tune[:, [0, -1]], tune.wait_h),
         "train_rows": len(data.train),
     }
-    params = {"band_s": band * HOUR, "levels": list(levels), "alpha": cfg.alpha}
+    params = {"band_s": band * HOUR, "act": act, "levels": list(levels), "alpha": cfg.alpha}
     return (policy, model, params), metrics
 
 
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     from mirage.learn.agents import AgentPolicy, ChainEnv, make_model
+    from mirage.learn.decision import mask_estimates
 
     costs = [data.train.cost_curve(i) for i in range(len(data.train.samples))]
-    env = ChainEnv(data.train.matrices, costs, seed=cfg.seed)
+    mats = [mask_estimates(m, cfg.seed + i) for i, m in enumerate(data.train.matrices)]
+    env = ChainEnv(mats, costs, seed=cfg.seed)
     model = make_model(kind, env, cfg.seed)
     t0 = time.perf_counter()
     model.learn(total_timesteps=cfg.agent_steps, progress_bar=False)

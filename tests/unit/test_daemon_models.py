@@ -15,8 +15,8 @@ from mirage.daemon.config import Config, ConfigError, PolicySection, config_from
 from mirage.daemon.core import Daemon
 from mirage.daemon.status import status
 from mirage.learn.artifacts import ModelCompatibilityError, ModelMeta
-from mirage.learn.forecast import ForecastPolicy, ForestForecaster
-from mirage.policy.features import FEATURE_NAMES
+from mirage.learn.decision import DECISION_NAMES
+from mirage.learn.forecast import ForecastPolicy, ForestForecaster, quantile_levels
 from mirage.profile.schema import profile_to_toml
 from mirage.sim.scenario import toy_profile
 from tests.unit.test_daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
@@ -27,15 +27,15 @@ REPO = Path(__file__).resolve().parents[2]
 def write_model(root: Path, *, band_s: float = 600.0) -> Path:
     """A small forest trained on made-up rows (wait = 2 h when the queue is long)."""
     rng = np.random.default_rng(0)
-    x = rng.uniform(0, 2, size=(400, len(FEATURE_NAMES)))
+    x = rng.uniform(0, 2, size=(400, len(DECISION_NAMES)))
     wait = np.where(x[:, 0] > 1, 2.0, 0.0)
-    f = ForestForecaster((0.05, 2 / 3, 0.95), n_estimators=10, min_samples_leaf=5)
+    f = ForestForecaster(quantile_levels(0.5), n_estimators=10, min_samples_leaf=5)
     f.fit(x, wait)
     folder = root / "toy" / "rf"
     folder.mkdir(parents=True)
     files = f.save(folder)
-    ModelMeta("rf", "toy", files, {"band_s": band_s, "levels": list(f.levels), "alpha": 0.5},
-              {"trace": "made-up"}).write(folder)  # fmt: skip
+    params = {"band_s": band_s, "act": 3, "levels": list(f.levels), "alpha": 0.5}
+    ModelMeta("rf", "toy", files, params, {"trace": "made-up"}).write(folder)
     (root / "toy" / "profile.toml").write_text(profile_to_toml(toy_profile(4)), encoding="utf-8")
     return root
 

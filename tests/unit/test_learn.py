@@ -16,7 +16,13 @@ from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sampl
 from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, ChainEnv
 from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
 from mirage.learn.dataset import Dataset, generate_features
-from mirage.learn.forecast import ForecastPolicy, ForestForecaster, XGBForecaster
+from mirage.learn.decision import DECISION_NAMES
+from mirage.learn.forecast import (
+    ForecastPolicy,
+    ForestForecaster,
+    XGBForecaster,
+    quantile_levels,
+)
 from mirage.policy.base import DecisionContext, PendingTransition
 from mirage.policy.features import FEATURE_NAMES, features, queue_features
 from mirage.profile.schema import load_profile
@@ -30,7 +36,8 @@ SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
 LS6 = str(REPO / "models" / "ls6" / "profile.toml")
 SMALL = Protocol(time_limit_s=4 * H, step_s=30 * 60, every_s=12 * H, window_s=10 * H,
                  warmup_s=12 * H)  # fmt: skip
-LEVELS = (0.05, 2 / 3, 0.95)
+LEVELS = quantile_levels(0.5)
+ACT = LEVELS.index(0.6667)
 SMALL_OPTS = ["--time-limit-h", "4", "--step-min", "30", "--window-h", "10", "--warmup-h", "12"]
 
 
@@ -53,7 +60,7 @@ def test_dataset_rows_are_the_probes_outcomes(
 ) -> None:
     _, ds, _ = data
     assert len(ds.samples) >= 10
-    assert ds.x.shape == (len(ds), len(FEATURE_NAMES)) and np.isfinite(ds.x).all()
+    assert ds.x.shape == (len(ds), len(DECISION_NAMES)) and np.isfinite(ds.x).all()
     for row in (0, len(ds) // 2, len(ds) - 1):
         s = ds.samples[ds.sample[row]]
         k = ds.step[row]
@@ -94,7 +101,11 @@ def test_forecasters_give_ordered_quantiles_and_same_seed_same_model(
     ):
         a, b = make(1), make(1)
         qa = a.predict(ds.x)
-        assert qa.shape == (len(ds), 3) and (np.diff(qa, axis=1) >= 0).all() and (qa >= 0).all()
+        assert (
+            qa.shape == (len(ds), len(LEVELS))
+            and (np.diff(qa, axis=1) >= 0).all()
+            and (qa >= 0).all()
+        )
         assert np.array_equal(qa, b.predict(ds.x))
 
 
@@ -112,14 +123,14 @@ def test_walking_decide_equals_the_batched_path(
     samples = generate(setting, [s.t for s in ds.samples])
     walker = Walker(samples, SMALL, profile, "gpu-a100", [q for q in queue if len(q)])
     for band in (-2 * H, 0.0, 2 * H):
-        policy = ForecastPolicy(_forest(ds), band)
+        policy = ForecastPolicy(_forest(ds), band, ACT)
         slow = walker.run(lambda policy=policy: policy)  # type: ignore[misc]
         fast = walker.run_batched(policy)
         assert np.array_equal(slow.step, fast.step)
 
 
 def test_chain_env_rewards_are_minus_j() -> None:
-    m = np.zeros((3, len(FEATURE_NAMES)))
+    m = np.zeros((3, len(DECISION_NAMES)))
     cost = np.array([5.0, 2.0, 1.0, 7.0])
     env = ChainEnv([m], [cost], random_start=False)
     env.reset(seed=0)
@@ -148,13 +159,13 @@ def test_one_batched_decision_for_many_chains(
     ctx = DecisionContext(now=now, snapshot=snap, profile=profile)
     forest = _forest(ds)
     for band in (2 * H, -60 * H):
-        out = ForecastPolicy(forest, band).decide(ctx, pending)
+        out = ForecastPolicy(forest, band, ACT).decide(ctx, pending)
         assert len(out) == 1000
         for d, p in zip(out, pending, strict=True):
             assert d.interval and d.interval[0] <= (d.predicted_start or 0) <= d.interval[1]
             assert d.submit == (p.remaining(now) <= (d.predicted_start or 0) - now + band)
     assert not any(d.submit for d in out)  # a band of -60 h is never reached
-    assert ForecastPolicy(forest, 2 * H).decide(ctx, pending)[0].submit  # 1 h left < 2 h
+    assert ForecastPolicy(forest, 2 * H, ACT).decide(ctx, pending)[0].submit  # 1 h left < 2 h
 
 
 def _train_args(models: Path, cache: Path, policy: str, seed: int = 0) -> list[str]:
@@ -219,5 +230,5 @@ def test_same_seed_same_model_files(tmp_path: Path) -> None:
     assert a == (tmp_path / "b" / "ls6" / "xgb" / "model.json").read_bytes()
     pa = load_policy(tmp_path / "a" / "ls6" / "pg")[0]
     pb = load_policy(tmp_path / "b" / "ls6" / "pg")[0]
-    x = np.random.default_rng(0).normal(size=(50, len(FEATURE_NAMES)))
+    x = np.random.default_rng(0).normal(size=(50, len(DECISION_NAMES)))
     assert np.array_equal(pa.actions(x), pb.actions(x))  # type: ignore[attr-defined]
