@@ -64,17 +64,22 @@ def oracle_step(sample: SampleResult, alpha: float = DEFAULT_ALPHA) -> int:
     return int(len(cost) - 1 - np.argmin(cost[::-1]))
 
 
-def pending_of(sample: SampleResult, protocol: Protocol, partition: str) -> PendingTransition:
-    part_gpus = protocol.gpus
+def pending_of(
+    sample: SampleResult, protocol: Protocol, profile: ClusterProfile, partition: str
+) -> PendingTransition:
+    """The transition a sample asks about, as the daemon would describe it (the request of
+    :func:`mirage.evaluate.probes.chain_spec`: whole nodes, with their GPUs, by default)."""
+    part = profile.partition(partition)
+    whole = protocol.gpus <= 0
     return PendingTransition(
         chain_id="eval",
         pred_job_id="pred",
         pred_start=sample.pred_start,
         pred_time_limit=sample.time_limit,
         succ_nodes=protocol.nodes,
-        succ_gpus=part_gpus,
+        succ_gpus=protocol.nodes * part.gpus_per_node if whole else protocol.gpus,
         succ_time_limit=sample.time_limit,
-        partition=partition,
+        partition=part.name,
     )
 
 
@@ -158,7 +163,7 @@ class Walker:
             contexts(s, profile, partition, None if self.queue is None else self.queue[i])
             for i, s in enumerate(self.samples)
         ]
-        self.pending = [pending_of(s, protocol, partition) for s in self.samples]
+        self.pending = [pending_of(s, protocol, profile, partition) for s in self.samples]
         self.profile = profile
 
     def run(self, make: PolicyFactory) -> Outcomes:

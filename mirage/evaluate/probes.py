@@ -27,10 +27,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -239,10 +240,34 @@ def load_setting_jobs(setting: Setting) -> tuple[ClusterProfile, list[JobSpec]]:
     return profile, prep.jobs
 
 
-def run_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[SampleResult]:
-    """One task: replay up to each sample time in turn, probe it (or read it cached)."""
-    out: list[SampleResult] = []
-    todo = [t for t in times if cache is None or not _path(cache, setting, t).exists()]
+class Record(typing.Protocol):
+    """A per-sample record: its sample time, and how it saves itself."""
+
+    t: int
+
+    def save(self, path: Path) -> None: ...
+
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True)
+class Recorder(Generic[R]):
+    """What is recorded for a sample (``record(sim at t, protocol)``) and how it is cached
+    (``<cache>/<setting key>/<t><suffix>``). Module-level functions, so that joblib and
+    Dask can ship it to their workers."""
+
+    suffix: str
+    record: Callable[[Simulation, Protocol], R]
+    load: Callable[[Path], R]
+
+
+def run_task(
+    setting: Setting, times: Sequence[int], cache: str | None, rec: Recorder[R]
+) -> list[R]:
+    """One task: replay up to each sample time in turn, record it (or read it cached)."""
+    out: list[R] = []
+    todo = [t for t in times if cache is None or not _path(cache, setting, t, rec).exists()]
     sim: Simulation | None = None
     if todo:
         profile, jobs = load_setting_jobs(setting)
@@ -250,13 +275,13 @@ def run_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[
         sim = Simulation(profile, start_time=min(first, *todo), track_estimates=False)
         sim.add_jobs_skipping_invalid(jobs)
     for t in times:
-        path = _path(cache, setting, t) if cache is not None else None
+        path = _path(cache, setting, t, rec) if cache is not None else None
         if path is not None and path.exists():
-            out.append(SampleResult.load(path))
+            out.append(rec.load(path))
             continue
         assert sim is not None
         sim.run_until(t)
-        res = probe_sample(sim, setting.protocol)
+        res = rec.record(sim, setting.protocol)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             res.save(path)
@@ -264,8 +289,8 @@ def run_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[
     return out
 
 
-def _path(cache: str, setting: Setting, t: int) -> Path:
-    return Path(cache) / setting.key() / f"{t}.npz"
+def _path(cache: str, setting: Setting, t: int, rec: Recorder[R]) -> Path:
+    return Path(cache) / setting.key() / f"{t}{rec.suffix}"
 
 
 def chunks(times: Sequence[int], n: int) -> list[list[int]]:
@@ -278,6 +303,13 @@ def chunks(times: Sequence[int], n: int) -> list[list[int]]:
 Progress = Callable[[int, int], None]
 
 
+def _probe(sim: Simulation, protocol: Protocol) -> SampleResult:
+    return probe_sample(sim, protocol)  # looked up at call time (tests patch it)
+
+
+PROBES: Recorder[SampleResult] = Recorder(".npz", _probe, SampleResult.load)
+
+
 def generate(
     setting: Setting,
     times: Sequence[int],
@@ -288,55 +320,79 @@ def generate(
     dask_address: str | None = None,
     progress: Progress | None = None,
 ) -> list[SampleResult]:
-    """Every sample of ``times`` (in order), probing in parallel the ones not cached."""
+    """Every sample's outcome curve (in order), probing in parallel the ones not cached."""
+    return record_all(
+        setting,
+        times,
+        PROBES,
+        cache=cache,
+        n_jobs=n_jobs,
+        tasks=tasks,
+        dask_address=dask_address,
+        progress=progress,
+    )
+
+
+def record_all(
+    setting: Setting,
+    times: Sequence[int],
+    rec: Recorder[R],
+    *,
+    cache: str | None = None,
+    n_jobs: int = 1,
+    tasks: int | None = None,
+    dask_address: str | None = None,
+    progress: Progress | None = None,
+) -> list[R]:
+    """Every sample's record (in order), recording in parallel the ones not cached."""
     times = sorted(times)
-    cached = [t for t in times if cache is not None and _path(cache, setting, t).exists()]
-    todo = [t for t in times if t not in set(cached)]
-    results: dict[int, SampleResult] = {}
-    for t in cached:
-        assert cache is not None
-        results[t] = SampleResult.load(_path(cache, setting, t))
-    done = len(cached)
+    results: dict[int, R] = {}
+    for t in times:
+        if cache is not None and _path(cache, setting, t, rec).exists():
+            results[t] = rec.load(_path(cache, setting, t, rec))
+    todo = [t for t in times if t not in results]
+    done = len(results)
     if progress is not None:
         progress(done, len(times))
     parts = chunks(todo, tasks or max(1, n_jobs) * 2)
     t0 = time.perf_counter()
-    for batch in _execute(setting, parts, cache, n_jobs, dask_address):
+    for batch in _execute(setting, parts, cache, n_jobs, dask_address, rec):
         for r in batch:
             results[r.t] = r
         done += len(batch)
         if progress is not None:
             progress(done, len(times))
     if todo:
-        log.info("probed %d samples in %.1f s", len(todo), time.perf_counter() - t0)
+        log.info("recorded %d samples in %.1f s", len(todo), time.perf_counter() - t0)
     return [results[t] for t in times]
 
 
-def _execute(
+def _execute(  # noqa: PLR0917 - private, one call site
     setting: Setting,
     parts: list[list[int]],
     cache: str | None,
     n_jobs: int,
     dask_address: str | None,
-) -> Iterable[list[SampleResult]]:
+    rec: Recorder[R],
+) -> Iterable[list[R]]:
     if not parts:
         return
     if dask_address:
         from distributed import Client, as_completed
 
         with Client(dask_address) as client:  # type: ignore[no-untyped-call]
-            futures = [client.submit(run_task, setting, p, cache, pure=False) for p in parts]
+            futures = [client.submit(run_task, setting, p, cache, rec, pure=False) for p in parts]
             for fut in as_completed(futures):  # type: ignore[no-untyped-call]
                 yield fut.result()
         return
     if n_jobs <= 1:
         for p in parts:
-            yield run_task(setting, p, cache)
+            yield run_task(setting, p, cache, rec)
         return
     from joblib import Parallel, delayed
 
     par = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
-    yield from par(delayed(run_task)(setting, p, cache) for p in parts)
+    yield from par(delayed(run_task)(setting, p, cache, rec) for p in parts)
 
 
 def summary(results: Sequence[SampleResult]) -> dict[str, Any]:

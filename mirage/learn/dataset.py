@@ -19,19 +19,14 @@ band tuning read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mirage.evaluate.probes import (
-    Progress,
-    SampleResult,
-    chain_spec,
-    chunks,
-    load_setting_jobs,
-)
+from mirage.evaluate.harness import pending_of
+from mirage.evaluate.probes import Progress, Recorder, SampleResult, chain_spec, record_all
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.learn.decision import DECISION_NAMES, estimate_columns
 from mirage.policy.base import PendingTransition
@@ -91,33 +86,13 @@ def feature_curve(sim: Simulation, protocol: Protocol) -> FeatureCurve:
     return FeatureCurve(t, int(s), rows)
 
 
-def _path(cache: str, setting: Setting, t: int) -> Path:
-    return Path(cache) / setting.key() / f"{t}.{FEATURE_SET}.npz"
+def _record_features(sim: Simulation, protocol: Protocol) -> FeatureCurve:
+    return feature_curve(sim, protocol)
 
 
-def feature_task(setting: Setting, times: Sequence[int], cache: str | None) -> list[FeatureCurve]:
-    """One task: replay to each sample time in turn and record its features (or read them)."""
-    out: list[FeatureCurve] = []
-    todo = [t for t in times if cache is None or not _path(cache, setting, t).exists()]
-    sim: Simulation | None = None
-    if todo:
-        profile, jobs = load_setting_jobs(setting)
-        first = min(j.submit for j in jobs)
-        sim = Simulation(profile, start_time=min(first, *todo), track_estimates=False)
-        sim.add_jobs_skipping_invalid(jobs)
-    for t in times:
-        path = _path(cache, setting, t) if cache is not None else None
-        if path is not None and path.exists():
-            out.append(FeatureCurve.load(path))
-            continue
-        assert sim is not None
-        sim.run_until(t)
-        res = feature_curve(sim, setting.protocol)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            res.save(path)
-        out.append(res)
-    return out
+FEATURES: Recorder[FeatureCurve] = Recorder(
+    f".{FEATURE_SET}.npz", _record_features, FeatureCurve.load
+)
 
 
 def generate_features(
@@ -130,73 +105,19 @@ def generate_features(
     progress: Progress | None = None,
 ) -> list[FeatureCurve]:
     """The feature curves of every sample of ``times`` (in order), in parallel (joblib, or
-    the Dask scheduler at ``dask_address``)."""
-    times = sorted(times)
-    have = {
-        t: FeatureCurve.load(_path(cache, setting, t))
-        for t in times
-        if cache is not None and _path(cache, setting, t).exists()
-    }
-    todo = [t for t in times if t not in have]
-    done = len(have)
-    if progress is not None:
-        progress(done, len(times))
-    parts = chunks(todo, max(1, n_jobs) * 2)
-    for batch in _execute(setting, parts, cache, n_jobs, dask_address):
-        for r in batch:
-            have[r.t] = r
-        done += len(batch)
-        if progress is not None:
-            progress(done, len(times))
-    return [have[t] for t in times]
-
-
-def _execute(
-    setting: Setting,
-    parts: list[list[int]],
-    cache: str | None,
-    n_jobs: int,
-    dask_address: str | None,
-) -> Iterable[list[FeatureCurve]]:
-    if not parts:
-        return
-    if dask_address:
-        from distributed import Client, as_completed
-
-        with Client(dask_address) as client:  # type: ignore[no-untyped-call]
-            futures = [client.submit(feature_task, setting, p, cache, pure=False) for p in parts]
-            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
-                yield fut.result()
-        return
-    if n_jobs <= 1:
-        for p in parts:
-            yield feature_task(setting, p, cache)
-        return
-    from joblib import Parallel, delayed
-
-    par = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
-    yield from par(delayed(feature_task)(setting, p, cache) for p in parts)
+    the Dask scheduler at ``dask_address``), cached beside the probes."""
+    return record_all(
+        setting,
+        times,
+        FEATURES,
+        cache=cache,
+        n_jobs=n_jobs,
+        dask_address=dask_address,
+        progress=progress,
+    )
 
 
 # ---- flattening into rows ------------------------------------------------------------
-
-
-def pending_for(
-    sample: SampleResult, protocol: Protocol, profile: ClusterProfile
-) -> PendingTransition:
-    """The transition a sample asks about, as the daemon would describe it."""
-    part = profile.partition(protocol.partition)
-    whole = protocol.gpus <= 0
-    return PendingTransition(
-        chain_id="sample",
-        pred_job_id="pred",
-        pred_start=sample.pred_start,
-        pred_time_limit=sample.time_limit,
-        succ_nodes=protocol.nodes,
-        succ_gpus=protocol.nodes * part.gpus_per_node if whole else protocol.gpus,
-        succ_time_limit=sample.time_limit,
-        partition=part.name,
-    )
 
 
 def check_curve(sample: SampleResult, curve: FeatureCurve) -> None:
@@ -270,11 +191,13 @@ class Dataset:
         profile: ClusterProfile,
         alpha: float = DEFAULT_ALPHA,
     ) -> Dataset:
+        part = profile.partition(protocol.partition).name
         usable = [(s, c) for s, c in zip(samples, curves, strict=True) if s.ok]
         for s, c in usable:
             check_curve(s, c)
         mats = [
-            sample_matrix(s, c.queue, pending_for(s, protocol, profile), profile) for s, c in usable
+            sample_matrix(s, c.queue, pending_of(s, protocol, profile, part), profile)
+            for s, c in usable
         ]
         kept = [s for s, _ in usable]
         rows = [len(m) for m in mats]
