@@ -57,8 +57,8 @@ def _import_history(cluster: str, days: float) -> str:
     "--load",
     "loads",
     multiple=True,
-    help="Training load factor(s), each LOAD[:EVERY_H[:STEP_MIN]] to give its own training "
-    "sample spacing and step (deep queues make probes slow).",
+    help="Training load factor(s), each LOAD[:EVERY_H[:STEP_MIN]] to give it its own sample "
+    "spacing (training and tuning) and training decision step (deep queues make probes slow).",
 )
 @click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")

@@ -51,7 +51,8 @@ class TrainConfig:
     # decision step on the training split (probes cost one fork per step: a coarser step
     # makes heavy-load training data affordable; features do not depend on the step)
     train_step_s: int | None = None
-    # per load: (sample spacing, decision step) of its training split, overriding the above
+    # per load: sample spacing of its training and tuning splits and decision step of its
+    # training split, overriding the above
     schedule: dict[float, tuple[int, int]] = field(default_factory=dict)
     seed: int = 0
     alpha: float = DEFAULT_ALPHA
@@ -72,11 +73,11 @@ def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Spli
     part = profile.partition(cfg.protocol.partition)
     assert part.nodes is not None
     protocol = cfg.protocol
+    every, step = cfg.schedule.get(load, (cfg.train_every_s, cfg.train_step_s or protocol.step_s))
     if split.name == "train":
-        every, step = cfg.schedule.get(
-            load, (cfg.train_every_s, cfg.train_step_s or protocol.step_s)
-        )
         protocol = Protocol(**{**protocol.__dict__, "every_s": every, "step_s": step})
+    elif load in cfg.schedule:  # a load's own spacing holds for its tuning samples too
+        protocol = Protocol(**{**protocol.__dict__, "every_s": every})
     nodes = scaled_nodes(part.nodes, load)
     return Setting(cfg.trace, cfg.profile, nodes, load, split, protocol)
 
