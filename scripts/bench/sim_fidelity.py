@@ -1,15 +1,17 @@
 """Simulator fidelity on the real test cluster: per-job starts, real vs real vs simulated.
 
     scripts/slurm-testbed/start.sh
-    .venv/bin/python scripts/bench/sim_fidelity.py [--seed 65] [--jobs 42] [--runs 2]
+    .venv/bin/python scripts/bench/sim_fidelity.py [--seed 20] [--jobs 42] [--runs 2]
 
 Runs the scripted workload of ``mirage.sim.fidelity`` ``--runs`` times on the test cluster
 (about 6 minutes each; the queue must be empty: leftover ``mirage-t-``/``mirage-fid-``
 jobs are cancelled, other jobs waited for) and once in the simulator configured from the
-captured cluster profile. Prints the real-vs-real share of starts within 35 s (the noise
-floor), the sim-vs-real share against each real run, median absolute errors, the pass
-mark, and the jobs with the largest differences. ``--sim-only`` skips the cluster;
-``--json`` saves the runs and ``--replay`` scores saved runs against the current simulator.
+captured cluster profile. Prints the workload's knife edges (one-job 1 s changes that move a
+simulated start by more than 35 s: ties that real runs split on), the real-vs-real share
+of starts within 35 s (the noise floor), the sim-vs-real share against each real run,
+median absolute errors, the pass mark, and the jobs with the largest differences.
+``--sim-only`` skips the cluster; ``--json`` saves the runs and ``--replay`` scores saved
+runs against the current simulator.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         f"EASY {fid.count_differences(sim.starts, easy.starts)}, "
         f"FIFO {fid.count_differences(sim.starts, fifo.starts)}"
     )
+    edges = fid.knife_edges(jobs, model)
+    print(
+        f"knife edges (a 1 s change to one job moves a start > {fid.TOLERANCE_S} s): {len(edges)}"
+    )
+    for e in edges:
+        print(f"  {e.key} {e.what} {e.shift:+d} s moves {', '.join(e.moved)}")
     if args.sim_only:
         return 0
 
