@@ -21,6 +21,7 @@ systematically wrong; the outer quantiles (5% and 95%) give the daemon's 90% int
 from __future__ import annotations
 
 import abc
+import gzip
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -71,7 +72,8 @@ class Forecaster(abc.ABC):
 
 class XGBForecaster(Forecaster):
     kind = "xgb"
-    FILE = "model.json"  # XGBoost's own, version-portable format
+    # XGBoost's own version-portable format (UBJSON), gzipped: a third of the JSON's size
+    FILE = "model.ubj.gz"
 
     def __init__(self, levels: Levels, seed: int = 0, **params: Any) -> None:
         import xgboost as xgb
@@ -104,13 +106,14 @@ class XGBForecaster(Forecaster):
         return np.sort(out, axis=1)
 
     def save(self, folder: Path) -> list[str]:
-        self.model.save_model(folder / self.FILE)
+        raw = bytes(self.model.get_booster().save_raw("ubj"))
+        (folder / self.FILE).write_bytes(gzip.compress(raw, mtime=0))  # same model, same bytes
         return [self.FILE]
 
     @classmethod
     def load(cls, folder: Path, levels: Levels) -> XGBForecaster:
         out = cls(levels)
-        out.model.load_model(folder / cls.FILE)
+        out.model.load_model(bytearray(gzip.decompress((folder / cls.FILE).read_bytes())))
         return out
 
 

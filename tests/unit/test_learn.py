@@ -226,8 +226,8 @@ def test_same_seed_same_model_files(tmp_path: Path) -> None:
     for run in ("a", "b"):
         res = CliRunner().invoke(main, _train_args(tmp_path / run, cache, "xgb,pg", seed=3))
         assert res.exit_code == 0, res.output
-    a = (tmp_path / "a" / "ls6" / "xgb" / "model.json").read_bytes()
-    assert a == (tmp_path / "b" / "ls6" / "xgb" / "model.json").read_bytes()
+    a = (tmp_path / "a" / "ls6" / "xgb" / "model.ubj.gz").read_bytes()
+    assert a == (tmp_path / "b" / "ls6" / "xgb" / "model.ubj.gz").read_bytes()
     pa = load_policy(tmp_path / "a" / "ls6" / "pg")[0]
     pb = load_policy(tmp_path / "b" / "ls6" / "pg")[0]
     x = np.random.default_rng(0).normal(size=(50, len(DECISION_NAMES)))
