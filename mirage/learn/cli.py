@@ -60,6 +60,13 @@ def _import_history(cluster: str, days: float) -> str:
     help="Training load factor(s), each LOAD[:EVERY_H[:STEP_MIN]] to give it its own sample "
     "spacing (training and tuning) and training decision step (deep queues make probes slow).",
 )
+@click.option(
+    "--train-only-load",
+    "train_only",
+    multiple=True,
+    help="A load (LOAD[:EVERY_H[:STEP_MIN]]) used for training only, not for tuning: wider "
+    "queues for the models to learn from.",
+)
 @click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
 @click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
@@ -120,6 +127,7 @@ def train_cmd(**kw: Any) -> None:
         "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
     }
     schedule = [_load_spec(text) for text in kw["loads"]]
+    extra = [_load_spec(text) for text in kw["train_only"]]
     protocol = Protocol(
         nodes=kw["nodes"],
         gpus=kw["gpus"],
@@ -137,7 +145,8 @@ def train_cmd(**kw: Any) -> None:
         profile=profile_name,
         splits=splits,
         loads=tuple(load for load, _ in schedule) or (1.0,),
-        schedule={load: when for load, when in schedule if when is not None},
+        schedule={load: when for load, when in schedule + extra if when is not None},
+        train_only_loads=tuple(load for load, _ in extra),
         train_every_s=int(kw["every_h"] * HOUR),
         train_step_s=int(kw["train_step_min"] * 60) if kw["train_step_min"] else None,
         seed=kw["seed"],

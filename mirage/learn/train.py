@@ -54,6 +54,9 @@ class TrainConfig:
     # per load: sample spacing of its training and tuning splits and decision step of its
     # training split, overriding the above
     schedule: dict[float, tuple[int, int]] = field(default_factory=dict)
+    # loads seen in training only (widening the range of queues the models have seen),
+    # not in tuning: the constants are tuned on the loads that are evaluated
+    train_only_loads: tuple[float, ...] = ()
     seed: int = 0
     alpha: float = DEFAULT_ALPHA
     cache: str | None = "out/probe-cache"
@@ -87,8 +90,8 @@ def load_data(cfg: TrainConfig, progress: Progress | None = None) -> Data:
     profile = load_profile(cfg.profile)
     parts: dict[str, list[Dataset]] = {"train": [], "tune": []}
     counts: dict[str, dict[str, int]] = {}
-    for load in cfg.loads:
-        for name in ("train", "tune"):
+    for load in (*cfg.loads, *cfg.train_only_loads):
+        for name in ("train", "tune") if load in cfg.loads else ("train",):
             setting = _setting(cfg, profile, load, cfg.splits[name])
             times = sample_times(setting.split, setting.protocol, cfg.first_submit)
             tag = f"{name} load {load:g}"
@@ -228,6 +231,7 @@ def save(
             "profile_sha256": file_hash(cfg.profile),
             "splits": {k: v.as_dict() for k, v in cfg.splits.items()},
             "loads": list(cfg.loads),
+            "train_only_loads": list(cfg.train_only_loads),
             "samples": data.counts,
             "protocol": cfg.protocol.__dict__,
             "train_every_s": cfg.train_every_s,
