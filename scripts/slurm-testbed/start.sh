@@ -260,6 +260,7 @@ sacctmgr -n -P list account format=account | grep -qx "$ACCOUNT" \
   || sacctmgr -i add account "$ACCOUNT" Description=mirage-tests Organization=mirage > /dev/null
 sacctmgr -n -P list assoc format=account,user | grep -qx "$ACCOUNT|root" \
   || sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" > /dev/null
+"$(dirname "$(readlink -f "$0")")/users.sh"  # mirage-alice, mirage-bob (multi-user tests)
 say "slurmdbd ready"
 
 # ------------------------------------------------------------------ 5. slurmctld + one slurmd per node
