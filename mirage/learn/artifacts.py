@@ -130,7 +130,8 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
         levels = tuple(float(v) for v in meta.params["levels"])
         forecaster = FORECASTERS[meta.policy].load(folder, levels)
         band, act = float(meta.params["band_s"]), int(meta.params["act"])
-        return ForecastPolicy(forecaster, band, act, meta.policy), meta
+        quiet = float(meta.params.get("quiet_band_s", band))
+        return ForecastPolicy(forecaster, band, act, meta.policy, quiet_band_s=quiet), meta
     if meta.policy in ("dqn", "pg"):
         from mirage.learn.agents import AgentPolicy, load_model
 

@@ -180,7 +180,12 @@ class ForestForecaster(Forecaster):
 FORECASTERS: dict[str, type[Forecaster]] = {"rf": ForestForecaster, "xgb": XGBForecaster}
 
 
-def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: float) -> int:
+#: The forecast median (hours) under which a decision counts as a "quiet queue" one, with
+#: its own tuned band: Mirage's low/medium boundary, fixed, not tuned.
+QUIET_H = 2.0
+
+
+def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: np.ndarray | float) -> int:
     """The first step whose time left is within the predicted wait plus the band
     (``len(left_h)``: none; the successor is then submitted at the planned end)."""
     hit = np.nonzero(left_h <= q_h + band_h)[0]
@@ -188,39 +193,56 @@ def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: float) -> int:
 
 
 class ForecastPolicy(Policy):
-    """Submit when the time left is within the forecast wait quantile ``act`` + band.
+    """Submit when the time left is within the forecast wait quantile ``act`` + a band.
 
-    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory); the decision
-    shows the median as the predicted start and the 5-95% quantiles as its interval.
+    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory). The band is
+    ``quiet_band_s`` where the forecast median is under :data:`QUIET_H` (a quiet queue,
+    where submitting early mostly buys overlap) and ``band_s`` elsewhere; both tuned. The
+    decision shows the median as the predicted start, the 5-95% quantiles as its interval.
     """
 
     def __init__(
-        self, forecaster: Forecaster, band_s: float, act: int, name: str | None = None
+        self,
+        forecaster: Forecaster,
+        band_s: float,
+        act: int,
+        name: str | None = None,
+        *,
+        quiet_band_s: float | None = None,
     ) -> None:
         levels = forecaster.levels
         if not 0 <= act < len(levels):
             raise ValueError(f"act must index the levels {levels}, got {act}")
         self.forecaster = forecaster
         self.band_s = band_s
+        self.quiet_band_s = band_s if quiet_band_s is None else quiet_band_s
         self.act = act
         self.mid = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
         self.name = name or forecaster.kind
 
+    def bands_h(self, q_h: np.ndarray) -> np.ndarray:
+        """The band (hours) for each row of forecast quantiles (hours)."""
+        quiet = q_h[:, self.mid] < QUIET_H
+        out: np.ndarray = np.where(quiet, self.quiet_band_s, self.band_s) / HOUR
+        return out
+
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         if not pending:
             return []
-        q = self.forecaster.predict(decision_features(ctx, pending)) * HOUR  # seconds
+        q_h = self.forecaster.predict(decision_features(ctx, pending))
+        bands = self.bands_h(q_h) * HOUR
+        q = q_h * HOUR  # seconds
         out = []
-        for p, row in zip(pending, q.tolist(), strict=True):
+        for p, row, band in zip(pending, q.tolist(), bands.tolist(), strict=True):
             left, act = p.remaining(ctx.now), row[self.act]
             out.append(
                 Decision(
-                    submit=left <= act + self.band_s,
+                    submit=left <= act + band,
                     predicted_start=ctx.now + round(row[self.mid]),
                     interval=(ctx.now + round(row[0]), ctx.now + round(row[-1])),
                     reason=f"{self.name}: left {left / HOUR:.2f} h, wait "
                     f"q{self.forecaster.levels[self.act]:g} {act / HOUR:.2f} h "
-                    f"+ band {self.band_s / HOUR:+.2f} h",
+                    f"+ band {band / HOUR:+.2f} h",
                 )
             )
         return out
@@ -228,5 +250,5 @@ class ForecastPolicy(Policy):
     def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int:
         """The submission step on a recorded sample (rows = its decision steps): the same
         rule as :meth:`decide`, in one batched prediction."""
-        q = self.forecaster.predict(matrix)[:, self.act]
-        return first_submit(left_h, q, self.band_s / HOUR)
+        q = self.forecaster.predict(matrix)
+        return first_submit(left_h, q[:, self.act], self.bands_h(q))

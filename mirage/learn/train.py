@@ -147,7 +147,13 @@ def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
 
 def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     from mirage.learn.decision import mask_estimates
-    from mirage.learn.forecast import FORECASTERS, ForecastPolicy, first_submit, quantile_levels
+    from mirage.learn.forecast import (
+        FORECASTERS,
+        QUIET_H,
+        ForecastPolicy,
+        first_submit,
+        quantile_levels,
+    )
 
     levels = quantile_levels(cfg.alpha)
     model = FORECASTERS[kind](levels, seed=cfg.seed)
@@ -157,24 +163,39 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     tune = data.tune
     q_tune = model.predict(tune.x)
     per_sample = [q_tune[tune.sample == i] for i in range(len(tune.samples))]
+    mid = ForecastPolicy(model, 0.0, 0, kind).mid  # the median column
+    quiet = [q[:, mid] < QUIET_H for q in per_sample]
 
-    def j_for(act: int, band: float) -> np.ndarray:
-        return walk(lambda i, _m, left: first_submit(left, per_sample[i][:, act], band), tune)
+    def j_for(act: int, busy: float, calm: float) -> np.ndarray:
+        def rule(i: int, _m: np.ndarray, left: np.ndarray) -> int:
+            return first_submit(left, per_sample[i][:, act], np.where(quiet[i], calm, busy))
 
+        return walk(rule, tune)
+
+    # the act quantile and the busy band first (one band everywhere), then the quiet band
     grid = [(a, b) for a in range(len(levels)) for b in BANDS_H]
-    scores = {g: float(j_for(*g).mean()) for g in grid}
+    scores = {g: float(j_for(g[0], g[1], g[1]).mean()) for g in grid}
     target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + cfg.alpha)))
     # least J; ties go to the theory's quantile and the smallest band
     act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
-    policy = ForecastPolicy(model, band * HOUR, act, kind)
+    quiet_scores = {b: float(j_for(act, band, b).mean()) for b in BANDS_H}
+    calm = min(BANDS_H, key=lambda b: (quiet_scores[b], b != band, abs(b)))
+    policy = ForecastPolicy(model, band * HOUR, act, kind, quiet_band_s=calm * HOUR)
     metrics: dict[str, Any] = {
         "fit_s": round(fit_s, 1),
-        "tune": split_metrics(j_for(act, band), tune),
+        "tune": split_metrics(j_for(act, band, calm), tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
+        "tune_quiet_band_scores_mean_J_h": {f"{b:+g}h": v for b, v in quiet_scores.items()},
         "tune_interval_coverage_90": coverage(q_tune[:, [0, -1]], tune.wait_h),
         "train_rows": len(data.train),
     }
-    params = {"band_s": band * HOUR, "act": act, "levels": list(levels), "alpha": cfg.alpha}
+    params = {
+        "band_s": band * HOUR,
+        "quiet_band_s": calm * HOUR,
+        "act": act,
+        "levels": list(levels),
+        "alpha": cfg.alpha,
+    }
     return (policy, model, params), metrics
 
 

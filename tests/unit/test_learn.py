@@ -16,7 +16,7 @@ from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sampl
 from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, ChainEnv
 from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
 from mirage.learn.dataset import Dataset, generate_features
-from mirage.learn.decision import DECISION_NAMES
+from mirage.learn.decision import DECISION_NAMES, decision_features
 from mirage.learn.forecast import (
     ForecastPolicy,
     ForestForecaster,
@@ -158,13 +158,18 @@ def test_one_batched_decision_for_many_chains(
     now = 47 * H  # one hour left for the first chain, up to ~17.6 h for the last
     ctx = DecisionContext(now=now, snapshot=snap, profile=profile)
     forest = _forest(ds)
+    x = decision_features(ctx, pending)
+    q = forest.predict(x) * H
     for band in (2 * H, -60 * H):
-        out = ForecastPolicy(forest, band, ACT).decide(ctx, pending)
+        policy = ForecastPolicy(forest, band, ACT, quiet_band_s=band / 2)
+        out = policy.decide(ctx, pending)
         assert len(out) == 1000
-        for d, p in zip(out, pending, strict=True):
+        quiet = q[:, LEVELS.index(0.5)] < 2 * H
+        for d, p, row, calm in zip(out, pending, q, quiet, strict=True):
             assert d.interval and d.interval[0] <= (d.predicted_start or 0) <= d.interval[1]
-            assert d.submit == (p.remaining(now) <= (d.predicted_start or 0) - now + band)
-    assert not any(d.submit for d in out)  # a band of -60 h is never reached
+            expected = p.remaining(now) <= row[ACT] + (band / 2 if calm else band)
+            assert d.submit == expected
+    assert not any(d.submit for d in out)  # a band of -60 h (-30 h quiet) is never reached
     assert ForecastPolicy(forest, 2 * H, ACT).decide(ctx, pending)[0].submit  # 1 h left < 2 h
 
 
