@@ -213,7 +213,14 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    return render(tab, title), entry
+    cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
+    cover = {m: c for m, c in cover.items() if c is not None}
+    text = render(tab, title)
+    if cover:
+        entry["interval_coverage_90"] = cover
+        text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
+        text += ", ".join(f"{m} {c:.0%}" for m, c in cover.items())
+    return text, entry
 
 
 def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:

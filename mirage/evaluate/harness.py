@@ -184,6 +184,22 @@ class Walker:
             steps.append(policy.steps_for(x, (s.planned_end - s.steps[:-1]) / HOUR))
         return outcomes_at(self.samples, steps)
 
+    def interval_coverage(self, policy: object) -> float | None:
+        """Share of (sample, step) whose true wait, if submitted then, lies in a
+        forecaster's stated 90% interval (None for policies without intervals)."""
+        from mirage.learn.dataset import sample_matrix
+
+        forecaster = getattr(policy, "forecaster", None)
+        if forecaster is None or self.queue is None:
+            return None
+        inside, total = 0, 0
+        for s, q, p in zip(self.samples, self.queue, self.pending, strict=True):
+            pred = forecaster.predict(sample_matrix(s, q, p, self.profile)) * HOUR
+            wait = (s.succ_start[:-1] - s.steps[:-1]).astype(np.float64)
+            inside += int(((wait >= pred[:, 0]) & (wait <= pred[:, -1])).sum())
+            total += len(wait)
+        return inside / total if total else None
+
     def oracle(self, alpha: float) -> Outcomes:
         return outcomes_at(self.samples, [oracle_step(s, alpha) for s in self.samples])
 

@@ -206,7 +206,10 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
     ]  # fmt: skip
     ev = CliRunner().invoke(main, [*args, "--json"])
     assert ev.exit_code == 0, ev.output
-    table = json.loads(ev.output)["loads"]["2"]["table"]
+    entry = json.loads(ev.output)["loads"]["2"]
+    table = entry["table"]
+    assert set(entry["interval_coverage_90"]) == {"rf", "xgb"}  # the forecasters state intervals
+    assert all(0.0 <= c <= 1.0 for c in entry["interval_coverage_90"].values())
     oracle = table["oracle"]["all"]["mean_J_h"]["value"]
     for kind in ("rf", "xgb", "dqn", "pg"):
         assert table[kind]["all"]["mean_J_h"]["value"] >= oracle - 1e-9
