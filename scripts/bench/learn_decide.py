@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench/learn_decide.py [--models models/ls6] [--chains 1000]
 
-Replays the bundled ls6 slice to a busy moment, takes the simulated cluster's
-``squeue``-shaped snapshot, and times ``policy.decide`` on ``--chains`` pending
+Replays the bundled ls6 slice to its busiest moment (of its first month), takes the
+simulated cluster's ``squeue``-shaped snapshot, and times ``policy.decide`` on ``--chains`` pending
 transitions in one call (features from the snapshot, one model call), for every trained
 policy found under ``--models`` and for the fixed-lead baseline beside them. Prints the
 median of ``--repeat`` calls and the ratio to the target.
@@ -39,9 +39,15 @@ def busy_context(profile_path: str, trace: str) -> tuple[DecisionContext, int]:
     first = min(j.submit for j in jobs)
     sim = Simulation(profile, start_time=first, track_estimates=False)
     sim.add_jobs_skipping_invalid(jobs)
-    sim.run_until(first + 5 * 86400)
-    snap = SimSlurmClient(sim).queue()
-    return DecisionContext(now=sim.now, snapshot=snap, profile=profile), len(snap.jobs)
+    client = SimSlurmClient(sim)
+    best = client.queue()
+    for k in range(1, 60):  # the busiest of the first 30 days, sampled twice a day
+        sim.run_until(first + k * 43200)
+        snap = client.queue()
+        if len(snap.jobs) > len(best.jobs):
+            best = snap
+    ctx = DecisionContext(now=best.taken_at, snapshot=best, profile=profile)
+    return ctx, len(best.jobs)
 
 
 def timed(policy: Policy, ctx: DecisionContext, pending: list[PendingTransition], n: int) -> float:
