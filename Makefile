@@ -43,13 +43,17 @@ slurm-up:
 slurm-down:
 	scripts/slurm-testbed/stop.sh
 
-# The cluster is stopped whatever the outcome; the exit status is pytest's.
+# The cluster is stopped whatever the outcome; the exit status is pytest's. The fidelity
+# comparison (tests/slurm/test_fidelity.py: two real runs, ~11 min, the whole cluster to
+# itself) runs in the same session on the same cluster start, in module order (after the
+# cluster and daemon tests, before test_zz_unreachable; it drains the queue first).
 slurm-tests: venv slurm-up
-	MIRAGE_REQUIRE_SLURM=1 $(BIN)/pytest -m slurm -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
+	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m slurm -q; rc=$$?; \
+	  scripts/slurm-testbed/stop.sh; exit $$rc
 
 test: lint unit slurm-tests
 
-# Simulator against real Slurm (two real runs of a scripted workload, ~9 min); opt-in.
+# Only the simulator against real Slurm (two real runs of a scripted workload, ~11 min).
 fidelity: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -p no:xdist -s -m slurm \
 	  tests/slurm/test_fidelity.py; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
