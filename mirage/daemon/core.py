@@ -37,10 +37,12 @@ from sqlalchemy.orm import Session
 
 from mirage.daemon.config import Config
 from mirage.daemon.metrics import DaemonMetrics
+from mirage.daemon.policies import build_policies, learned_profile, model_key
 from mirage.daemon.states import Action, segment_action
 from mirage.daemon.store import (
     Chain,
     ChainState,
+    Event,
     Segment,
     Store,
     Submission,
@@ -50,7 +52,6 @@ from mirage.daemon.store import (
 )
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.cost import Transition
-from mirage.policy.simple import make_policy
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import (
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 
 TOKEN_RE = re.compile(r"(?<![0-9A-Za-z])(mg[0-9a-f]{16})(?![0-9A-Za-z])")
 CURSOR_KEY = "accounting_cursor"
+#: The event committed before a handoff signal is sent (the "handoff" event follows it).
+HANDOFF_INTENT = "handoff.intent"
 
 #: chain -> the client its jobs are submitted, cancelled and signalled with (the owner's)
 ActionClients = Callable[[Chain], SlurmClient]
@@ -169,13 +172,27 @@ class Daemon:
         self.cfg = self.config.daemon
         self.profile = profile
         pcfg = self.config.policy
-        names = {pcfg.default, pcfg.fallback, *pcfg.partitions.values()}
-        self.policies: dict[str, Policy] = {n: make_policy(n, lead_s=pcfg.lead_s) for n in names}
+        # trained models are loaded (and version-checked) once, at start: a model that does
+        # not fit this code stops the daemon with its reason instead of deciding wrongly
+        loaded = build_policies(pcfg)
+        if self.profile is None and any(lp.kind == "learned" for lp in loaded.values()):
+            self.profile = learned_profile(pcfg)
+        self.policies: dict[str, Policy] = {n: lp.policy for n, lp in loaded.items()}
         self.policies.update(policies or {})
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{new_token()[2:10]}"
         self.metrics = metrics if metrics is not None else DaemonMetrics()
-        self.metrics.model.info({"policy": pcfg.default, "kind": "baseline"})
-        self.metrics.model_age.set(0)  # baselines have no trained model
+        used = loaded[pcfg.default]
+        self.model_created = used.created  # "" for a baseline
+        self.metrics.model.info(
+            {"policy": pcfg.default, "kind": used.kind, "created": used.created}
+        )
+        if used.created_at:
+            created = used.created_at
+            self.metrics.model_age.set_function(lambda: max(0.0, time.time() - created))
+        else:
+            self.metrics.model_age.set(0)  # a baseline has no trained model
+        for name, lp in loaded.items():  # for `mirage status`: each model's age
+            self.store.set_value(model_key(name), str(int(lp.created_at)) if lp.created_at else "")
         self.action_clients = action_clients or (lambda _chain: client)
         self.marker_check = marker_check or local_marker_check
         self._failures = 0
@@ -455,7 +472,16 @@ class Daemon:
                 cur.reason,
                 until_file=bool(chain.until_file),
                 marker=marker,
-                by_mirage=cur.signalled_at is not None or cur.cancelled_by_mirage,
+                by_mirage=(
+                    cur.signalled_at is not None
+                    or cur.cancelled_by_mirage
+                    # a crash may have cut the handoff after its durable intent: the
+                    # job may have had the signal, so its end is the handoff's
+                    or (
+                        state in (JobState.CANCELLED, JobState.FAILED)
+                        and self._handoff_intent(s, cur) is not None
+                    )
+                ),
             )
             if verdict.action is Action.WAIT:
                 self._maybe_handoff(s, chain, segs, now, report)
@@ -566,6 +592,24 @@ class Daemon:
             or pred.signalled_at
         ):
             return
+        # The intent is committed before the signal: a crash between the two must not
+        # leave a signalled job that Mirage has no record of (its non-zero exit would
+        # then stop the chain). An intent without a recorded signal is sent again while
+        # the predecessor runs: at least once, since "checkpoint and exit" is idempotent
+        # and a lost signal would keep the successor waiting on the predecessor's limit.
+        if self._handoff_intent(s, pred) is None:
+            s.add(
+                event_row(
+                    now,
+                    HANDOFF_INTENT,
+                    chain.id,
+                    f"successor {succ.job_id} started while {pred.job_id} runs",
+                    job_id=pred.job_id,
+                    succ_job_id=succ.job_id,
+                    signal=self.cfg.handoff_signal,
+                )
+            )
+            s.commit()
         try:
             self.action_clients(chain).signal(pred.job_id, self.cfg.handoff_signal, True)
         except SlurmError as exc:
@@ -587,6 +631,19 @@ class Daemon:
                 signal=self.cfg.handoff_signal,
             )
         )
+
+    @staticmethod
+    def _handoff_intent(s: Session, seg: Segment) -> Event | None:
+        """The recorded handoff intent for this segment's job, if any.
+
+        Looked up only for a segment not yet marked signalled (a crash cut its handoff,
+        or it is about to start), among its chain's few intents (events are indexed by
+        chain; their JSON data is not, portably, so the job id is matched here).
+        """
+        rows = s.scalars(
+            select(Event).where(Event.chain_id == seg.chain_id, Event.kind == HANDOFF_INTENT)
+        )
+        return next((e for e in rows if e.data.get("job_id") == seg.job_id), None)
 
     def _cancel_requeued(
         self,

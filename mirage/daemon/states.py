@@ -36,7 +36,9 @@ training now, or the last one that did) and answers one of:
 The completion marker is checked only for a COMPLETED segment: a job that wrote the
 marker and then failed is reported as failed (STOP either way). Mirage's own handoff
 signal makes the predecessor checkpoint and exit: however it exits (COMPLETED, CANCELLED
-by the signal, FAILED from a non-zero status) it CONTINUEs, except OUT_OF_MEMORY.
+by the signal, FAILED from a non-zero status) it CONTINUEs, except OUT_OF_MEMORY. "Mirage
+signalled it" includes a handoff whose intent was recorded but whose signal was not (the
+daemon died in between: the job may have had the signal; core records the intent first).
 A CONTINUE that would exceed ``--segments N`` is the chain's business (core), not this
 table's: the table only says what the segment's end means.
 """

@@ -1,7 +1,9 @@
-"""The job-side handoff helper, and the example batch script's signal forwarding."""
+"""The job-side handoff helper, the example batch script's signal forwarding, and the
+daemon's handoff record (its intent committed before the signal: crash safety)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -12,8 +14,23 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from mirage.daemon import handoff
+from mirage.daemon.core import HANDOFF_INTENT, Daemon
+from mirage.daemon.store import ChainState, Event, Segment, Store
+from mirage.sim.engine import Simulation
+from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
+from tests.unit.test_daemon_support import (
+    Crash,
+    FaultySim,
+    chain_state,
+    make_chain,
+    make_config,
+    make_sim,
+    make_store,
+    run_cycles,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,3 +91,105 @@ def test_example_script_forwards_usr1_to_background_training(tmp_path: Path) -> 
     assert proc.wait(timeout=30) == 0
     assert (ckpt / "last.pt").read_text() == "checkpoint"
     assert handoff._read(ckpt)["state"] == "checkpointed"
+
+
+# ---- the daemon's side: the handoff intent is durable before the signal ------------------
+
+
+class FailsOnSignal(FaultySim):
+    """A predecessor that exits non-zero on the handoff signal (FAILED, not CANCELLED):
+    the case where Mirage's record alone separates a handoff from a broken job."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        self.handoff_exits = True
+        self.failed: set[str] = set()
+
+    def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
+        super().signal(job_id, signal, batch_only)  # raises Crash before delivery if armed
+        self.failed.add(job_id)
+
+    def _failed(self, job: SlurmJob) -> SlurmJob:
+        if job.job_id in self.failed and job.state.is_finished:
+            return dataclasses.replace(job, state=JobState.FAILED, exit_code=1)
+        return job
+
+    def queue(self) -> QueueSnapshot:
+        snap = super().queue()
+        return dataclasses.replace(snap, jobs=tuple(self._failed(j) for j in snap.jobs))
+
+    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+        return [self._failed(j) for j in super().accounting(start, end)]
+
+
+class CrashAfterSignal(Daemon):
+    """Stands for MIRAGE_FAULT=during-handoff's SIGKILL (after the signal, before its record)."""
+
+    def _fault_point(self, point: str) -> None:
+        if point == "during-handoff":
+            raise Crash("killed after the handoff signal, before its record")
+
+
+def _intents(store: Store) -> list[Event]:
+    with store.sessions() as s:
+        return list(s.scalars(select(Event).where(Event.kind == HANDOFF_INTENT)))
+
+
+def _segments(store: Store, chain_id: str) -> list[Segment]:
+    with store.sessions() as s:
+        rows = s.scalars(
+            select(Segment).where(Segment.chain_id == chain_id).order_by(Segment.index)
+        )
+        return list(rows)
+
+
+@pytest.mark.parametrize("crash", ["", "before-signal", "after-signal"])
+def test_failed_exit_after_a_recorded_handoff_continues_the_chain(
+    tmp_path: Path, crash: str
+) -> None:
+    """Kill the daemon between the recorded intent and the signal, or between the signal and
+    its record; the predecessor exits non-zero on the signal. The chain must go on."""
+    store, sim = make_store(tmp_path), FailsOnSignal(make_sim().sim)
+    chain = make_chain(store, segments=2, limit=3600)
+    cfg = make_config("fixed-lead", lead_s=600)
+    first_cls = CrashAfterSignal if crash == "after-signal" else Daemon
+    first = first_cls(store, sim, config=cfg, holder="A")
+    run_cycles([first], sim, 0, 3000)  # the successor is pre-submitted at 3000
+    sim.advance_to(3060)  # ... and runs: the handoff is due at this cycle
+    pred = _segments(store, chain.id)[0].job_id
+    if crash:
+        sim.crash = "signal" if crash == "before-signal" else ""
+        with pytest.raises(Crash):
+            first.cycle(3060)
+        # what the kill left: the intent committed, the signal not recorded as sent
+        assert [e.data["job_id"] for e in _intents(store)] == [pred]
+        assert _segments(store, chain.id)[0].signalled_at is None
+        assert (pred in sim.failed) is (crash == "after-signal")
+        second = Daemon(store, sim, config=cfg, holder="B")  # restarted; A's lease lapses
+        run_cycles([second], sim, 3300, 3 * 3600)
+    else:
+        run_cycles([first], sim, 3060, 3 * 3600)
+    c = chain_state(store, chain.id)
+    assert c.state is ChainState.COMPLETED, c.reason
+    segs = _segments(store, chain.id)
+    assert segs[0].job_state == "FAILED" and segs[0].outcome == "CONTINUE"
+    # signalled exactly once: re-sent after a kill before it, not after a kill past it
+    assert [j for j, _sig in sim.signals].count(pred) == 1
+    assert segs[0].signalled_at == {"": 3060, "before-signal": 3300, "after-signal": None}[crash]
+    # one intent per handoff, never recorded twice
+    assert [e.data["job_id"] for e in _intents(store)].count(pred) == 1
+    assert set(sim.tokens().values()) == {1}
+
+
+def test_failed_exit_without_a_handoff_stops_the_chain(tmp_path: Path) -> None:
+    """The other side: a predecessor that fails on its own (no intent) still stops it."""
+    store, sim = make_store(tmp_path), FailsOnSignal(make_sim().sim)
+    chain = make_chain(store, segments=2, limit=3600)
+    d = Daemon(store, sim, config=make_config("reactive"), holder="A")
+    run_cycles([d], sim, 0, 600)
+    pred = _segments(store, chain.id)[0].job_id
+    sim.signal(pred, "KILL")  # not through Mirage: no intent, no record
+    run_cycles([d], sim, 660, 1200)
+    c = chain_state(store, chain.id)
+    assert c.state is ChainState.STOPPED, c.reason
+    assert _intents(store) == []
