@@ -26,6 +26,7 @@ def _register() -> None:
     from mirage.learn.cli import train_cmd
     from mirage.profile.cli import profile
     from mirage.sim.cli import calibrate, simulate
+    from mirage.synth.cli import synth
     from mirage.trace.cli import trace
 
     main.add_command(trace)
@@ -37,6 +38,7 @@ def _register() -> None:
     main.add_command(daemon_cmd)
     main.add_command(evaluate)
     main.add_command(train_cmd)
+    main.add_command(synth)
 
 
 _register()
