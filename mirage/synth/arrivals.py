@@ -31,6 +31,9 @@ import pandas as pd
 HOURS_PER_WEEK = 168
 HOUR = 3600
 DAY = 86400
+#: Longer silences are holes in the trace, not quiet time: longer than a long weekend on a
+#: quiet cluster (a weekday-only workload is silent ~64 h every weekend).
+MAX_SILENCE_S = 4 * DAY
 
 
 def hour_of_week(epoch_s: np.ndarray, tz: str) -> np.ndarray:
@@ -148,7 +151,7 @@ def fit_arrivals(
     start: int | None = None,
     end: int | None = None,
     burst_gap_s: int = 60,
-    max_silence_s: int = 2 * DAY,
+    max_silence_s: int = MAX_SILENCE_S,
 ) -> ArrivalModel:
     """Fit the arrival process on submit times (epoch s) observed in [start, end)."""
     s = np.sort(np.asarray(submits, dtype=np.int64))
@@ -227,7 +230,7 @@ def _shapes(heads: np.ndarray, hours: np.ndarray, rates: np.ndarray, tz: str
     return k_day, k_hour
 
 
-def hourly_counts(submits: np.ndarray, max_silence_s: int = 2 * DAY) -> np.ndarray:
+def hourly_counts(submits: np.ndarray, max_silence_s: int = MAX_SILENCE_S) -> np.ndarray:
     """Jobs submitted in each observed clock hour (:func:`observed_hours`) from the first
     submit's hour to the last's: holes in a trace are not hours with no arrivals."""
     s = np.sort(np.asarray(submits, dtype=np.int64))
