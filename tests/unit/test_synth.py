@@ -211,6 +211,6 @@ def test_missing_sdv_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(name: str) -> Any:
         raise ImportError(f"No module named {name!r}")
 
-    monkeypatch.setattr(tabular.importlib, "import_module", fail)
+    monkeypatch.setattr("mirage.synth.tabular.importlib.import_module", fail)
     with pytest.raises(tabular.SynthUnavailable, match=r"mirage-provisioner\[synth\]"):
         tabular.sdv_version()
