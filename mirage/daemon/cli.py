@@ -9,10 +9,12 @@ user who can open the database file: that fallback is for single-user setups.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -434,66 +436,65 @@ def daemon_cmd(
     from mirage.daemon.service import open_store, run_service
 
     cfg = _config(config_path)
-    _check_models(cfg)
-    if demo_chains is not None:
-        if backend != "sim" or not trace_path:
-            raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
-        demo = _DemoArgs(demo_chains, segments, time_limit, policy, lead_s, start_hours)
-        _run_demo(cfg, profile_name, (trace_path, trace_format), nodes, demo, as_json=as_json)
-        return
-    store = open_store(cfg)
-    if backend == "sim":
-        _run_sim(
-            cfg,
-            store,
-            profile_name,
-            speed=speed,
-            cycles=cycles,
-            trace=(trace_path, trace_format),
-            nodes=nodes,
+    with _model_errors():  # a configured trained model that cannot be used: say why, stop
+        if demo_chains is not None:
+            if backend != "sim" or not trace_path:
+                raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
+            demo = _DemoArgs(demo_chains, segments, time_limit, policy, lead_s, start_hours)
+            _run_demo(cfg, profile_name, (trace_path, trace_format), nodes, demo, as_json=as_json)
+            return
+        store = open_store(cfg)
+        if backend == "sim":
+            _run_sim(
+                cfg,
+                store,
+                profile_name,
+                speed=speed,
+                cycles=cycles,
+                trace=(trace_path, trace_format),
+                nodes=nodes,
+            )
+            return
+        if trace_path:
+            raise click.UsageError("--trace needs --backend sim")
+        from mirage.slurm.cli_backend import CliSlurmClient
+        from mirage.slurm.run import SubprocessRunner
+
+        sl = cfg.slurm
+        client = CliSlurmClient(
+            runner=SubprocessRunner(timeout=sl.timeout_s),
+            bin_dir=sl.bin_dir or None,
+            timeout=sl.timeout_s,
+            accounting_timeout=sl.accounting_timeout_s,
+            submit_timeout=sl.submit_timeout_s,
         )
-        return
-    if trace_path:
-        raise click.UsageError("--trace needs --backend sim")
-    from mirage.slurm.cli_backend import CliSlurmClient
-    from mirage.slurm.run import SubprocessRunner
-
-    sl = cfg.slurm
-    client = CliSlurmClient(
-        runner=SubprocessRunner(timeout=sl.timeout_s),
-        bin_dir=sl.bin_dir or None,
-        timeout=sl.timeout_s,
-        accounting_timeout=sl.accounting_timeout_s,
-        submit_timeout=sl.submit_timeout_s,
-    )
-    daemon = Daemon(
-        store,
-        client,
-        config=cfg,
-        action_clients=action_clients(cfg),
-        marker_check=owner_marker_check(cfg),
-    )
-    if cycles:
-        try:
-            for n in range(cycles):
-                report = daemon.cycle(int(time.time()))
-                click.echo(json.dumps(report.__dict__, default=str))
-                if n + 1 < cycles:
-                    time.sleep(cfg.daemon.poll_interval_s)
-        finally:
-            store.release_lease(cfg.daemon.cluster, daemon.holder)
-        return
-    run_service(daemon, cfg)
+        daemon = Daemon(
+            store,
+            client,
+            config=cfg,
+            action_clients=action_clients(cfg),
+            marker_check=owner_marker_check(cfg),
+        )
+        if cycles:
+            try:
+                for n in range(cycles):
+                    report = daemon.cycle(int(time.time()))
+                    click.echo(json.dumps(report.__dict__, default=str))
+                    if n + 1 < cycles:
+                        time.sleep(cfg.daemon.poll_interval_s)
+            finally:
+                store.release_lease(cfg.daemon.cluster, daemon.holder)
+            return
+        run_service(daemon, cfg)
 
 
-def _check_models(cfg: Config) -> None:
-    """Fail at start, with the reason, when a configured trained model cannot be used."""
-    from mirage.daemon.policies import build_policies, learned_profile
+@contextlib.contextmanager
+def _model_errors() -> Iterator[None]:
+    """Models are loaded (once) when the daemon is built; their errors become CLI errors."""
     from mirage.learn.artifacts import ModelError
 
     try:
-        if any(lp.kind == "learned" for lp in build_policies(cfg.policy).values()):
-            learned_profile(cfg.policy)
+        yield
     except ModelError as exc:
         raise click.ClickException(str(exc)) from exc
 

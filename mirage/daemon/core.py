@@ -182,7 +182,6 @@ class Daemon:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{new_token()[2:10]}"
         self.metrics = metrics if metrics is not None else DaemonMetrics()
         used = loaded[pcfg.default]
-        self.model_created = used.created  # "" for a baseline
         self.metrics.model.info(
             {"policy": pcfg.default, "kind": used.kind, "created": used.created}
         )

@@ -9,6 +9,7 @@ is read from the sample's outcome curve. The oracle picks the step minimising J.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,29 +173,35 @@ class Walker:
             steps.append(submission_step(make(), ctxs, p))  # a fresh policy per chain
         return outcomes_at(self.samples, steps)
 
-    def run_batched(self, policy: BatchedPolicy) -> Outcomes:
-        """A learned policy, one batched prediction per sample (same rule as ``run``)."""
+    @functools.cached_property
+    def matrices(self) -> list[np.ndarray]:
+        """Each sample's decision rows, built once for every learned method."""
         from mirage.learn.dataset import sample_matrix
 
         if self.queue is None:
             raise ValueError("learned policies need the recorded queue features")
-        steps = []
-        for s, q, p in zip(self.samples, self.queue, self.pending, strict=True):
-            x = sample_matrix(s, q, p, self.profile)
-            steps.append(policy.steps_for(x, (s.planned_end - s.steps[:-1]) / HOUR))
+        return [
+            sample_matrix(s, q, p, self.profile)
+            for s, q, p in zip(self.samples, self.queue, self.pending, strict=True)
+        ]
+
+    def run_batched(self, policy: BatchedPolicy) -> Outcomes:
+        """A learned policy, one batched prediction per sample (same rule as ``run``)."""
+        steps = [
+            policy.steps_for(x, (s.planned_end - s.steps[:-1]) / HOUR)
+            for s, x in zip(self.samples, self.matrices, strict=True)
+        ]
         return outcomes_at(self.samples, steps)
 
     def interval_coverage(self, policy: object) -> float | None:
         """Share of (sample, step) whose true wait, if submitted then, lies in a
         forecaster's stated 90% interval (None for policies without intervals)."""
-        from mirage.learn.dataset import sample_matrix
-
         forecaster = getattr(policy, "forecaster", None)
         if forecaster is None or self.queue is None:
             return None
         inside, total = 0, 0
-        for s, q, p in zip(self.samples, self.queue, self.pending, strict=True):
-            pred = forecaster.predict(sample_matrix(s, q, p, self.profile)) * HOUR
+        for s, x in zip(self.samples, self.matrices, strict=True):
+            pred = forecaster.predict(x) * HOUR
             wait = (s.succ_start[:-1] - s.steps[:-1]).astype(np.float64)
             inside += int(((wait >= pred[:, 0]) & (wait <= pred[:, -1])).sum())
             total += len(wait)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mirage.evaluate.harness import pending_of
+from mirage.evaluate.harness import curve_cost, pending_of
 from mirage.evaluate.probes import Progress, Recorder, SampleResult, chain_spec, record_all
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.learn.decision import DECISION_NAMES, estimate_columns
@@ -174,12 +174,7 @@ class Dataset:
         return len(self.x)
 
     def cost_curve(self, i: int) -> np.ndarray:
-        s = self.samples[i]
-        start = s.succ_start.astype(np.float64)
-        end = float(s.planned_end)
-        out: np.ndarray = (
-            np.maximum(0.0, start - end) + self.alpha * np.maximum(0.0, end - start)
-        ) / HOUR
+        out: np.ndarray = curve_cost(self.samples[i], self.alpha) / HOUR
         return out
 
     @classmethod
