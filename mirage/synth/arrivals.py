@@ -22,7 +22,9 @@ from this model:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import count
 from typing import Any
 
 import numpy as np
@@ -96,52 +98,77 @@ class ArrivalModel:
     def from_dict(cls, d: dict[str, Any]) -> ArrivalModel:
         return cls(**d)
 
-    def sample(self, n: int, start: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` sorted submit times (int epoch s) from ``start``, and the burst index of
-        each (returned as a (2, n) array: row 0 submits, row 1 burst ids)."""
-        if n <= 0:
+    def sample(
+        self,
+        n: int | None,
+        start: int,
+        rng: np.random.Generator,
+        *,
+        end: int | None = None,
+        rate_scale: float = 1.0,
+    ) -> np.ndarray:
+        """Sorted submit times (int epoch s) from ``start``, and the burst index of each
+        (returned as a (2, n) array: row 0 submits, row 1 burst ids): ``n`` of them, or
+        (``n`` None) every one before ``end``. ``rate_scale`` multiplies every burst rate
+        (to load a target window more or less than the training window did)."""
+        if n is None and end is None:
+            raise ValueError("give a job count or an end time")
+        if rate_scale <= 0:
+            raise ValueError("rate_scale must be positive")
+        if n is not None and n <= 0:
             return np.zeros((2, 0), dtype=np.int64)
-        rates = np.asarray(self.rates_per_hour, dtype=np.float64)
+        rates = np.asarray(self.rates_per_hour, dtype=np.float64) * rate_scale
         if not np.any(rates > 0):
             raise ValueError("arrival model has no positive rate")
         sizes = np.asarray(self.burst_sizes or [1], dtype=np.int64)
         inner = np.asarray(self.inner_gaps or [0], dtype=np.int64)
         times: list[np.ndarray] = []
         bursts: list[np.ndarray] = []
-        total, burst_no = 0, 0
-        hour0 = start - start % HOUR
-        day_factor, day_of = 1.0, None
-        h = 0
-        # Walk hour by hour: a piecewise-constant rate makes each hour's count Poisson and
-        # its points uniform inside the hour (exact, no thinning needed).
-        while total < n:
-            t_hour = hour0 + h * HOUR
-            h += 1
-            day = (t_hour - hour0) // DAY
-            if day != day_of:
-                day_of = day
-                k = self.day_shape
-                day_factor = 1.0 if k is None else float(rng.gamma(k, 1.0 / k))
-            how = int(hour_of_week(np.array([t_hour]), self.tz)[0])
-            kh = self.hour_shape
-            hour_factor = 1.0 if kh is None else float(rng.gamma(kh, 1.0 / kh))
-            count = int(rng.poisson(rates[how] * day_factor * hour_factor))
-            if count == 0:
-                continue
-            heads = np.sort(rng.uniform(t_hour, t_hour + HOUR, size=count)).astype(np.int64)
-            for t0 in heads.tolist():
-                if t0 < start:
-                    continue
-                size = int(rng.choice(sizes))
-                offs = np.concatenate([[0], np.cumsum(rng.choice(inner, size=size - 1))])
-                times.append(t0 + offs.astype(np.int64))
-                bursts.append(np.full(size, burst_no, dtype=np.int64))
-                burst_no += 1
-                total += size
+        total = 0
+        want = math.inf if n is None else n
+        stop = math.inf if end is None else end
+        for t0 in self._burst_heads(start, stop, rates, rng):
+            if total >= want:
+                break
+            size = int(rng.choice(sizes))
+            offs = np.concatenate([[0], np.cumsum(rng.choice(inner, size=size - 1))])
+            times.append(t0 + offs.astype(np.int64))
+            bursts.append(np.full(size, len(bursts), dtype=np.int64))
+            total += size
+        if not times:
+            return np.zeros((2, 0), dtype=np.int64)
         sub = np.concatenate(times)
         bid = np.concatenate(bursts)
         order = np.argsort(sub, kind="stable")
-        return np.vstack([sub[order][:n], bid[order][:n]])
+        keep = sub[order] < stop  # a burst's tail may run past the end
+        sub, bid = sub[order][keep], bid[order][keep]
+        if n is not None:
+            sub, bid = sub[:n], bid[:n]
+        return np.vstack([sub, bid])
+
+    def _burst_heads(
+        self, start: int, stop: float, rates: np.ndarray, rng: np.random.Generator
+    ) -> Iterator[int]:
+        """Burst start times in [start, stop), in order (endless without a stop)."""
+        hour0 = start - start % HOUR
+        day_factor, day_of = 1.0, -1
+        kd, kh = self.day_shape, self.hour_shape
+        # Walk hour by hour: a piecewise-constant rate makes each hour's count Poisson and
+        # its points uniform inside the hour (exact, no thinning needed).
+        for h in count():
+            t_hour = hour0 + h * HOUR
+            if t_hour >= stop:
+                return
+            if (t_hour - hour0) // DAY != day_of:
+                day_of = (t_hour - hour0) // DAY
+                day_factor = 1.0 if kd is None else float(rng.gamma(kd, 1.0 / kd))
+            how = int(hour_of_week(np.array([t_hour]), self.tz)[0])
+            hour_factor = 1.0 if kh is None else float(rng.gamma(kh, 1.0 / kh))
+            k = int(rng.poisson(rates[how] * day_factor * hour_factor))
+            if k == 0:
+                continue
+            heads = np.sort(rng.uniform(t_hour, t_hour + HOUR, size=k)).astype(np.int64)
+            yield from (t for t in heads.tolist() if start <= t < stop)
 
 
 def fit_arrivals(

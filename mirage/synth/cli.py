@@ -177,9 +177,14 @@ def _iso(epoch: int, tz: str) -> str:
 
 @synth.command("sample")
 @click.option("--model-dir", required=True, type=click.Path(file_okay=False, exists=True))
-@click.option("--n", "n", required=True, type=click.IntRange(min=1), help="Jobs to sample.")
+@click.option("--n", "n", type=click.IntRange(min=1),
+              help="Jobs to sample (with --until: at most this many).")  # fmt: skip
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Parquet file.")
 @click.option("--start", help="First submit (ISO; default: the end of the training split).")
+@click.option("--until", help="Sample every arrival before this time (ISO, profile's zone).")
+@click.option("--rate-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True,
+              help="Multiply the fitted arrival rates (a busier or quieter window).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--sdv-arrivals",
@@ -188,8 +193,9 @@ def _iso(epoch: int, tz: str) -> str:
     "arrival process is judged against) instead of the arrival process.",
 )
 @_JSON
-def sample_cmd(*, model_dir: str, n: int, out: str, start: str | None, seed: int,
-               sdv_arrivals: bool, as_json: bool) -> None:  # fmt: skip
+def sample_cmd(*, model_dir: str, n: int | None, out: str, start: str | None,
+               until: str | None, rate_scale: float, seed: int, sdv_arrivals: bool,
+               as_json: bool) -> None:  # fmt: skip
     """Sample a synthetic trace (canonical Parquet) that `mirage simulate` replays."""
     from mirage.synth.model import load_model, sample_trace
     from mirage.trace.load import TraceLoad
@@ -199,22 +205,29 @@ def sample_cmd(*, model_dir: str, n: int, out: str, start: str | None, seed: int
         res = load_model(Path(model_dir))
         w = res.metadata["training_window"]
         first = _when(start, w["tz"], "--start")
+        end = _when(until, w["tz"], "--until")
+        if n is None and end is None:
+            raise click.UsageError("give --n, --until or both")
         t0 = time.perf_counter()
         try:
             jobs = sample_trace(res, n, int(w["before"]) if first is None else first, seed,
-                                sdv_arrivals=sdv_arrivals)  # fmt: skip
+                                sdv_arrivals=sdv_arrivals, until=end,
+                                rate_scale=rate_scale)  # fmt: skip
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
+    n = len(jobs)
     wall = time.perf_counter() - t0
     note = (f"synthetic: mirage synth sample, model {res.metadata['model']} "
-            f"({'sdv' if sdv_arrivals else 'arrival-process'} submits), seed {seed}")  # fmt: skip
+            f"({'sdv' if sdv_arrivals else 'arrival-process'} submits), seed {seed}, "
+            f"rate scale {rate_scale:g}")  # fmt: skip
     source = str(Path(model_dir) / "metadata.json")
     load = TraceLoad(jobs=jobs, source=source, format="synthetic", tz=w["tz"], rows_read=n,
                      notes=[note])  # fmt: skip
     write_parquet(load, out)
     span = (int(jobs["submit"].max()) - int(jobs["submit"].min())) / 86400
     info = {"out": out, "jobs": n, "span_days": span, "wall_s": wall, "seed": seed,
-            "arrivals": "sdv" if sdv_arrivals else "process"}  # fmt: skip
+            "arrivals": "sdv" if sdv_arrivals else "process",
+            "rate_scale": rate_scale}  # fmt: skip
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -156,36 +156,42 @@ def load_model(model_dir: Path) -> FitResult:
 
 
 def sample_trace(
-    res: FitResult, n: int, start: int, seed: int = 0, *, sdv_arrivals: bool = False
+    res: FitResult,
+    n: int | None,
+    start: int,
+    seed: int = 0,
+    *,
+    sdv_arrivals: bool = False,
+    until: int | None = None,
+    rate_scale: float = 1.0,
 ) -> pd.DataFrame:
-    """``n`` synthetic jobs from ``start`` (epoch s) as a canonical table.
+    """``n`` synthetic jobs from ``start`` (epoch s) as a canonical table; with ``until``,
+    at most ``n`` (``n`` None: all) submitted before it. ``rate_scale`` scales the arrival
+    rates.
 
     Submits come from the arrival process (``sdv_arrivals``: from the synthesizer's own
     ``interarrival_s`` column instead, the baseline the arrival process is judged
     against). Each job starts at its submit and ends after its run time: the simulator
-    decides the real start; ``start``/``end`` only carry the run time. Jobs of one burst
-    share the request of its first job (:data:`BURST_SHARED`).
+    decides the real start; ``start``/``end`` only carry the run time.
     """
     import torch
 
-    if n <= 0:
+    if n is not None and n <= 0:
         raise ValueError("n must be positive")
+    if until is not None and until <= start:
+        raise ValueError("the end must come after the start")
     torch.manual_seed(seed)
     np.random.seed(seed)
     rng = np.random.default_rng(seed)
-    rows = _valid_rows(res, n)
     if sdv_arrivals:
+        if n is None or until is not None or rate_scale != 1.0:
+            raise ValueError("SDV inter-arrivals take a job count only (no end, no rate scale)")
+        rows = _valid_rows(res, n)
         gaps = np.nan_to_num(rows["interarrival_s"].to_numpy(dtype=np.float64), nan=0.0)
         submit = start + np.cumsum(np.maximum(gaps, 0.0)).astype(np.int64)
-        burst = np.arange(n)
     else:
-        sb = res.arrivals.sample(n, start, rng)
-        submit, burst = sb[0], sb[1]
-        first = np.concatenate([[True], burst[1:] != burst[:-1]])
-        lead = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-        for col in BURST_SHARED:
-            if col in rows.columns:
-                rows[col] = rows[col].to_numpy()[lead]
+        submit, rows = _process_arrivals(res, n, start, rng, until=until, rate_scale=rate_scale)
+    n = len(rows)
     limit = rows["time_limit"].to_numpy(dtype=np.float64)
     run = np.floor(np.clip(rows["run_frac"].to_numpy(dtype=np.float64), 0, 1) * limit)
     cols: dict[str, Any] = {
@@ -207,6 +213,31 @@ def sample_trace(
         else:
             cols[col] = [res.metadata["constants"].get(col, "")] * n
     return conform(pd.DataFrame(cols))
+
+
+def _process_arrivals(
+    res: FitResult,
+    n: int | None,
+    start: int,
+    rng: np.random.Generator,
+    *,
+    until: int | None,
+    rate_scale: float,
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Submits from the arrival process, and one synthesizer row per submit; jobs of one
+    burst share the request of its first job (:data:`BURST_SHARED`)."""
+    # Arrivals first: with an end time they decide how many rows are needed.
+    sb = res.arrivals.sample(n, start, rng, end=until, rate_scale=rate_scale)
+    submit, burst = sb[0], sb[1]
+    if submit.size == 0:
+        raise ValueError("no arrival before the end: widen the window")
+    rows = _valid_rows(res, int(submit.size))
+    first = np.concatenate([[True], burst[1:] != burst[:-1]])
+    lead = np.maximum.accumulate(np.where(first, np.arange(submit.size), 0))
+    for col in BURST_SHARED:
+        if col in rows.columns:
+            rows[col] = rows[col].to_numpy()[lead]
+    return submit, rows
 
 
 def _valid_rows(res: FitResult, n: int) -> pd.DataFrame:

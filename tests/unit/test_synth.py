@@ -88,6 +88,25 @@ def test_arrival_rates_follow_the_calendar() -> None:
     assert model.jobs_per_day == pytest.approx(len(s) / 70, rel=0.1)
 
 
+def test_sampling_a_window_and_scaling_the_rate() -> None:
+    # Steady arrivals, 10 an hour for four weeks: every arrival of a 14-day window, then the
+    # same window at 1.5 times the rate (a busier target month).
+    s = np.arange(0, 28 * 86400, 360, dtype=np.int64)
+    model = fit_arrivals(s, TZ, start=0, end=28 * 86400)
+    start, end = 30 * 86400, 44 * 86400
+    base = model.sample(None, start, np.random.default_rng(2), end=end)[0]
+    more = model.sample(None, start, np.random.default_rng(2), end=end, rate_scale=1.5)[0]
+    assert base.size and base.min() >= start and base.max() < end
+    assert base.size == pytest.approx(14 * 240, rel=0.1)
+    assert more.size / base.size == pytest.approx(1.5, rel=0.1)
+    capped = model.sample(100, start, np.random.default_rng(2), end=end)[0]
+    assert capped.size == 100
+    with pytest.raises(ValueError, match="count or an end"):
+        model.sample(None, start, np.random.default_rng(2))
+    with pytest.raises(ValueError, match="positive"):
+        model.sample(10, start, np.random.default_rng(2), rate_scale=0)
+
+
 def test_trace_holes_are_not_quiet_hours() -> None:
     # A 10-day hole between two busy days is not 240 observed hours with no arrivals.
     s = np.concatenate([np.arange(0, 86400, 600), np.arange(11 * 86400, 12 * 86400, 600)])
@@ -147,6 +166,22 @@ def test_sample_is_a_valid_replayable_trace(sampled: Path, model_dir: Path) -> N
     prof = load_profile(str(PROFILE))
     prep = prepare_trace(jobs, prof, max_nodes=79, holds=False)
     assert len(prep.jobs) == 800 and not any(prep.workload.dropped.values())
+
+
+def test_sample_until_an_end_time(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "window.parquet"
+    info = json.loads(_invoke(["synth", "sample", "--model-dir", str(model_dir), "--start",
+                               "2023-02-01", "--until", "2023-02-08", "--rate-scale", "2",
+                               "--out", str(out), "--json"]))  # fmt: skip
+    submit = load_trace(out).jobs["submit"].astype("int64").to_numpy()
+    assert info["jobs"] == len(submit) > 0 and info["rate_scale"] == 2
+    assert submit.min() >= BEFORE and submit.max() < parse_when("2023-02-08", TZ)
+    res = CliRunner().invoke(main, ["synth", "sample", "--model-dir", str(model_dir),
+                                    "--out", str(out)])  # fmt: skip
+    assert res.exit_code != 0 and "--n, --until" in res.output
+    res = CliRunner().invoke(main, ["synth", "sample", "--model-dir", str(model_dir), "--until",
+                                    "2023-02-08", "--sdv-arrivals", "--out", str(out)])  # fmt: skip
+    assert res.exit_code != 0 and "job count only" in res.output
 
 
 def test_arrival_process_beats_the_sdv_column(model_dir: Path, slice_jobs: pd.DataFrame) -> None:
