@@ -201,7 +201,7 @@ class Walker:
             return None
         inside, total = 0, 0
         for s, x in zip(self.samples, self.matrices, strict=True):
-            pred = forecaster.predict(x) * HOUR
+            pred = policy.interval_h(forecaster.predict(x)) * HOUR  # type: ignore[attr-defined]
             wait = (s.succ_start[:-1] - s.steps[:-1]).astype(np.float64)
             inside += int(((wait >= pred[:, 0]) & (wait <= pred[:, -1])).sum())
             total += len(wait)

@@ -131,7 +131,11 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
         forecaster = FORECASTERS[meta.policy].load(folder, levels)
         band, act = float(meta.params["band_s"]), int(meta.params["act"])
         quiet = float(meta.params.get("quiet_band_s", band))
-        return ForecastPolicy(forecaster, band, act, meta.policy, quiet_band_s=quiet), meta
+        pad = float(meta.params.get("interval_pad", 0.0))
+        policy = ForecastPolicy(
+            forecaster, band, act, meta.policy, quiet_band_s=quiet, interval_pad=pad
+        )
+        return policy, meta
     if meta.policy in ("dqn", "pg"):
         from mirage.learn.agents import AgentPolicy, load_model
 

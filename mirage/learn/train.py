@@ -151,6 +151,7 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
         FORECASTERS,
         QUIET_H,
         ForecastPolicy,
+        conformal_pad,
         first_submit,
         quantile_levels,
     )
@@ -180,18 +181,23 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
     quiet_scores = {b: float(j_for(act, band, b).mean()) for b in BANDS_H}
     calm = min(BANDS_H, key=lambda b: (quiet_scores[b], b != band, abs(b)))
-    policy = ForecastPolicy(model, band * HOUR, act, kind, quiet_band_s=calm * HOUR)
+    pad = conformal_pad(q_tune[:, 0], q_tune[:, -1], tune.wait_h)
+    policy = ForecastPolicy(
+        model, band * HOUR, act, kind, quiet_band_s=calm * HOUR, interval_pad=pad
+    )
     metrics: dict[str, Any] = {
         "fit_s": round(fit_s, 1),
         "tune": split_metrics(j_for(act, band, calm), tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
         "tune_quiet_band_scores_mean_J_h": {f"{b:+g}h": v for b, v in quiet_scores.items()},
-        "tune_interval_coverage_90": coverage(q_tune[:, [0, -1]], tune.wait_h),
+        "tune_interval_coverage_90_raw": coverage(q_tune[:, [0, -1]], tune.wait_h),
+        "tune_interval_coverage_90": coverage(policy.interval_h(q_tune), tune.wait_h),
         "train_rows": len(data.train),
     }
     params = {
         "band_s": band * HOUR,
         "quiet_band_s": calm * HOUR,
+        "interval_pad": pad,
         "act": act,
         "levels": list(levels),
         "alpha": cfg.alpha,

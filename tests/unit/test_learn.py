@@ -21,7 +21,9 @@ from mirage.learn.forecast import (
     ForecastPolicy,
     ForestForecaster,
     XGBForecaster,
+    conformal_pad,
     quantile_levels,
+    widen,
 )
 from mirage.policy.base import DecisionContext, PendingTransition
 from mirage.policy.features import FEATURE_NAMES, features, queue_features
@@ -114,6 +116,25 @@ def _fit(f: XGBForecaster, ds: Dataset) -> XGBForecaster:
     return f
 
 
+def test_conformal_widening_restores_stated_coverage() -> None:
+    # A quantile model fitted on a quiet queue and used on a busier one: its 5-95% band is
+    # too narrow; the pad computed on one half of held-out rows makes the other half's
+    # coverage about 90% again. A band that was too wide is narrowed (negative pad).
+    rng = np.random.default_rng(0)
+    median = rng.uniform(0.1, 10, 4000)
+    wait = median * np.exp(rng.normal(0, 0.8, 4000))
+    lo, hi = median * np.exp(-0.5), median * np.exp(0.5)  # covers ~47%
+    raw = np.mean((wait >= lo) & (wait <= hi))
+    pad = conformal_pad(lo[:2000], hi[:2000], wait[:2000])
+    wlo, whi = widen(lo[2000:], hi[2000:], pad)
+    got = np.mean((wait[2000:] >= wlo) & (wait[2000:] <= whi))
+    assert raw < 0.6 and pad > 0 and got == pytest.approx(0.9, abs=0.03)
+    assert np.all(wlo >= 0) and np.all(whi >= wlo)
+    wide = conformal_pad(median / 100, median * 100, wait)
+    assert wide < 0
+    assert conformal_pad(lo[:0], hi[:0], wait[:0]) == 0.0
+
+
 def test_walking_decide_equals_the_batched_path(
     data: tuple[Setting, Dataset, list[np.ndarray]],
 ) -> None:
@@ -197,6 +218,11 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
             <= meta["training"]["splits"]["tune"]["start"]
         )
         load_policy(models / "ls6" / kind)  # loads and passes its checks
+    for kind in ("rf", "xgb"):  # intervals are conformalised on the tuning split
+        policy, meta_obj = load_policy(models / "ls6" / kind)
+        assert isinstance(policy, ForecastPolicy)
+        assert policy.interval_pad == meta_obj.params["interval_pad"]
+        assert metrics[kind]["tune_interval_coverage_90"] >= 0.9 - 1e-9
     args = [
         "evaluate", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
         "--policies", "reactive,rf,xgb,dqn,pg,oracle", "--models", str(models / "ls6"),
