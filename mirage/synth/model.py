@@ -23,11 +23,13 @@ import pandas as pd
 from mirage import __version__
 from mirage.synth import tabular
 from mirage.synth.arrivals import ArrivalModel, fit_arrivals
+from mirage.synth.chains import ChainModel, apply_chains, chain_groups, fit_chains
 from mirage.trace.schema import conform
 
 FORMAT_VERSION = 1
 SYNTH_FILE = "synthesizer.pkl"
 ARRIVALS_FILE = "arrivals.json"
+CHAINS_FILE = "chains.json"  # absent in model directories fitted before chains existed
 META_FILE = "metadata.json"
 #: Request columns a burst's jobs share with its first job (97% of ls6 bursts have one
 #: user, 98% one node count, 93% one limit: a burst is one script submitting copies).
@@ -47,6 +49,7 @@ class FitResult:
     metadata: dict[str, Any]
     synthesizer: Any
     arrivals: ArrivalModel
+    chains: ChainModel | None = None
 
 
 def fit_trace(
@@ -86,6 +89,7 @@ def fit_trace(
     t1 = time.perf_counter()
     arrivals = fit_arrivals(submits, tz, start=after, end=before)
     arr_s = time.perf_counter() - t1
+    chains = fit_chains(train)
     params = synth.get_parameters()
     users = sorted(set(frame.data["user"])) if "user" in frame.categorical else []
     meta: dict[str, Any] = {
@@ -121,19 +125,26 @@ def fit_trace(
             "day_shape": arrivals.day_shape,
             "observed_hours": arrivals.observed_hours,
         },
+        "chains": {
+            "held_chains": len(chains.lengths),
+            "job_share": chains.job_share,
+            "mean_length": float(np.mean(chains.lengths)) if chains.lengths else 0.0,
+        },
         "versions": {
             "mirage": __version__,
             "sdv": tabular.sdv_version(),
             "python": platform.python_version(),
         },
     }
-    return FitResult(meta, synth, arrivals)
+    return FitResult(meta, synth, arrivals, chains)
 
 
 def save_model(res: FitResult, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tabular.save(res.synthesizer, out / SYNTH_FILE)
     (out / ARRIVALS_FILE).write_text(json.dumps(res.arrivals.to_dict()))
+    if res.chains is not None:
+        (out / CHAINS_FILE).write_text(json.dumps(res.chains.to_dict()))
     (out / META_FILE).write_text(json.dumps(res.metadata, indent=2, sort_keys=True))
 
 
@@ -152,7 +163,11 @@ def load_model(model_dir: Path) -> FitResult:
         raise ModelDirError(f"{model_dir}: fitted with SDV {saved}, installed SDV {have}; refit")
     synth = tabular.load(model_dir / SYNTH_FILE)
     arrivals = ArrivalModel.from_dict(json.loads((model_dir / ARRIVALS_FILE).read_text()))
-    return FitResult(meta, synth, arrivals)
+    chains_path = model_dir / CHAINS_FILE
+    chains = (
+        ChainModel.from_dict(json.loads(chains_path.read_text())) if chains_path.is_file() else None
+    )
+    return FitResult(meta, synth, arrivals, chains)
 
 
 def sample_trace(
@@ -164,10 +179,12 @@ def sample_trace(
     sdv_arrivals: bool = False,
     until: int | None = None,
     rate_scale: float = 1.0,
+    chains: bool = True,
 ) -> pd.DataFrame:
     """``n`` synthetic jobs from ``start`` (epoch s) as a canonical table; with ``until``,
     at most ``n`` (``n`` None: all) submitted before it. ``rate_scale`` scales the arrival
-    rates.
+    rates. ``chains``: cut the fitted share of held chains out of the arrival process's
+    bursts (:mod:`mirage.synth.chains`; never with SDV inter-arrivals, which have none).
 
     Submits come from the arrival process (``sdv_arrivals``: from the synthesizer's own
     ``interarrival_s`` column instead, the baseline the arrival process is judged
@@ -189,15 +206,20 @@ def sample_trace(
         rows = _valid_rows(res, n)
         gaps = np.nan_to_num(rows["interarrival_s"].to_numpy(dtype=np.float64), nan=0.0)
         submit = start + np.cumsum(np.maximum(gaps, 0.0)).astype(np.int64)
+        groups: list[np.ndarray] = []
     else:
-        submit, rows = _process_arrivals(res, n, start, rng, until=until, rate_scale=rate_scale)
+        submit, burst, rows = _process_arrivals(
+            res, n, start, rng, until=until, rate_scale=rate_scale
+        )
+        use = chains and res.chains is not None
+        groups = chain_groups(burst, res.chains, rng) if use and res.chains else []
     n = len(rows)
     limit = rows["time_limit"].to_numpy(dtype=np.float64)
     run = np.floor(np.clip(rows["run_frac"].to_numpy(dtype=np.float64), 0, 1) * limit)
     cols: dict[str, Any] = {
         "job_id": [f"s{i + 1}" for i in range(n)],
         # Unique names: no synthetic job is mistaken for a chain link by chain detection.
-        "name": [f"synth-{i + 1}" for i in range(n)],
+        "name": [f"synth{i + 1:08d}" for i in range(n)],
         "submit": submit,
         "start": submit,
         "end": submit + run.astype(np.int64),
@@ -212,7 +234,12 @@ def sample_trace(
             cols[col] = rows[col].astype(str).to_numpy()
         else:
             cols[col] = [res.metadata["constants"].get(col, "")] * n
-    return conform(pd.DataFrame(cols))
+    table = pd.DataFrame(cols)
+    if groups:
+        apply_chains(cols, groups)
+        table = pd.DataFrame(cols).sort_values("submit", kind="stable", ignore_index=True)
+        table["job_id"] = [f"s{i + 1}" for i in range(n)]
+    return conform(table)
 
 
 def _process_arrivals(
@@ -223,9 +250,9 @@ def _process_arrivals(
     *,
     until: int | None,
     rate_scale: float,
-) -> tuple[np.ndarray, pd.DataFrame]:
-    """Submits from the arrival process, and one synthesizer row per submit; jobs of one
-    burst share the request of its first job (:data:`BURST_SHARED`)."""
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Submits and burst ids from the arrival process, and one synthesizer row per submit;
+    jobs of one burst share the request of its first job (:data:`BURST_SHARED`)."""
     # Arrivals first: with an end time they decide how many rows are needed.
     sb = res.arrivals.sample(n, start, rng, end=until, rate_scale=rate_scale)
     submit, burst = sb[0], sb[1]
@@ -237,7 +264,7 @@ def _process_arrivals(
     for col in BURST_SHARED:
         if col in rows.columns:
             rows[col] = rows[col].to_numpy()[lead]
-    return submit, rows
+    return submit, burst, rows
 
 
 def _valid_rows(res: FitResult, n: int) -> pd.DataFrame:

@@ -184,6 +184,40 @@ def test_sample_until_an_end_time(model_dir: Path, tmp_path: Path) -> None:
     assert res.exit_code != 0 and "job count only" in res.output
 
 
+def test_held_chains_are_sampled_and_found_again(
+    sampled: Path, model_dir: Path, tmp_path: Path
+) -> None:
+    from mirage.profile.schema import load_profile
+    from mirage.sim.calibrate import prepare_trace
+    from mirage.synth.chains import fit_chains
+
+    fitted = json.loads((model_dir / "chains.json").read_text())
+    assert 0 < fitted["job_share"] < 1 and min(fitted["lengths"]) >= 2
+    jobs = load_trace(sampled).jobs
+    member = jobs["name"].str.startswith("synth-chain").to_numpy(dtype=bool)
+    # as many chained jobs as in training, give or take one chain
+    assert abs(member.mean() - fitted["job_share"]) <= max(fitted["lengths"]) / len(jobs)
+    held = 0  # jobs in runs of held links: a segment that ran 0 s holds nothing up
+    for _, group in jobs.loc[member].groupby(jobs["name"].str.extract(r"^(.*\.)")[0]):
+        chain = group.sort_values("name", key=lambda c: c.str.extract(r"(\d+)$")[0].astype(int))
+        assert chain["user"].nunique() == 1 and len(chain) >= 2
+        assert chain["submit"].nunique() == 1  # submitted together
+        ends = chain["end"].astype("int64").to_numpy()
+        starts = chain["start"].astype("int64").to_numpy()
+        assert np.all(starts[1:] >= ends[:-1])  # each segment after the one before it
+        runs = np.split(np.arange(len(chain)), np.flatnonzero(ends[:-1] == starts[:-1]) + 1)
+        held += sum(len(r) for r in runs if len(r) >= 2)
+    # chain detection finds exactly those again; no other job is mistaken for a chain link
+    again = fit_chains(jobs)
+    assert again.job_share * len(jobs) == pytest.approx(held)
+    prep = prepare_trace(jobs, load_profile(str(PROFILE)), max_nodes=79, holds=True)
+    assert prep.holds.dependencies > 0
+    plain = tmp_path / "plain.parquet"
+    _invoke(["synth", "sample", "--model-dir", str(model_dir), "--n", "800", "--out",
+             str(plain), "--start", "2023-02-01", "--seed", "3", "--no-chains"])  # fmt: skip
+    assert fit_chains(load_trace(plain).jobs).job_share == 0.0
+
+
 def test_arrival_process_beats_the_sdv_column(model_dir: Path, slice_jobs: pd.DataFrame) -> None:
     from mirage.synth.model import load_model, sample_trace
     from mirage.synth.report import arrival_distances
