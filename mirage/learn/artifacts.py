@@ -132,9 +132,11 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
         band, act = float(meta.params["band_s"]), int(meta.params["act"])
         quiet = float(meta.params.get("quiet_band_s", band))
         pad = float(meta.params.get("interval_pad", 0.0))
+        calm = int(meta.params.get("quiet_act", act))
         policy = ForecastPolicy(
-            forecaster, band, act, meta.policy, quiet_band_s=quiet, interval_pad=pad
-        )
+            forecaster, band, act, meta.policy, quiet_band_s=quiet, interval_pad=pad,
+            quiet_act=calm,
+        )  # fmt: skip
         return policy, meta
     if meta.policy in ("dqn", "pg"):
         from mirage.learn.agents import AgentPolicy, load_model

@@ -218,9 +218,10 @@ def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: np.ndarray | float
 class ForecastPolicy(Policy):
     """Submit when the time left is within the forecast wait quantile ``act`` + a band.
 
-    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory). The band is
-    ``quiet_band_s`` where the forecast median is under :data:`QUIET_H` (a quiet queue,
-    where submitting early mostly buys overlap) and ``band_s`` elsewhere; both tuned. The
+    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory). Where the
+    forecast median is under :data:`QUIET_H` (a quiet queue, where submitting early mostly
+    buys overlap) the rule uses its own quantile ``quiet_act`` and band ``quiet_band_s``,
+    elsewhere ``act`` and ``band_s``; all four tuned. The
     decision shows the median as the predicted start, the 5-95% quantiles widened by
     ``interval_pad`` (:func:`widen`) as its 90% interval.
     """
@@ -234,10 +235,14 @@ class ForecastPolicy(Policy):
         *,
         quiet_band_s: float | None = None,
         interval_pad: float = 0.0,
+        quiet_act: int | None = None,
     ) -> None:
         levels = forecaster.levels
-        if not 0 <= act < len(levels):
-            raise ValueError(f"act must index the levels {levels}, got {act}")
+        quiet_act = act if quiet_act is None else quiet_act
+        for a in (act, quiet_act):
+            if not 0 <= a < len(levels):
+                raise ValueError(f"act must index the levels {levels}, got {a}")
+        self.quiet_act = quiet_act
         self.forecaster = forecaster
         self.band_s = band_s
         self.quiet_band_s = band_s if quiet_band_s is None else quiet_band_s
@@ -252,6 +257,12 @@ class ForecastPolicy(Policy):
         out: np.ndarray = np.where(quiet, self.quiet_band_s, self.band_s) / HOUR
         return out
 
+    def acted_h(self, q_h: np.ndarray) -> np.ndarray:
+        """The wait quantile (hours) the rule acts on, per row of forecast quantiles."""
+        quiet = q_h[:, self.mid] < QUIET_H
+        out: np.ndarray = np.where(quiet, q_h[:, self.quiet_act], q_h[:, self.act])
+        return out
+
     def interval_h(self, q_h: np.ndarray) -> np.ndarray:
         """The stated 90% interval (hours; columns low, high) for rows of quantiles."""
         lo, hi = widen(q_h[:, 0], q_h[:, -1], self.interval_pad)
@@ -261,20 +272,28 @@ class ForecastPolicy(Policy):
         if not pending:
             return []
         q_h = self.forecaster.predict(decision_features(ctx, pending))
-        bands = self.bands_h(q_h) * HOUR
-        q = q_h * HOUR  # seconds
-        span = (self.interval_h(q_h) * HOUR).tolist()
+        quiet = q_h[:, self.mid] < QUIET_H
+        rows = zip(
+            pending,
+            (q_h[:, self.mid] * HOUR).tolist(),
+            (self.acted_h(q_h) * HOUR).tolist(),
+            (self.bands_h(q_h) * HOUR).tolist(),
+            (self.interval_h(q_h) * HOUR).tolist(),
+            quiet.tolist(),
+            strict=True,
+        )
         out = []
-        for p, row, band, (lo, hi) in zip(pending, q.tolist(), bands.tolist(), span, strict=True):
-            left, act = p.remaining(ctx.now), row[self.act]
+        for p, mid, act, band, (lo, hi), calm in rows:
+            left = p.remaining(ctx.now)
+            level = self.forecaster.levels[self.quiet_act if calm else self.act]
             out.append(
                 Decision(
                     submit=left <= act + band,
-                    predicted_start=ctx.now + round(row[self.mid]),
+                    predicted_start=ctx.now + round(mid),
                     interval=(ctx.now + round(lo), ctx.now + round(hi)),
-                    reason=f"{self.name}: left {left / HOUR:.2f} h, wait "
-                    f"q{self.forecaster.levels[self.act]:g} {act / HOUR:.2f} h "
-                    f"+ band {band / HOUR:+.2f} h",
+                    reason=f"{self.name}: left {left / HOUR:.2f} h, wait q{level:g} "
+                    f"{act / HOUR:.2f} h + band {band / HOUR:+.2f} h"
+                    + (" (quiet queue)" if calm else ""),
                 )
             )
         return out
@@ -283,4 +302,4 @@ class ForecastPolicy(Policy):
         """The submission step on a recorded sample (rows = its decision steps): the same
         rule as :meth:`decide`, in one batched prediction."""
         q = self.forecaster.predict(matrix)
-        return first_submit(left_h, q[:, self.act], self.bands_h(q))
+        return first_submit(left_h, self.acted_h(q), self.bands_h(q))

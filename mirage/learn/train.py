@@ -167,29 +167,36 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     mid = ForecastPolicy(model, 0.0, 0, kind).mid  # the median column
     quiet = [q[:, mid] < QUIET_H for q in per_sample]
 
-    def j_for(act: int, busy: float, calm: float) -> np.ndarray:
+    def j_for(act: int, busy: float, quiet_act: int, calm: float) -> np.ndarray:
         def rule(i: int, _m: np.ndarray, left: np.ndarray) -> int:
-            return first_submit(left, per_sample[i][:, act], np.where(quiet[i], calm, busy))
+            q = per_sample[i]
+            acted = np.where(quiet[i], q[:, quiet_act], q[:, act])
+            return first_submit(left, acted, np.where(quiet[i], calm, busy))
 
         return walk(rule, tune)
 
-    # the act quantile and the busy band first (one band everywhere), then the quiet band
+    # one quantile and band everywhere first, then the quiet queue's own (same grids)
     grid = [(a, b) for a in range(len(levels)) for b in BANDS_H]
-    scores = {g: float(j_for(g[0], g[1], g[1]).mean()) for g in grid}
+    scores = {g: float(j_for(g[0], g[1], g[0], g[1]).mean()) for g in grid}
     target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + cfg.alpha)))
-    # least J; ties go to the theory's quantile and the smallest band
+    # least J; ties go to the theory's quantile and the smallest band (then: to no change)
     act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
-    quiet_scores = {b: float(j_for(act, band, b).mean()) for b in BANDS_H}
-    calm = min(BANDS_H, key=lambda b: (quiet_scores[b], b != band, abs(b)))
+    quiet_scores = {g: float(j_for(act, band, g[0], g[1]).mean()) for g in grid}
+    calm_act, calm = min(
+        grid, key=lambda g: (quiet_scores[g], g != (act, band), g[0] != target, abs(g[1]))
+    )
     pad = conformal_pad(q_tune[:, 0], q_tune[:, -1], tune.wait_h)
     policy = ForecastPolicy(
-        model, band * HOUR, act, kind, quiet_band_s=calm * HOUR, interval_pad=pad
-    )
+        model, band * HOUR, act, kind, quiet_band_s=calm * HOUR, interval_pad=pad,
+        quiet_act=calm_act,
+    )  # fmt: skip
     metrics: dict[str, Any] = {
         "fit_s": round(fit_s, 1),
-        "tune": split_metrics(j_for(act, band, calm), tune),
+        "tune": split_metrics(j_for(act, band, calm_act, calm), tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
-        "tune_quiet_band_scores_mean_J_h": {f"{b:+g}h": v for b, v in quiet_scores.items()},
+        "tune_quiet_scores_mean_J_h": {
+            f"q{levels[a]:g} {b:+g}h": v for (a, b), v in quiet_scores.items()
+        },
         "tune_interval_coverage_90_raw": coverage(q_tune[:, [0, -1]], tune.wait_h),
         "tune_interval_coverage_90": coverage(policy.interval_h(q_tune), tune.wait_h),
         "train_rows": len(data.train),
@@ -197,6 +204,7 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     params = {
         "band_s": band * HOUR,
         "quiet_band_s": calm * HOUR,
+        "quiet_act": calm_act,
         "interval_pad": pad,
         "act": act,
         "levels": list(levels),
