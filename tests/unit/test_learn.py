@@ -143,11 +143,24 @@ def test_walking_decide_equals_the_batched_path(
     profile = load_profile(LS6)
     samples = generate(setting, [s.t for s in ds.samples])
     walker = Walker(samples, SMALL, profile, "gpu-a100", [q for q in queue if len(q)])
-    for band in (-2 * H, 0.0, 2 * H):
-        policy = ForecastPolicy(_forest(ds), band, ACT)
+    forest = _forest(ds)
+    for band, calm_act, calm_band in ((-2 * H, ACT, None), (0.0, 0, -H), (2 * H, 5, 0.0)):
+        policy = ForecastPolicy(forest, band, ACT, quiet_act=calm_act, quiet_band_s=calm_band)
         slow = walker.run(lambda policy=policy: policy)  # type: ignore[misc]
         fast = walker.run_batched(policy)
         assert np.array_equal(slow.step, fast.step)
+
+
+def test_quiet_queues_act_on_their_own_quantile(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    # Rows of quantiles (hours): a quiet forecast (median 0.5 h) and a busy one (median 5 h).
+    policy = ForecastPolicy(_forest(data[1]), 0.0, 4, quiet_act=1, quiet_band_s=-H)
+    q = np.array([[0.0, 0.2, 0.5, 1.0, 2.0, 6.0], [1.0, 3.0, 5.0, 6.0, 8.0, 12.0]])
+    assert policy.acted_h(q).tolist() == [0.2, 8.0]
+    assert policy.bands_h(q).tolist() == [-1.0, 0.0]
+    with pytest.raises(ValueError, match="act must index"):
+        ForecastPolicy(_forest(data[1]), 0.0, 4, quiet_act=9)
 
 
 def test_chain_env_rewards_are_minus_j() -> None:
