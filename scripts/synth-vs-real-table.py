@@ -17,7 +17,7 @@ BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbe
 
 def cell(row: dict[str, dict[str, float]]) -> str:
     m = row["mean_J_h"]
-    return f"{m['value']:.2f} [{m['low']:.2f}, {m['high']:.2f}]"
+    return f"{m['value']:.2f} [{m['lo']:.2f}, {m['hi']:.2f}]"
 
 
 def entry(path: Path) -> dict[str, object]:
