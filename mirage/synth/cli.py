@@ -247,7 +247,7 @@ def sample_cmd(*, model_dir: str, n: int | None, out: str, start: str | None,
 @click.option("--queueing/--no-queueing", default=True, show_default=True,
               help="Replay both traces in the simulator and compare their waits.")  # fmt: skip
 @click.option("--holds/--no-holds", default=True, show_default=True,
-              help="Keep the real trace's dependency holds in its replay.")  # fmt: skip
+              help="Keep both traces' dependency holds (chains) in their replays.")  # fmt: skip
 @_JSON
 def report_cmd(
     *,
@@ -311,6 +311,10 @@ def _render(rep: dict[str, Any], out: str) -> None:
     c = rep["correlation"]
     console.print(f"correlation ({c['method']}) distance: Frobenius {c['frobenius']:.3f}, "
                   f"max |diff| {c['max_abs']:.3f}")  # fmt: skip
+    h = rep["held_chains"]
+    console.print(f"held chains: {h['real']['job_share']:.1%} of real jobs (mean length "
+                  f"{h['real']['mean_length']:.1f}), {h['synthetic']['job_share']:.1%} of "
+                  f"synthetic ({h['synthetic']['mean_length']:.1f})")  # fmt: skip
     q = rep.get("queueing")
     if q:
         console.print(

@@ -258,6 +258,9 @@ def test_report_files_and_json(sampled: Path, tmp_path: Path) -> None:
     assert q["real"]["measured"] > 0 and q["synthetic"]["measured"] > 0
     for side in ("real", "synthetic"):
         assert q[side]["mean_s"] >= 0 and q[side]["median_s"] >= 0
+    held = rep["held_chains"]  # both sides have chains: the synthetic one from its model
+    assert held["real"]["job_share"] > 0 and held["synthetic"]["job_share"] > 0
+    assert held["real"]["mean_length"] >= 2 and held["synthetic"]["mean_length"] >= 2
 
 
 def test_model_dir_of_another_sdv_version_is_refused(model_dir: Path, tmp_path: Path) -> None:
