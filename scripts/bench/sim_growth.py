@@ -7,14 +7,17 @@ Synthetic traces resampled from ls6 (or the synthetic stand-in): each job's size
 and run time are drawn from the trace's jobs, and inter-arrival times from the trace's
 inter-arrival times divided by the load factor, so the load stays the same at every
 length. ``--loads``: the load factors run at every size; at x1 the queue is short (a few
-jobs pending, whatever the length); at x1.6 it is deep (hundreds pending) and still
-deepening with length (measured: mean 315 pending at 10k jobs, 942 at 30k), so the slope
-there mixes length and depth. ``--overload``: a load the cluster cannot sustain (x2: the
-queue grows without bound), run only up to ``--overload-max-jobs``. Backfill tests at
-most bf_max_job_test (500) jobs per pass, so once the queue is deeper than that, a pass
-costs about the same, and time grows with length again; the main pass's vectorised
-priorities grow with the queue (numpy over every pending job), which shows at 100k
-overloaded jobs (tens of thousands pending).
+jobs pending, whatever the length); at x1.6 it is deep (hundreds to thousands pending) and
+still deepening with length (measured: mean 315 pending at 10k jobs, 942 at 30k, 1,174 at
+100k, 1,877 at 1M, at most 8,157), so the slope there mixes length and depth.
+``--overload``: a load the cluster cannot sustain (x2: the queue grows without bound), run
+only up to ``--overload-max-jobs``. Backfill tests at most bf_max_job_test (500) jobs per
+pass, so once the queue is deeper than that, a pass costs about the same, and time grows
+with length again; the main pass's vectorised priorities grow with the queue (numpy over
+every pending job), which shows at 100k overloaded jobs (mean 8,585 pending). Measured on
+the 2-core machine (2026-11-26, beside other jobs): x1.6 6.2 s / 26.8 s / 94.5 s / 1,106 s
+at 10k / 30k / 100k / 1M jobs (exponent 1.11 overall, 1.07 from 100k to 1M, 797 MiB at
+1M); x2 9.8 s / 39.7 s / 120 s at 10k / 30k / 100k (1.09).
 
 Each (load, size) runs in a child process of its own, so that its peak RSS is its own
 (``ru_maxrss``; ``base`` is the child's RSS before the jobs are built: the interpreter,
