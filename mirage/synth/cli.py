@@ -186,6 +186,8 @@ def _iso(epoch: int, tz: str) -> str:
               show_default=True,
               help="Multiply the fitted arrival rates (a busier or quieter window).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--new-users/--no-new-users", default=True, show_default=True,
+              help="Newcomers' share of jobs (training split) to unseen users.")  # fmt: skip
 @click.option("--chains/--no-chains", default=True, show_default=True,
               help="Dependency-held chains, as many as in the training split.")  # fmt: skip
 @click.option(
@@ -197,7 +199,7 @@ def _iso(epoch: int, tz: str) -> str:
 @_JSON
 def sample_cmd(*, model_dir: str, n: int | None, out: str, start: str | None,
                until: str | None, rate_scale: float, seed: int, chains: bool,
-               sdv_arrivals: bool, as_json: bool) -> None:  # fmt: skip
+               new_users: bool, sdv_arrivals: bool, as_json: bool) -> None:  # fmt: skip
     """Sample a synthetic trace (canonical Parquet) that `mirage simulate` replays."""
     from mirage.synth.model import load_model, sample_trace
     from mirage.trace.load import TraceLoad
@@ -214,7 +216,8 @@ def sample_cmd(*, model_dir: str, n: int | None, out: str, start: str | None,
         try:
             jobs = sample_trace(res, n, int(w["before"]) if first is None else first, seed,
                                 sdv_arrivals=sdv_arrivals, until=end,
-                                rate_scale=rate_scale, chains=chains)  # fmt: skip
+                                rate_scale=rate_scale, chains=chains,
+                                new_users=new_users)  # fmt: skip
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
     n = len(jobs)

@@ -92,6 +92,7 @@ def fit_trace(
     chains = fit_chains(train)
     params = synth.get_parameters()
     users = sorted(set(frame.data["user"])) if "user" in frame.categorical else []
+    newcomers = new_user_share(train) if users else 0.0
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "model": model,
@@ -102,6 +103,7 @@ def fit_trace(
         "constants": frame.constants,
         "rows": len(frame.data),
         "users": users,
+        "new_user_share": newcomers,
         "trace": {
             "path": trace_path,
             "sha256_16": file_hash(trace_path) if trace_path else None,
@@ -180,11 +182,14 @@ def sample_trace(
     until: int | None = None,
     rate_scale: float = 1.0,
     chains: bool = True,
+    new_users: bool = True,
 ) -> pd.DataFrame:
     """``n`` synthetic jobs from ``start`` (epoch s) as a canonical table; with ``until``,
     at most ``n`` (``n`` None: all) submitted before it. ``rate_scale`` scales the arrival
     rates. ``chains``: cut the fitted share of held chains out of the arrival process's
     bursts (:mod:`mirage.synth.chains`; never with SDV inter-arrivals, which have none).
+    ``new_users``: give the training split's share of newcomers' jobs to users the
+    synthesizer never saw (:func:`relabel_new_users`).
 
     Submits come from the arrival process (``sdv_arrivals``: from the synthesizer's own
     ``interarrival_s`` column instead, the baseline the arrival process is judged
@@ -234,12 +239,52 @@ def sample_trace(
             cols[col] = rows[col].astype(str).to_numpy()
         else:
             cols[col] = [res.metadata["constants"].get(col, "")] * n
+    if new_users and "user" in rows.columns:
+        share = float(res.metadata.get("new_user_share", 0.0))
+        cols["user"] = relabel_new_users(np.asarray(cols["user"], dtype=object), share, rng)
     table = pd.DataFrame(cols)
     if groups:
         apply_chains(cols, groups)
         table = pd.DataFrame(cols).sort_values("submit", kind="stable", ignore_index=True)
         table["job_id"] = [f"s{i + 1}" for i in range(n)]
     return conform(table)
+
+
+#: The last stretch of the training split in which newcomers are counted (at most; at
+#: most a third of the split, so that the users seen before it are a fair history).
+NEWCOMER_WINDOW_S = 30 * 86400
+
+
+def new_user_share(train: pd.DataFrame) -> float:
+    """Share of the jobs of the training split's last 30 days (or last third) whose user
+    had submitted nothing before them in the split (new users keep arriving)."""
+    sub = train["submit"].astype("int64").to_numpy()
+    if sub.size == 0:
+        return 0.0
+    span = int(sub.max()) - int(sub.min())
+    cut = int(sub.max()) - min(NEWCOMER_WINDOW_S, span // 3)
+    user = train["user"].astype(str).to_numpy()
+    before, recent = set(user[sub < cut]), user[sub >= cut]
+    if not before or recent.size == 0:
+        return 0.0
+    return float(np.mean([u not in before for u in recent]))
+
+
+def relabel_new_users(users: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
+    """Give whole users' jobs, in random order, to fresh user names (``new00001``, ...)
+    until ``share`` of the jobs belong to users the synthesizer never saw: a newcomer
+    behaves like a known user but cannot be recognised by name."""
+    out = users.copy()
+    if share <= 0 or users.size == 0:
+        return out
+    names, counts = np.unique(users.astype(str), return_counts=True)
+    moved = 0
+    for k, i in enumerate(rng.permutation(len(names)).tolist(), start=1):
+        if moved >= share * users.size:
+            break
+        out[users.astype(str) == names[i]] = f"new{k:05d}"
+        moved += int(counts[i])
+    return out
 
 
 def _process_arrivals(

@@ -162,7 +162,12 @@ def test_sample_is_a_valid_replayable_trace(sampled: Path, model_dir: Path) -> N
     nodes = jobs["nodes"].astype("int64").to_numpy()
     assert np.all(run >= 0) and np.all(run <= limit) and np.all(limit > 0)
     assert np.all(nodes >= 1) and np.all(nodes <= 79)
-    assert set(jobs["user"]) <= set(meta["users"])
+    # newcomers: the training split's share of jobs goes to users never seen in training
+    known = jobs["user"].isin(meta["users"]).to_numpy(dtype=bool)
+    assert set(jobs["user"][~known]) == {u for u in jobs["user"] if u.startswith("new")}
+    share = meta["new_user_share"]
+    assert 0 < share < 1 and (~known).mean() >= share
+    assert (~known).mean() <= share + jobs["user"].value_counts().max() / len(jobs)
     prof = load_profile(str(PROFILE))
     prep = prepare_trace(jobs, prof, max_nodes=79, holds=False)
     assert len(prep.jobs) == 800 and not any(prep.workload.dropped.values())
@@ -216,6 +221,11 @@ def test_held_chains_are_sampled_and_found_again(
     _invoke(["synth", "sample", "--model-dir", str(model_dir), "--n", "800", "--out",
              str(plain), "--start", "2023-02-01", "--seed", "3", "--no-chains"])  # fmt: skip
     assert fit_chains(load_trace(plain).jobs).job_share == 0.0
+    known = tmp_path / "known.parquet"
+    _invoke(["synth", "sample", "--model-dir", str(model_dir), "--n", "300", "--out",
+             str(known), "--start", "2023-02-01", "--no-new-users"])  # fmt: skip
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    assert set(load_trace(known).jobs["user"]) <= set(meta["users"])
 
 
 def test_arrival_process_beats_the_sdv_column(model_dir: Path, slice_jobs: pd.DataFrame) -> None:
