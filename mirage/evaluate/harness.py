@@ -197,11 +197,12 @@ class Walker:
         """Share of (sample, step) whose true wait, if submitted then, lies in a
         forecaster's stated 90% interval (None for policies without intervals)."""
         forecaster = getattr(policy, "forecaster", None)
-        if forecaster is None or self.queue is None:
+        interval_h = getattr(policy, "interval_h", None)
+        if forecaster is None or interval_h is None or self.queue is None:
             return None
         inside, total = 0, 0
         for s, x in zip(self.samples, self.matrices, strict=True):
-            pred = policy.interval_h(forecaster.predict(x)) * HOUR  # type: ignore[attr-defined]
+            pred = interval_h(forecaster.predict(x)) * HOUR
             wait = (s.succ_start[:-1] - s.steps[:-1]).astype(np.float64)
             inside += int(((wait >= pred[:, 0]) & (wait <= pred[:, -1])).sum())
             total += len(wait)

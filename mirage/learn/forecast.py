@@ -253,15 +253,22 @@ class ForecastPolicy(Policy):
 
     def bands_h(self, q_h: np.ndarray) -> np.ndarray:
         """The band (hours) for each row of forecast quantiles (hours)."""
-        quiet = q_h[:, self.mid] < QUIET_H
-        out: np.ndarray = np.where(quiet, self.quiet_band_s, self.band_s) / HOUR
+        out: np.ndarray = np.where(self.quiet(q_h), self.quiet_band_s, self.band_s) / HOUR
+        return out
+
+    def quiet(self, q_h: np.ndarray) -> np.ndarray:
+        """Which rows of forecast quantiles (hours) are quiet-queue decisions."""
+        out: np.ndarray = q_h[:, self.mid] < QUIET_H
         return out
 
     def acted_h(self, q_h: np.ndarray) -> np.ndarray:
         """The wait quantile (hours) the rule acts on, per row of forecast quantiles."""
-        quiet = q_h[:, self.mid] < QUIET_H
-        out: np.ndarray = np.where(quiet, q_h[:, self.quiet_act], q_h[:, self.act])
+        out: np.ndarray = np.where(self.quiet(q_h), q_h[:, self.quiet_act], q_h[:, self.act])
         return out
+
+    def first_step(self, q_h: np.ndarray, left_h: np.ndarray) -> int:
+        """The rule on one sample's forecast quantiles (hours), step by step."""
+        return first_submit(left_h, self.acted_h(q_h), self.bands_h(q_h))
 
     def interval_h(self, q_h: np.ndarray) -> np.ndarray:
         """The stated 90% interval (hours; columns low, high) for rows of quantiles."""
@@ -272,14 +279,13 @@ class ForecastPolicy(Policy):
         if not pending:
             return []
         q_h = self.forecaster.predict(decision_features(ctx, pending))
-        quiet = q_h[:, self.mid] < QUIET_H
         rows = zip(
             pending,
             (q_h[:, self.mid] * HOUR).tolist(),
             (self.acted_h(q_h) * HOUR).tolist(),
             (self.bands_h(q_h) * HOUR).tolist(),
             (self.interval_h(q_h) * HOUR).tolist(),
-            quiet.tolist(),
+            self.quiet(q_h).tolist(),
             strict=True,
         )
         out = []
@@ -301,5 +307,4 @@ class ForecastPolicy(Policy):
     def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int:
         """The submission step on a recorded sample (rows = its decision steps): the same
         rule as :meth:`decide`, in one batched prediction."""
-        q = self.forecaster.predict(matrix)
-        return first_submit(left_h, self.acted_h(q), self.bands_h(q))
+        return self.first_step(self.forecaster.predict(matrix), left_h)

@@ -149,10 +149,8 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     from mirage.learn.decision import mask_estimates
     from mirage.learn.forecast import (
         FORECASTERS,
-        QUIET_H,
         ForecastPolicy,
         conformal_pad,
-        first_submit,
         quantile_levels,
     )
 
@@ -164,14 +162,14 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     tune = data.tune
     q_tune = model.predict(tune.x)
     per_sample = [q_tune[tune.sample == i] for i in range(len(tune.samples))]
-    mid = ForecastPolicy(model, 0.0, 0, kind).mid  # the median column
-    quiet = [q[:, mid] < QUIET_H for q in per_sample]
 
     def j_for(act: int, busy: float, quiet_act: int, calm: float) -> np.ndarray:
+        # the policy's own rule on the cached tuning predictions
+        p = ForecastPolicy(model, busy * HOUR, act, kind, quiet_band_s=calm * HOUR,
+                           quiet_act=quiet_act)  # fmt: skip
+
         def rule(i: int, _m: np.ndarray, left: np.ndarray) -> int:
-            q = per_sample[i]
-            acted = np.where(quiet[i], q[:, quiet_act], q[:, act])
-            return first_submit(left, acted, np.where(quiet[i], calm, busy))
+            return p.first_step(per_sample[i], left)
 
         return walk(rule, tune)
 

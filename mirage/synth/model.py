@@ -216,8 +216,7 @@ def sample_trace(
         submit, burst, rows = _process_arrivals(
             res, n, start, rng, until=until, rate_scale=rate_scale
         )
-        use = chains and res.chains is not None
-        groups = chain_groups(burst, res.chains, rng) if use and res.chains else []
+        groups = chain_groups(burst, res.chains, rng) if chains and res.chains else []
     n = len(rows)
     limit = rows["time_limit"].to_numpy(dtype=np.float64)
     run = np.floor(np.clip(rows["run_frac"].to_numpy(dtype=np.float64), 0, 1) * limit)
@@ -242,11 +241,11 @@ def sample_trace(
     if new_users and "user" in rows.columns:
         share = float(res.metadata.get("new_user_share", 0.0))
         cols["user"] = relabel_new_users(np.asarray(cols["user"], dtype=object), share, rng)
-    table = pd.DataFrame(cols)
-    if groups:
-        apply_chains(cols, groups)
-        table = pd.DataFrame(cols).sort_values("submit", kind="stable", ignore_index=True)
-        table["job_id"] = [f"s{i + 1}" for i in range(n)]
+    if not groups:
+        return conform(pd.DataFrame(cols))
+    apply_chains(cols, groups)  # chain segments take their head's submit: sort again
+    table = pd.DataFrame(cols).sort_values("submit", kind="stable", ignore_index=True)
+    table["job_id"] = [f"s{i + 1}" for i in range(n)]
     return conform(table)
 
 
@@ -277,12 +276,13 @@ def relabel_new_users(users: np.ndarray, share: float, rng: np.random.Generator)
     out = users.copy()
     if share <= 0 or users.size == 0:
         return out
-    names, counts = np.unique(users.astype(str), return_counts=True)
+    text = users.astype(str)
+    names, counts = np.unique(text, return_counts=True)
     moved = 0
     for k, i in enumerate(rng.permutation(len(names)).tolist(), start=1):
         if moved >= share * users.size:
             break
-        out[users.astype(str) == names[i]] = f"new{k:05d}"
+        out[text == names[i]] = f"new{k:05d}"
         moved += int(counts[i])
     return out
 
