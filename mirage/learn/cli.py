@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from mirage.learn.artifacts import POLICIES
+from mirage.learn.artifacts import POLICIES, ModelError
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR = 3600
@@ -68,6 +68,15 @@ def _import_history(cluster: str, days: float) -> str:
     "queues for the models to learn from.",
 )
 @click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
+@click.option(
+    "--recalibrate",
+    "source",
+    default=None,
+    type=click.Path(file_okay=False, exists=True),
+    help="A folder of models trained on another cluster (models/OTHER): keep its rf and xgb "
+    "models and re-tune only their decision constants on this cluster's tuning split (a "
+    "month of its history instead of four; the agents are not recalibrated).",
+)
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
 @click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
 @click.option("--every-h", default=4.0, show_default=True, help="Training sample spacing.")
@@ -99,16 +108,20 @@ def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
     from mirage.evaluate.cli import default_profile, default_trace, parse_split
     from mirage.evaluate.protocol import Protocol, default_splits
-    from mirage.learn.train import TrainConfig
+    from mirage.learn.train import RECALIBRATABLE, TrainConfig
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.trace.load import TraceFormatError
     from mirage.trace.readers import load_trace
 
     cluster = kw["cluster"]
-    policies = list(POLICIES) if kw["policy"] == "all" else kw["policy"].split(",")
-    bad = [p for p in policies if p not in POLICIES]
+    known = RECALIBRATABLE if kw["source"] else POLICIES
+    policies = list(known) if kw["policy"] == "all" else kw["policy"].split(",")
+    bad = [p for p in policies if p not in known]
     if bad:
-        raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(POLICIES)}, all")
+        what = "recalibrate" if kw["source"] else "train"
+        raise click.BadParameter(
+            f"cannot {what} {', '.join(bad)}; known: {', '.join(known)}, all", param_hint="--policy"
+        )
     trace = (
         kw["trace_path"] or default_trace(cluster) or _import_history(cluster, kw["history_days"])
     )
@@ -126,6 +139,8 @@ def train_cmd(**kw: Any) -> None:
         "train": parse_split(kw["train_split"], "train", profile.timezone, splits["train"]),
         "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
     }
+    if kw["source"]:  # only the tuning split is read (and recorded in the metadata)
+        del splits["train"]
     schedule = [_load_spec(text) for text in kw["loads"]]
     extra = [_load_spec(text) for text in kw["train_only"]]
     protocol = Protocol(
@@ -157,8 +172,8 @@ def train_cmd(**kw: Any) -> None:
     )
     t0 = time.perf_counter()
     try:
-        metrics = _run(cfg, policies, Path(kw["models_dir"]))
-    except ValueError as exc:
+        metrics = _run(cfg, policies, Path(kw["models_dir"]), kw["source"])
+    except (ValueError, ModelError) as exc:
         raise click.ClickException(str(exc)) from exc
     wall = time.perf_counter() - t0
     if kw["as_json"]:
@@ -183,10 +198,12 @@ def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:
     return load, (int(every), int(step))
 
 
-def _run(cfg: Any, policies: list[str], root: Path) -> dict[str, dict[str, Any]]:
+def _run(
+    cfg: Any, policies: list[str], root: Path, source: str | None
+) -> dict[str, dict[str, Any]]:
     from rich.progress import Progress
 
-    from mirage.learn.train import train
+    from mirage.learn.train import recalibrate, train
 
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, Any] = {}
@@ -196,6 +213,11 @@ def _run(cfg: Any, policies: list[str], root: Path) -> dict[str, dict[str, Any]]
                 tasks[tag] = bar.add_task(f"probes {tag}", total=total)
             bar.update(tasks[tag], completed=done, total=total)
 
+        if source:
+            recal: dict[str, dict[str, Any]] = recalibrate(
+                cfg, policies, Path(source), root, progress
+            )
+            return recal
         out: dict[str, dict[str, Any]] = train(cfg, policies, root, progress)
         return out
 

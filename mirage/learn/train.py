@@ -33,8 +33,10 @@ from mirage.profile.schema import ClusterProfile, load_profile
 log = logging.getLogger(__name__)
 HOUR = 3600.0
 
-#: Band grid for the forecasters (hours added to the predicted wait quantile).
-BANDS_H = (-6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: Band grid for the forecasters (hours added to the predicted wait quantile). The deep
+#: negative bands let the rule fall back to (almost) reactive submission where the
+#: forecasts are far off scale, as a model moved to another cluster's waits may be.
+BANDS_H = (-48.0, -24.0, -12.0, -6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 Progress = Callable[[str, int, int], None]
 
@@ -87,27 +89,35 @@ def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Spli
 
 def load_data(cfg: TrainConfig, progress: Progress | None = None) -> Data:
     """Probes and features for every load on the training and tuning splits (cached)."""
+    train, counts = _split_data(cfg, "train", (*cfg.loads, *cfg.train_only_loads), progress)
+    tune, tune_counts = _split_data(cfg, "tune", cfg.loads, progress)
+    for load, n in tune_counts.items():
+        counts.setdefault(load, {}).update(n)
+    return Data(train, tune, counts)
+
+
+def _split_data(
+    cfg: TrainConfig, name: str, loads: Sequence[float], progress: Progress | None
+) -> tuple[Dataset, dict[str, dict[str, int]]]:
+    """One split's probes and features at each of ``loads`` (cached), as one dataset."""
     profile = load_profile(cfg.profile)
-    parts: dict[str, list[Dataset]] = {"train": [], "tune": []}
+    parts: list[Dataset] = []
     counts: dict[str, dict[str, int]] = {}
-    for load in (*cfg.loads, *cfg.train_only_loads):
-        for name in ("train", "tune") if load in cfg.loads else ("train",):
-            setting = _setting(cfg, profile, load, cfg.splits[name])
-            times = sample_times(setting.split, setting.protocol, cfg.first_submit)
-            tag = f"{name} load {load:g}"
+    for load in loads:
+        setting = _setting(cfg, profile, load, cfg.splits[name])
+        times = sample_times(setting.split, setting.protocol, cfg.first_submit)
+        tag = f"{name} load {load:g}"
 
-            def bar(done: int, total: int, tag: str = tag) -> None:
-                if progress is not None:
-                    progress(tag, done, total)
+        def bar(done: int, total: int, tag: str = tag) -> None:
+            if progress is not None:
+                progress(tag, done, total)
 
-            samples = generate(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
-            curves = generate_features(
-                setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar
-            )
-            ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)
-            parts[name].append(ds)
-            counts.setdefault(f"{load:g}", {})[name] = len(ds.samples)
-    return Data(Dataset.concat(parts["train"]), Dataset.concat(parts["tune"]), counts)
+        samples = generate(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
+        curves = generate_features(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
+        ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)
+        parts.append(ds)
+        counts[f"{load:g}"] = {name: len(ds.samples)}
+    return Dataset.concat(parts), counts
 
 
 # ---- judging on a split ------------------------------------------------------------------
@@ -147,19 +157,26 @@ def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
 
 def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     from mirage.learn.decision import mask_estimates
-    from mirage.learn.forecast import (
-        FORECASTERS,
-        ForecastPolicy,
-        conformal_pad,
-        quantile_levels,
-    )
+    from mirage.learn.forecast import FORECASTERS, quantile_levels
 
-    levels = quantile_levels(cfg.alpha)
-    model = FORECASTERS[kind](levels, seed=cfg.seed)
+    model = FORECASTERS[kind](quantile_levels(cfg.alpha), seed=cfg.seed)
     t0 = time.perf_counter()
     model.fit(mask_estimates(data.train.x, cfg.seed), data.train.wait_h)
     fit_s = time.perf_counter() - t0
-    tune = data.tune
+    policy, params, metrics = tune_forecaster(kind, model, data.tune, cfg.alpha)
+    metrics = {"fit_s": round(fit_s, 1), **metrics, "train_rows": len(data.train)}
+    return (policy, model, params), metrics
+
+
+def tune_forecaster(
+    kind: str, model: Any, tune: Dataset, alpha: float
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """A fitted forecaster's decision constants, chosen on the tuning split: the quantile
+    and band acted on (least mean J over a fixed grid), the quiet queue's own, and the
+    conformal pad of its 90% interval. Returns (policy, params, metrics)."""
+    from mirage.learn.forecast import ForecastPolicy, conformal_pad
+
+    levels = model.levels
     q_tune = model.predict(tune.x)
     per_sample = [q_tune[tune.sample == i] for i in range(len(tune.samples))]
 
@@ -176,7 +193,7 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     # one quantile and band everywhere first, then the quiet queue's own (same grids)
     grid = [(a, b) for a in range(len(levels)) for b in BANDS_H]
     scores = {g: float(j_for(g[0], g[1], g[0], g[1]).mean()) for g in grid}
-    target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + cfg.alpha)))
+    target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + alpha)))
     # least J; ties go to the theory's quantile and the smallest band (then: to no change)
     act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
     quiet_scores = {g: float(j_for(act, band, g[0], g[1]).mean()) for g in grid}
@@ -189,7 +206,6 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
         quiet_act=calm_act,
     )  # fmt: skip
     metrics: dict[str, Any] = {
-        "fit_s": round(fit_s, 1),
         "tune": split_metrics(j_for(act, band, calm_act, calm), tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
         "tune_quiet_scores_mean_J_h": {
@@ -197,7 +213,6 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
         },
         "tune_interval_coverage_90_raw": coverage(q_tune[:, [0, -1]], tune.wait_h),
         "tune_interval_coverage_90": coverage(policy.interval_h(q_tune), tune.wait_h),
-        "train_rows": len(data.train),
     }
     params = {
         "band_s": band * HOUR,
@@ -206,9 +221,9 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
         "interval_pad": pad,
         "act": act,
         "levels": list(levels),
-        "alpha": cfg.alpha,
+        "alpha": alpha,
     }
-    return (policy, model, params), metrics
+    return policy, params, metrics
 
 
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
@@ -242,8 +257,17 @@ def file_hash(path: str) -> str:
 
 
 def save(
-    *, kind: str, fitted: Any, metrics: dict[str, Any], data: Data, cfg: TrainConfig, root: Path
+    *,
+    kind: str,
+    fitted: Any,
+    metrics: dict[str, Any],
+    counts: dict[str, dict[str, int]],
+    cfg: TrainConfig,
+    root: Path,
+    origin: dict[str, Any] | None = None,
 ) -> Path:
+    """Write a policy's files and metadata under ``root/<cluster>/<kind>/``. ``origin``:
+    where a recalibrated model was trained (:func:`recalibrate`)."""
     _policy, model, params = fitted
     folder = root / cfg.cluster / kind
     folder.mkdir(parents=True, exist_ok=True)
@@ -265,12 +289,13 @@ def save(
             "splits": {k: v.as_dict() for k, v in cfg.splits.items()},
             "loads": list(cfg.loads),
             "train_only_loads": list(cfg.train_only_loads),
-            "samples": data.counts,
+            "samples": counts,
             "protocol": cfg.protocol.__dict__,
             "train_every_s": cfg.train_every_s,
             "train_step_s": cfg.train_step_s or cfg.protocol.step_s,
             "schedule": {f"{k:g}": list(v) for k, v in cfg.schedule.items()},
             "seed": cfg.seed,
+            **({"recalibrated_from": origin} if origin else {}),
         },
         metrics=metrics,
     )
@@ -294,7 +319,69 @@ def train(
         fit = fit_forecaster if kind in ("rf", "xgb") else fit_agent
         fitted, metrics = fit(kind, data, cfg)
         metrics["folder"] = str(
-            save(kind=kind, fitted=fitted, metrics=metrics, data=data, cfg=cfg, root=root)
+            save(kind=kind, fitted=fitted, metrics=metrics, counts=data.counts, cfg=cfg, root=root)
+        )
+        out[kind] = metrics
+    return out
+
+
+#: The policies whose decision constants :func:`recalibrate` can re-tune (the agents'
+#: decisions are their networks' and have none).
+RECALIBRATABLE = ("rf", "xgb")
+
+
+def recalibrate(
+    cfg: TrainConfig,
+    policies: Sequence[str],
+    source: Path,
+    root: Path,
+    progress: Progress | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Move forecasters trained on another cluster (``source/<policy>/``) to this one.
+
+    The models are kept as they are; only their decision constants (the quantile and band
+    acted on, the quiet queue's, the interval's conformal pad) are re-tuned on this
+    cluster's tuning split, as :func:`fit_forecaster` tunes them after training. Those
+    constants are what fails when a model crosses clusters: each cluster's waits sit on
+    their own scale, while the ranking of queue states that the model learnt carries over.
+    Only the tuning split is replayed, so a new cluster needs a month of history, not four.
+    """
+    from mirage.learn.artifacts import load_policy
+    from mirage.learn.forecast import ForecastPolicy
+
+    bad = [k for k in policies if k not in RECALIBRATABLE]
+    if bad:
+        raise ValueError(
+            f"cannot recalibrate {', '.join(bad)}: only {', '.join(RECALIBRATABLE)} have "
+            "decision constants (train the agents on this cluster instead)"
+        )
+    sources = {kind: load_policy(source / kind) for kind in policies}  # fail before replaying
+    tune, counts = _split_data(cfg, "tune", cfg.loads, progress)
+    if not tune.samples:
+        raise ValueError(f"no usable tuning samples: {counts} (a shorter window or lower load?)")
+    out: dict[str, dict[str, Any]] = {}
+    for kind, (loaded, meta) in sources.items():
+        assert isinstance(loaded, ForecastPolicy)
+        model = loaded.forecaster
+        policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
+        metrics = {"fit_s": 0.0, **metrics, "train_rows": 0}
+        origin = {
+            "cluster": meta.cluster,
+            "folder": str(source / kind),
+            "created": meta.created,
+            "params": meta.params,
+            "training": meta.training,
+        }
+        metrics["folder"] = str(
+            save(
+                kind=kind,
+                fitted=(policy, model, params),
+                metrics=metrics,
+                counts=counts,
+                cfg=cfg,
+                root=root,
+                origin=origin,
+            )
         )
         out[kind] = metrics
     return out

@@ -279,3 +279,41 @@ def test_same_seed_same_model_files(tmp_path: Path) -> None:
     pb = load_policy(tmp_path / "b" / "ls6" / "pg")[0]
     x = np.random.default_rng(0).normal(size=(50, len(DECISION_NAMES)))
     assert np.array_equal(pa.actions(x), pb.actions(x))  # type: ignore[attr-defined]
+
+
+def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -> None:
+    """A model moved to another cluster: same model file, constants tuned on its tuning split."""
+    cache, src = tmp_path / "cache", tmp_path / "src"
+    res = CliRunner().invoke(main, _train_args(src, cache, "rf,xgb"))
+    assert res.exit_code == 0, res.output
+    dest = tmp_path / "dest"
+    args = [
+        "train", "--cluster", "other", "--trace", SLICE, "--profile", LS6, "--load", "1.5",
+        "--recalibrate", str(src / "ls6"), "--models", str(dest), "--cache", str(cache),
+        "--every-h", "12", "--tune-split", "2022-11-15:2022-11-18", *SMALL_OPTS,
+    ]  # fmt: skip
+    res = CliRunner().invoke(main, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    assert set(json.loads(res.output)["policies"]) == {"rf", "xgb"}  # "all": the forecasters
+    for kind, name in (("rf", "model.joblib"), ("xgb", "model.ubj.gz")):
+        new, old = dest / "other" / kind, src / "ls6" / kind
+        policy, meta = load_policy(new)
+        before = json.loads((old / METADATA).read_text())
+        assert meta.cluster == "other" and meta.training["loads"] == [1.5]
+        assert meta.training["recalibrated_from"]["cluster"] == "ls6"
+        assert meta.training["recalibrated_from"]["params"] == before["params"]
+        assert set(meta.training["splits"]) == {"tune"}
+        tune_start = parse_when("2022-11-15", "America/Chicago")  # the profile's zone
+        assert meta.training["splits"]["tune"]["start"] == tune_start
+        assert meta.metrics["tune_interval_coverage_90"] >= 0.9 - 1e-9
+        x = np.random.default_rng(1).normal(size=(20, len(DECISION_NAMES)))
+        source = load_policy(old)[0]
+        assert isinstance(policy, ForecastPolicy) and isinstance(source, ForecastPolicy)
+        assert np.array_equal(policy.forecaster.predict(x), source.forecaster.predict(x))
+        if kind == "xgb":  # XGBoost's own format round-trips to the same bytes
+            assert (new / name).read_bytes() == (old / name).read_bytes()
+    agents = CliRunner().invoke(main, [*args, "--policy", "pg"])
+    assert agents.exit_code != 0 and "cannot recalibrate pg" in agents.output
+    at = args.index("--recalibrate") + 1
+    missing = CliRunner().invoke(main, [*args[:at], str(tmp_path), *args[at + 1 :]])
+    assert missing.exit_code != 0 and "metadata.json" in missing.output
