@@ -84,6 +84,22 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
 @click.option("--max-samples", default=0, help="Use at most this many samples per split.")
 @click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option(
+    "--recalibrate-every-days",
+    "recal_every_days",
+    default=0.0,
+    show_default=True,
+    help="Rolling recalibration: cut the test split into blocks of this many days and "
+    "re-tune every constant (baselines' and forecasters') before each block on the "
+    "samples of the window before it (0: tune once, on the tuning split).",
+)
+@click.option(
+    "--recalibrate-window-days",
+    "recal_window_days",
+    default=28.0,
+    show_default=True,
+    help="Rolling recalibration: days of history each block is tuned on.",
+)
+@click.option(
     "--models",
     "models_dir",
     default=None,
@@ -179,7 +195,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     assert part.nodes is not None
     nodes = scaled_nodes(part.nodes, load)
     t0 = time.perf_counter()
-    walkers = {}
+    rolling = kw["recal_every_days"] > 0
+    walkers, queues = {}, {}
     for split in splits:
         setting = Setting(trace, profile_name, nodes, load, split, protocol)
         times = sample_times(split, protocol, first)
@@ -187,33 +204,49 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
             times = times[: kw["max_samples"]]
         samples = _generate(generate, setting, times, kw)
         queue = None
-        if kw["learned"] and split.name == "test":
+        if kw["learned"] and (split.name == "test" or rolling):
             queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
         walkers[split.name] = Walker(samples, protocol, profile, part.name, queue)
-    tuned = tune(walkers["tune"], methods, protocol.alpha)
-    results = run_methods(
-        walkers["test"], methods, tuned.params, protocol.alpha, learned=kw["learned"]
-    )
+        queues[split.name] = (samples, queue)
+    if rolling:
+        results, tuned_report = _rolling(walkers["test"], queues, protocol, profile, part.name,
+                                         splits[1], methods, kw)  # fmt: skip
+        tuned_params: Any = tuned_report
+        tuned_scores: Any = None
+    else:
+        tuned = tune(walkers["tune"], methods, protocol.alpha)
+        results = run_methods(
+            walkers["test"], methods, tuned.params, protocol.alpha, learned=kw["learned"]
+        )
+        tuned_params, tuned_scores = tuned.params, tuned.scores
     tab = table(results, protocol.alpha, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
+    how = (
+        f"recalibrated every {kw['recal_every_days']:g} days on the "
+        f"{kw['recal_window_days']:g} days before"
+        if rolling
+        else f"tuned on {len(walkers['tune'].samples)}: {tuned_params}"
+    )
     title = (
         f"{kw['cluster']} load {load:g} ({nodes} nodes), test {_day(test.start)} to "
-        f"{_day(test.end)}: {len(walkers['test'].samples)} usable samples; "
-        f"tuned on {len(walkers['tune'].samples)}: {tuned.params}"
+        f"{_day(test.end)}: {len(walkers['test'].samples)} usable samples; {how}"
     )
     entry = {
         "nodes": nodes,
         "samples": {k: len(w.samples) for k, w in walkers.items()},
         "levels": level_counts(results),
-        "tuned": tuned.params,
-        "tuning_scores_mean_J_s": tuned.scores,
+        "tuned": tuned_params,
+        "tuning_scores_mean_J_s": tuned_scores,
         "table": to_json(tab),
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
+    if rolling and tuned_report and "interval_coverage_90" in tuned_report[-1]:
+        cover = tuned_report.pop()["interval_coverage_90"]
+    else:
+        cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     cover = {m: c for m, c in cover.items() if c is not None}
     text = render(tab, title)
     if cover:
@@ -221,6 +254,32 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
         text += ", ".join(f"{m} {c:.0%}" for m, c in cover.items())
     return text, entry
+
+
+def _rolling(  # noqa: PLR0917 - one call site
+    test: Any,
+    queues: dict[str, Any],
+    protocol: Protocol,
+    profile: Any,
+    partition: str,
+    split: Split,
+    methods: list[str],
+    kw: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Rolling recalibration over the test split (:mod:`mirage.evaluate.rolling`)."""
+    from mirage.evaluate.harness import Walker
+    from mirage.evaluate.rolling import blocks, run_rolling
+
+    (s_tune, q_tune), (s_test, q_test) = queues["tune"], queues["test"]
+    queue = None if q_tune is None or q_test is None else [*q_tune, *q_test]
+    history = Walker([*s_tune, *s_test], protocol, profile, partition, queue)
+    day = 86400
+    plan = blocks(split.start, split.end, int(kw["recal_every_days"] * day),
+                  int(kw["recal_window_days"] * day))  # fmt: skip
+    try:
+        return run_rolling(history, test, methods, protocol.alpha, kw["learned"], plan)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:

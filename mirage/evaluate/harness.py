@@ -41,6 +41,13 @@ class Outcomes:
         out: np.ndarray = self.interruption + alpha * self.overlap
         return out
 
+    @classmethod
+    def concat(cls, parts: Sequence[Outcomes]) -> Outcomes:
+        """Parts' samples one after another (in the order given)."""
+        return cls(
+            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(cls))
+        )
+
 
 def transition(sample: SampleResult, k: int) -> Transition:
     return Transition(
@@ -166,6 +173,18 @@ class Walker:
         ]
         self.pending = [pending_of(s, protocol, profile, partition) for s in self.samples]
         self.profile = profile
+
+    def subset(self, keep: Sequence[int]) -> Walker:
+        """A walker over some of these samples (contexts and matrices shared, not rebuilt)."""
+        out = object.__new__(Walker)
+        out.samples = [self.samples[i] for i in keep]
+        out.protocol, out.profile = self.protocol, self.profile
+        out.queue = None if self.queue is None else [self.queue[i] for i in keep]
+        out.ctxs = [self.ctxs[i] for i in keep]
+        out.pending = [self.pending[i] for i in keep]
+        if self.queue is not None:
+            out.__dict__["matrices"] = [self.matrices[i] for i in keep]  # the cached property
+        return out
 
     def run(self, make: PolicyFactory) -> Outcomes:
         steps = []

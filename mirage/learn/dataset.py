@@ -194,7 +194,17 @@ class Dataset:
             sample_matrix(s, c.queue, pending_of(s, protocol, profile, part), profile)
             for s, c in usable
         ]
-        kept = [s for s, _ in usable]
+        return cls.from_matrices([s for s, _ in usable], mats, alpha)
+
+    @classmethod
+    def from_matrices(
+        cls,
+        samples: Sequence[SampleResult],
+        mats: Sequence[np.ndarray],
+        alpha: float = DEFAULT_ALPHA,
+    ) -> Dataset:
+        """Rows from usable samples and their decision matrices (:func:`sample_matrix`)."""
+        kept = list(samples)
         rows = [len(m) for m in mats]
         idx = np.repeat(np.arange(len(kept)), rows)
         step = np.concatenate([np.arange(n) for n in rows]) if rows else np.zeros(0, np.int64)
@@ -210,7 +220,7 @@ class Dataset:
             sample=idx.astype(np.int64),
             step=step.astype(np.int64),
             samples=kept,
-            matrices=mats,
+            matrices=list(mats),
             alpha=alpha,
         )
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mirage.cli import main
+from mirage.evaluate.rolling import Block, blocks, past_samples
 
+H = 3600
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -43,3 +45,61 @@ def test_evaluate_rejects_unknown_policy(tmp_path: Path) -> None:
         main, ["evaluate", "--cluster", "ls6", "--trace", "x", "--policies", "nope"]
     )
     assert res.exit_code != 0
+
+
+def _rolling_args(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "evaluate", "--cluster", "ls6",
+        "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
+        "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
+        "--load", "2", "--time-limit-h", "4", "--step-min", "30", "--every-h", "6",
+        "--window-h", "10", "--warmup-h", "12",
+        "--tune-split", "2022-11-06:2022-11-10", "--test-split", "2022-11-10:2022-11-14",
+        "--policies", "reactive,fixed-lead,running-average,qbets,oracle",
+        "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--boot", "50",
+        "--json", *extra,
+    ]  # fmt: skip
+
+
+def test_rolling_recalibration_tunes_each_block_on_its_past_only(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, _rolling_args(tmp_path, "--recalibrate-every-days", "1",
+                                                 "--recalibrate-window-days", "2"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    entry = json.loads(res.output)["loads"]["2"]
+    blocks = entry["tuned"]
+    assert len(blocks) >= 3
+    assert sum(b["samples"] for b in blocks) == entry["samples"]["test"]
+    for b in blocks:
+        assert b["tune_from"] == b["start"] - 2 * 86400 and b["tune_samples"] > 0
+        assert set(b["tuned"]) == {"fixed-lead", "running-average", "qbets"}
+    # at most the 7 six-hourly samples of two days whose 10 h windows are over
+    assert 0 < blocks[-1]["tune_samples"] <= 7
+
+
+def test_a_block_tunes_only_on_samples_over_before_it_starts() -> None:
+    b = Block(start=100 * H, end=124 * H, tune_from=52 * H)
+    times = list(range(40 * H, 130 * H, 6 * H))  # 40 h, 46 h, ... 124 h
+    past = past_samples(times, b, span_s=10 * H)
+    assert [times[i] // H for i in past] == [52, 58, 64, 70, 76, 82, 88]  # 94 h ends at 104 h
+    assert blocks(0, 10 * 86400, 7 * 86400, 28 * 86400) == [
+        Block(0, 7 * 86400, -28 * 86400),
+        Block(7 * 86400, 10 * 86400, -21 * 86400),
+    ]
+
+
+def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: Path) -> None:
+    """A single block whose window is exactly the tuning split reproduces `evaluate`."""
+    plain = CliRunner().invoke(main, _rolling_args(tmp_path))
+    one = CliRunner().invoke(main, _rolling_args(tmp_path, "--recalibrate-every-days", "4",
+                                                 "--recalibrate-window-days", "4"))  # fmt: skip
+    assert plain.exit_code == 0 and one.exit_code == 0, plain.output + one.output
+    a, b = (json.loads(r.output)["loads"]["2"] for r in (plain, one))
+    assert b["tuned"][0]["tuned"] == a["tuned"]
+    assert b["tuned"][0]["tune_samples"] == a["samples"]["tune"]
+    assert b["table"] == a["table"]
+
+
+def test_rolling_recalibration_without_history_is_a_clear_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, _rolling_args(tmp_path, "--recalibrate-every-days", "1",
+                                                 "--recalibrate-window-days", "0.2"))  # fmt: skip
+    assert res.exit_code != 0 and "lengthen the tuning window" in res.output

@@ -1,0 +1,121 @@
+"""Rolling recalibration: every constant re-tuned on the recent past, block by block.
+
+A deployed Mirage re-tunes its constants on its own cluster's recent history (`mirage train
+--recalibrate`, weekly from a systemd timer); a cluster that got busier is then tuned on
+its busier weeks. This evaluates that: the test split is cut into blocks (a week by
+default); before each block every tunable constant is chosen again on the samples of the
+``window_s`` before the block whose outcomes are known by its start (a sample's window
+ends by then). The baselines' constants (the tuned fixed lead, the running-average
+factor, QBETS' quantile) and the forecasters' decision constants (quantile, bands,
+interval pad) are re-tuned alike; the learned models themselves are not retrained, and the
+agents, which have no constants, run unchanged. No sample's outcome is seen before its
+block starts: the samples of earlier test blocks count as history once they are over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker, evaluate, tune
+
+
+@dataclass(frozen=True)
+class Block:
+    start: int  # epoch s: the block's samples lie in [start, end)
+    end: int
+    tune_from: int  # its tuning samples lie in [tune_from, start), windows over by start
+
+
+def blocks(start: int, end: int, every_s: int, window_s: int) -> list[Block]:
+    if every_s <= 0 or window_s <= 0:
+        raise ValueError("the block length and the tuning window must be positive")
+    out, t = [], start
+    while t < end:
+        out.append(Block(t, min(end, t + every_s), t - window_s))
+        t += every_s
+    return out
+
+
+def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:
+    """Indices of the samples (at ``times``) a block may tune on: in its tuning window and
+    over (the sample's ``span_s`` window ended) by the time the block starts."""
+    return [i for i, t in enumerate(times) if block.tune_from <= t and t + span_s <= block.start]
+
+
+def recalibrated(policy: BatchedPolicy, history: Walker, alpha: float) -> BatchedPolicy:
+    """A forecaster's policy with its decision constants tuned on ``history``; any other
+    policy unchanged."""
+    from mirage.learn.dataset import Dataset
+    from mirage.learn.forecast import ForecastPolicy
+    from mirage.learn.train import tune_forecaster
+
+    if not isinstance(policy, ForecastPolicy):
+        return policy
+    ds = Dataset.from_matrices(history.samples, history.matrices, alpha)
+    out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, ds, alpha)
+    assert isinstance(out, ForecastPolicy)
+    return out
+
+
+def run_rolling(  # noqa: PLR0917 - one call site, all needed
+    history: Walker,
+    test: Walker,
+    methods: Sequence[str],
+    alpha: float,
+    learned: Mapping[str, BatchedPolicy],
+    plan: Sequence[Block],
+) -> tuple[dict[str, Outcomes], list[dict[str, Any]]]:
+    """Each method's outcomes on ``test`` (its samples in block order) and each block's
+    tuned constants. ``history``: every sample that may serve for tuning (the tuning split
+    and the test split itself; each block takes those over before it starts)."""
+    span = test.protocol.window_s
+    parts: dict[str, list[Outcomes]] = {m: [] for m in methods}
+    report: list[dict[str, Any]] = []
+    covered: dict[str, list[float]] = {}  # forecaster -> [rows inside, rows]
+    for b in plan:
+        here = [i for i, s in enumerate(test.samples) if b.start <= s.t < b.end]
+        if not here:
+            continue
+        past = [
+            i for i, s in enumerate(history.samples) if b.tune_from <= s.t and s.t + span <= b.start
+        ]
+        if not past:
+            raise ValueError(
+                f"no samples to tune on before the block starting at {b.start}: "
+                "lengthen the tuning window"
+            )
+        hist = history.subset(past)
+        tuned = tune(hist, methods, alpha)
+        models = {m: recalibrated(p, hist, alpha) for m, p in learned.items()}
+        block = test.subset(here)
+        res = evaluate(block, methods, tuned.params, alpha, learned=models)
+        for m in methods:
+            parts[m].append(res[m])
+        rows = sum(len(x) for x in block.matrices) if block.queue is not None else 0
+        for m, p in models.items():
+            share = block.interval_coverage(p)
+            if share is not None:
+                acc = covered.setdefault(m, [0.0, 0.0])
+                acc[0], acc[1] = acc[0] + share * rows, acc[1] + rows
+        report.append(
+            {
+                "start": b.start,
+                "end": b.end,
+                "tune_from": b.tune_from,
+                "samples": len(here),
+                "tune_samples": len(past),
+                "tuned": tuned.params,
+                "learned": {m: _constants(p) for m, p in models.items()},
+            }
+        )
+    if covered:  # the stated intervals, with each block's recalibrated pad
+        report.append({"interval_coverage_90": {m: a / n for m, (a, n) in covered.items() if n}})
+    return {m: Outcomes.concat(v) for m, v in parts.items() if v}, report
+
+
+def _constants(policy: object) -> dict[str, float]:
+    """A forecaster's decision constants, for the report (empty for the agents)."""
+    names = ("act", "band_s", "quiet_act", "quiet_band_s", "interval_pad")
+    return {n: float(getattr(policy, n)) for n in names if hasattr(policy, n)}
