@@ -96,6 +96,13 @@ def _import_history(cluster: str, days: float) -> str:
 )
 @click.option("--train-split", default=None, help="START:END of the training split.")
 @click.option("--tune-split", default=None, help="START:END of the tuning split.")
+@click.option(
+    "--tune-last-days",
+    default=None,
+    type=click.FloatRange(min=1.0),
+    help="Tune on the trace's last N days (what a weekly recalibration on a live cluster "
+    "uses, with --recalibrate); overrides --tune-split.",
+)
 @click.option("--nodes", default=1, show_default=True, help="Chain request: nodes.")
 @click.option("--gpus", default=0, show_default=True, help="Chain request: GPUs (0: whole nodes).")
 @click.option("--time-limit-h", default=48.0, show_default=True)
@@ -107,7 +114,7 @@ def _import_history(cluster: str, days: float) -> str:
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
     from mirage.evaluate.cli import default_profile, default_trace, parse_split
-    from mirage.evaluate.protocol import Protocol, default_splits
+    from mirage.evaluate.protocol import Protocol, Split, default_splits
     from mirage.learn.train import RECALIBRATABLE, TrainConfig
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.trace.load import TraceFormatError
@@ -139,8 +146,13 @@ def train_cmd(**kw: Any) -> None:
         "train": parse_split(kw["train_split"], "train", profile.timezone, splits["train"]),
         "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
     }
+    if kw["tune_last_days"]:
+        end = last + 1
+        splits["tune"] = Split("tune", end - int(kw["tune_last_days"] * 86400), end)
     if kw["source"]:  # only the tuning split is read (and recorded in the metadata)
         del splits["train"]
+    elif splits["train"].end > splits["tune"].start:
+        raise click.UsageError("the training split must end before the tuning split starts")
     schedule = [_load_spec(text) for text in kw["loads"]]
     extra = [_load_spec(text) for text in kw["train_only"]]
     protocol = Protocol(

@@ -365,7 +365,8 @@ def recalibrate(
         model = loaded.forecaster
         policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
         metrics = {"fit_s": 0.0, **metrics, "train_rows": 0}
-        origin = {
+        # a model recalibrated again (weekly, in place) keeps the record of its training
+        origin = meta.training.get("recalibrated_from") or {
             "cluster": meta.cluster,
             "folder": str(source / kind),
             "created": meta.created,

@@ -31,6 +31,7 @@ from mirage.profile.schema import load_profile
 from mirage.sim import JobSpec, Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.scenario import toy_profile
+from mirage.trace.readers import load_trace
 
 H = 3600
 REPO = Path(__file__).resolve().parents[2]
@@ -312,6 +313,16 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         assert np.array_equal(policy.forecaster.predict(x), source.forecaster.predict(x))
         if kind == "xgb":  # XGBoost's own format round-trips to the same bytes
             assert (new / name).read_bytes() == (old / name).read_bytes()
+    # again, in place, on the trace's last 3 days (the weekly timer's call)
+    again = [*args[: args.index("--recalibrate")], "--recalibrate", str(dest / "other"),
+             "--models", str(dest), "--cache", str(cache), "--tune-last-days", "3",
+             "--policy", "xgb", *SMALL_OPTS]  # fmt: skip
+    res = CliRunner().invoke(main, again)
+    assert res.exit_code == 0, res.output
+    meta = load_policy(dest / "other" / "xgb")[1]
+    assert meta.training["recalibrated_from"]["cluster"] == "ls6"  # the model's own training
+    end = int(load_trace(SLICE).jobs["submit"].max()) + 1
+    assert meta.training["splits"]["tune"] == {"name": "tune", "start": end - 3 * 86400, "end": end}
     agents = CliRunner().invoke(main, [*args, "--policy", "pg"])
     assert agents.exit_code != 0 and "cannot recalibrate pg" in agents.output
     at = args.index("--recalibrate") + 1
