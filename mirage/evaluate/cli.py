@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +22,9 @@ from mirage.evaluate.protocol import (
     sample_times,
     scaled_nodes,
 )
+
+if TYPE_CHECKING:
+    from mirage.evaluate.rolling import Rolling
 
 REPO = Path(__file__).resolve().parents[2]
 KNOWN_TRACES = {
@@ -208,17 +211,20 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
             queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
         walkers[split.name] = Walker(samples, protocol, profile, part.name, queue)
         queues[split.name] = (samples, queue)
+    tuned_params: Any  # one set of constants, or one per block
+    tuned_scores: Any
     if rolling:
-        results, tuned_report = _rolling(walkers["test"], queues, protocol, profile, part.name,
-                                         splits[1], methods, kw)  # fmt: skip
-        tuned_params: Any = tuned_report
-        tuned_scores: Any = None
+        rolled = _rolling(walkers["test"], queues, protocol, profile, part.name, splits[1],
+                          methods, kw)  # fmt: skip
+        results, tuned_params, tuned_scores = rolled.results, rolled.blocks, None
+        cover: dict[str, float | None] = dict(rolled.coverage)
     else:
         tuned = tune(walkers["tune"], methods, protocol.alpha)
         results = run_methods(
             walkers["test"], methods, tuned.params, protocol.alpha, learned=kw["learned"]
         )
         tuned_params, tuned_scores = tuned.params, tuned.scores
+        cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
@@ -243,16 +249,12 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    if rolling and tuned_report and "interval_coverage_90" in tuned_report[-1]:
-        cover = tuned_report.pop()["interval_coverage_90"]
-    else:
-        cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
-    cover = {m: c for m, c in cover.items() if c is not None}
+    stated = {m: c for m, c in cover.items() if c is not None}
     text = render(tab, title)
-    if cover:
-        entry["interval_coverage_90"] = cover
+    if stated:
+        entry["interval_coverage_90"] = stated
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
-        text += ", ".join(f"{m} {c:.0%}" for m, c in cover.items())
+        text += ", ".join(f"{m} {c:.0%}" for m, c in stated.items())
     return text, entry
 
 
@@ -265,7 +267,7 @@ def _rolling(  # noqa: PLR0917 - one call site
     split: Split,
     methods: list[str],
     kw: dict[str, Any],
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> Rolling:
     """Rolling recalibration over the test split (:mod:`mirage.evaluate.rolling`)."""
     from mirage.evaluate.harness import Walker
     from mirage.evaluate.rolling import blocks, run_rolling

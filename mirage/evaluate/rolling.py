@@ -21,6 +21,15 @@ from typing import Any
 from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker, evaluate, tune
 
 
+@dataclass
+class Rolling:
+    """What :func:`run_rolling` measured."""
+
+    results: dict[str, Outcomes]  # per method, the test samples in block order
+    blocks: list[dict[str, Any]]  # per block: its span, sample counts and tuned constants
+    coverage: dict[str, float]  # forecaster -> share of true waits in its stated interval
+
+
 @dataclass(frozen=True)
 class Block:
     start: int  # epoch s: the block's samples lie in [start, end)
@@ -66,10 +75,10 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
     alpha: float,
     learned: Mapping[str, BatchedPolicy],
     plan: Sequence[Block],
-) -> tuple[dict[str, Outcomes], list[dict[str, Any]]]:
-    """Each method's outcomes on ``test`` (its samples in block order) and each block's
-    tuned constants. ``history``: every sample that may serve for tuning (the tuning split
-    and the test split itself; each block takes those over before it starts)."""
+) -> Rolling:
+    """Each method's outcomes on ``test``, block by block. ``history``: every sample that
+    may serve for tuning (the tuning split and the test split itself; each block takes
+    those over before it starts)."""
     span = test.protocol.window_s
     parts: dict[str, list[Outcomes]] = {m: [] for m in methods}
     report: list[dict[str, Any]] = []
@@ -110,9 +119,12 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
                 "learned": {m: _constants(p) for m, p in models.items()},
             }
         )
-    if covered:  # the stated intervals, with each block's recalibrated pad
-        report.append({"interval_coverage_90": {m: a / n for m, (a, n) in covered.items() if n}})
-    return {m: Outcomes.concat(v) for m, v in parts.items() if v}, report
+    return Rolling(
+        results={m: Outcomes.concat(v) for m, v in parts.items() if v},
+        blocks=report,
+        # the stated intervals, each block's with its recalibrated pad
+        coverage={m: inside / rows for m, (inside, rows) in covered.items() if rows},
+    )
 
 
 def _constants(policy: object) -> dict[str, float]:

@@ -253,6 +253,19 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
     oracle = table["oracle"]["all"]["mean_J_h"]["value"]
     for kind in ("rf", "xgb", "dqn", "pg"):
         assert table[kind]["all"]["mean_J_h"]["value"] >= oracle - 1e-9
+    # weekly-style rolling recalibration: the forecasters' constants re-tuned per block
+    rolled = CliRunner().invoke(main, [
+        *args, "--json", "--recalibrate-every-days", "1.5", "--recalibrate-window-days", "130",
+    ])  # fmt: skip
+    assert rolled.exit_code == 0, rolled.output
+    entry = json.loads(rolled.output)["loads"]["2"]
+    assert len(entry["tuned"]) == 2
+    for block in entry["tuned"]:
+        assert set(block["learned"]["rf"]) == {"act", "band_s", "quiet_act", "quiet_band_s",
+                                               "interval_pad"}  # fmt: skip
+        assert block["learned"]["pg"] == {}  # the agents have no constants
+    assert set(entry["interval_coverage_90"]) == {"rf", "xgb"}
+    assert entry["table"]["rf"]["all"]["mean_J_h"]["n"] == table["rf"]["all"]["mean_J_h"]["n"]
     # a model of another feature version is refused with a clear error
     meta_path = models / "ls6" / "rf" / METADATA
     meta = json.loads(meta_path.read_text())
