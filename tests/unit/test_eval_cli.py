@@ -14,15 +14,22 @@ H = 3600
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_evaluate_smoke(tmp_path: Path) -> None:
-    args = [
+def _slice_args(tmp_path: Path, every_h: str) -> list[str]:
+    """`mirage evaluate` on the bundled slice at load 2, 4 h chains (splits to be added)."""
+    return [
         "evaluate", "--cluster", "ls6",
         "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
         "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
-        "--load", "2", "--time-limit-h", "4", "--step-min", "30", "--every-h", "12",
+        "--load", "2", "--time-limit-h", "4", "--step-min", "30", "--every-h", every_h,
         "--window-h", "10", "--warmup-h", "12",
+        "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+    ]  # fmt: skip
+
+
+def test_evaluate_smoke(tmp_path: Path) -> None:
+    args = [
+        *_slice_args(tmp_path, "12"), "--boot", "200",
         "--tune-split", "2022-11-06:2022-11-14", "--test-split", "2023-03-08:2023-03-11",
-        "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--boot", "200",
     ]  # fmt: skip
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
@@ -49,15 +56,9 @@ def test_evaluate_rejects_unknown_policy(tmp_path: Path) -> None:
 
 def _rolling_args(tmp_path: Path, *extra: str) -> list[str]:
     return [
-        "evaluate", "--cluster", "ls6",
-        "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
-        "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
-        "--load", "2", "--time-limit-h", "4", "--step-min", "30", "--every-h", "6",
-        "--window-h", "10", "--warmup-h", "12",
+        *_slice_args(tmp_path, "6"), "--boot", "50", "--json",
         "--tune-split", "2022-11-06:2022-11-10", "--test-split", "2022-11-10:2022-11-14",
-        "--policies", "reactive,fixed-lead,running-average,qbets,oracle",
-        "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--boot", "50",
-        "--json", *extra,
+        "--policies", "reactive,fixed-lead,running-average,qbets,oracle", *extra,
     ]  # fmt: skip
 
 
