@@ -133,9 +133,10 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
         quiet = float(meta.params.get("quiet_band_s", band))
         pad = float(meta.params.get("interval_pad", 0.0))
         calm = int(meta.params.get("quiet_act", act))
+        pads = meta.params.get("interval_pads")  # older models: one pad for every row
         policy = ForecastPolicy(
             forecaster, band, act, meta.policy, quiet_band_s=quiet, interval_pad=pad,
-            quiet_act=calm,
+            quiet_act=calm, interval_pads=None if pads is None else [float(v) for v in pads],
         )  # fmt: skip
         return policy, meta
     if meta.policy in ("dqn", "pg"):

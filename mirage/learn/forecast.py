@@ -201,8 +201,40 @@ def conformal_pad(q_lo_h: np.ndarray, q_hi_h: np.ndarray, wait_h: np.ndarray,
     return float(np.sort(score)[k - 1])
 
 
-def widen(q_lo_h: np.ndarray, q_hi_h: np.ndarray, pad: float) -> tuple[np.ndarray, np.ndarray]:
-    """The interval (hours) after a :func:`conformal_pad` widening."""
+#: Forecast-median edges (hours) of the groups that get their own conformal pad (quiet,
+#: busy, deep queues: Mirage's low/medium/heavy boundaries). One pad for all rows covers
+#: 90% on average but not within each group: deep queues, rarer in tuning, under-covered.
+PAD_EDGES_H = (QUIET_H, 12.0)
+#: Fewer tuning rows than this in a group: it takes the pad of all rows instead.
+MIN_GROUP_ROWS = 1000
+
+
+def pad_group(median_h: np.ndarray) -> np.ndarray:
+    """Each row's pad group (0 quiet, 1 busy, 2 deep) from its forecast median (hours)."""
+    out: np.ndarray = np.digitize(median_h, PAD_EDGES_H)
+    return out
+
+
+def group_pads(
+    q_lo_h: np.ndarray, q_hi_h: np.ndarray, median_h: np.ndarray, wait_h: np.ndarray
+) -> tuple[float, ...]:
+    """:func:`conformal_pad` per pad group (Mondrian conformal prediction: coverage holds
+    within each group, not only on average); a group with too few rows takes the pad of
+    all rows."""
+    overall = conformal_pad(q_lo_h, q_hi_h, wait_h)
+    group = pad_group(median_h)
+    out = []
+    for g in range(len(PAD_EDGES_H) + 1):
+        rows = group == g
+        enough = int(rows.sum()) >= MIN_GROUP_ROWS
+        out.append(conformal_pad(q_lo_h[rows], q_hi_h[rows], wait_h[rows]) if enough else overall)
+    return tuple(out)
+
+
+def widen(
+    q_lo_h: np.ndarray, q_hi_h: np.ndarray, pad: float | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The interval (hours) after a :func:`conformal_pad` widening (one pad, or one per row)."""
     lo = np.expm1(np.log1p(np.maximum(q_lo_h, 0.0)) - pad)
     hi = np.expm1(np.log1p(np.maximum(q_hi_h, 0.0)) + pad)
     return np.maximum(lo, 0.0), np.maximum(hi, lo)
@@ -223,7 +255,8 @@ class ForecastPolicy(Policy):
     buys overlap) the rule uses its own quantile ``quiet_act`` and band ``quiet_band_s``,
     elsewhere ``act`` and ``band_s``; all four tuned. The
     decision shows the median as the predicted start, the 5-95% quantiles widened by
-    ``interval_pad`` (:func:`widen`) as its 90% interval.
+    ``interval_pads`` (one per :func:`pad_group`; older models: the one ``interval_pad``)
+    as its 90% interval.
     """
 
     def __init__(
@@ -236,6 +269,7 @@ class ForecastPolicy(Policy):
         quiet_band_s: float | None = None,
         interval_pad: float = 0.0,
         quiet_act: int | None = None,
+        interval_pads: Sequence[float] | None = None,
     ) -> None:
         levels = forecaster.levels
         quiet_act = act if quiet_act is None else quiet_act
@@ -248,6 +282,9 @@ class ForecastPolicy(Policy):
         self.quiet_band_s = band_s if quiet_band_s is None else quiet_band_s
         self.act = act
         self.interval_pad = interval_pad
+        if interval_pads is not None and len(interval_pads) != len(PAD_EDGES_H) + 1:
+            raise ValueError(f"interval_pads needs one pad per group, got {interval_pads}")
+        self.interval_pads = None if interval_pads is None else tuple(interval_pads)
         self.mid = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
         self.name = name or forecaster.kind
 
@@ -271,8 +308,12 @@ class ForecastPolicy(Policy):
         return first_submit(left_h, self.acted_h(q_h), self.bands_h(q_h))
 
     def interval_h(self, q_h: np.ndarray) -> np.ndarray:
-        """The stated 90% interval (hours; columns low, high) for rows of quantiles."""
-        lo, hi = widen(q_h[:, 0], q_h[:, -1], self.interval_pad)
+        """The stated 90% interval (hours; columns low, high) for rows of quantiles: the
+        5-95% quantiles widened by the row's group pad (or the one pad of older models)."""
+        pad: float | np.ndarray = self.interval_pad
+        if self.interval_pads is not None:
+            pad = np.asarray(self.interval_pads)[pad_group(q_h[:, self.mid])]
+        lo, hi = widen(q_h[:, 0], q_h[:, -1], pad)
         return np.column_stack([lo, hi])
 
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:

@@ -174,7 +174,7 @@ def tune_forecaster(
     """A fitted forecaster's decision constants, chosen on the tuning split: the quantile
     and band acted on (least mean J over a fixed grid), the quiet queue's own, and the
     conformal pad of its 90% interval. Returns (policy, params, metrics)."""
-    from mirage.learn.forecast import ForecastPolicy, conformal_pad
+    from mirage.learn.forecast import ForecastPolicy, conformal_pad, group_pads, pad_group
 
     levels = model.levels
     q_tune = model.predict(tune.x)
@@ -205,6 +205,10 @@ def tune_forecaster(
         model, band * HOUR, act, kind, quiet_band_s=calm * HOUR, interval_pad=pad,
         quiet_act=calm_act,
     )  # fmt: skip
+    mid = q_tune[:, policy.mid]
+    pads = policy.interval_pads = group_pads(q_tune[:, 0], q_tune[:, -1], mid, tune.wait_h)
+    stated = policy.interval_h(q_tune)
+    group = pad_group(mid)
     metrics: dict[str, Any] = {
         "tune": split_metrics(j_for(act, band, calm_act, calm), tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
@@ -212,13 +216,17 @@ def tune_forecaster(
             f"q{levels[a]:g} {b:+g}h": v for (a, b), v in quiet_scores.items()
         },
         "tune_interval_coverage_90_raw": coverage(q_tune[:, [0, -1]], tune.wait_h),
-        "tune_interval_coverage_90": coverage(policy.interval_h(q_tune), tune.wait_h),
+        "tune_interval_coverage_90": coverage(stated, tune.wait_h),
+        "tune_interval_coverage_90_by_group": [
+            coverage(stated[group == g], tune.wait_h[group == g]) for g in range(len(pads))
+        ],
     }
     params = {
         "band_s": band * HOUR,
         "quiet_band_s": calm * HOUR,
         "quiet_act": calm_act,
         "interval_pad": pad,
+        "interval_pads": list(pads),
         "act": act,
         "levels": list(levels),
         "alpha": alpha,

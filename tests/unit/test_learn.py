@@ -22,6 +22,8 @@ from mirage.learn.forecast import (
     ForestForecaster,
     XGBForecaster,
     conformal_pad,
+    group_pads,
+    pad_group,
     quantile_levels,
     widen,
 )
@@ -134,6 +136,41 @@ def test_conformal_widening_restores_stated_coverage() -> None:
     wide = conformal_pad(median / 100, median * 100, wait)
     assert wide < 0
     assert conformal_pad(lo[:0], hi[:0], wait[:0]) == 0.0
+
+
+def test_group_pads_cover_within_each_queue_group() -> None:
+    """Deep queues (forecast median >= 12 h) are rarer and noisier: one pad for all rows
+    covers 90% overall but far less there; a pad per group covers about 90% in each."""
+    rng = np.random.default_rng(1)
+    n = 20000  # 1,500 deep rows in the fitting half, above MIN_GROUP_ROWS
+    median = np.where(rng.random(n) < 0.15, rng.uniform(12, 60, n), rng.uniform(0.2, 10, n))
+    spread = np.where(median >= 12, 1.5, 0.3)
+    wait = median * np.exp(rng.normal(0, 1, n) * spread)
+    lo, hi = median * np.exp(-0.5), median * np.exp(0.5)
+    half = n // 2
+    one = conformal_pad(lo[:half], hi[:half], wait[:half])
+    pads = group_pads(lo[:half], hi[:half], median[:half], wait[:half])
+    assert pads[2] > pads[1] and len(pads) == 3
+    deep = median[half:] >= 12
+
+    def cover(pad: float | np.ndarray, rows: np.ndarray) -> float:
+        a, b = widen(lo[half:], hi[half:], pad)
+        return float(np.mean(((wait[half:] >= a) & (wait[half:] <= b))[rows]))
+
+    per_row = np.asarray(pads)[pad_group(median[half:])]
+    assert cover(one, deep) < 0.8  # the single pad under-covers deep queues
+    for rows in (deep, ~deep):
+        assert cover(per_row, rows) == pytest.approx(0.9, abs=0.03)
+    # the policy states exactly these intervals
+    q = np.column_stack([lo[half:], median[half:], hi[half:]])
+    forest = ForestForecaster((0.05, 0.5, 0.95))
+    policy = ForecastPolicy(forest, 0.0, 1, interval_pads=pads)
+    a, b = widen(lo[half:], hi[half:], per_row)
+    assert np.allclose(policy.interval_h(q), np.column_stack([a, b]))
+    few = group_pads(lo[:900], hi[:900], median[:900], wait[:900])  # too few rows each
+    assert few == (conformal_pad(lo[:900], hi[:900], wait[:900]),) * 3
+    with pytest.raises(ValueError, match="one pad per group"):
+        ForecastPolicy(forest, 0.0, 1, interval_pads=[0.1])
 
 
 def test_walking_decide_equals_the_batched_path(
