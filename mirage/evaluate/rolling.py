@@ -7,8 +7,8 @@ default); before each block every tunable constant is chosen again on the sample
 ``window_s`` before the block whose outcomes are known by its start (a sample's window
 ends by then). The baselines' constants (the tuned fixed lead, the running-average
 factor, QBETS' quantile) and the forecasters' decision constants (quantile, bands,
-interval pad) are re-tuned alike; the learned models themselves are not retrained, and the
-agents, which have no constants, run unchanged. No sample's outcome is seen before its
+interval pad) and the agents' margins are re-tuned alike; the learned models themselves are
+not retrained. No sample's outcome is seen before its
 block starts: the samples of earlier test blocks count as history once they are over.
 """
 
@@ -54,17 +54,21 @@ def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:
 
 
 def recalibrated(policy: BatchedPolicy, history: Walker, alpha: float) -> BatchedPolicy:
-    """A forecaster's policy with its decision constants tuned on ``history``; any other
-    policy unchanged."""
+    """A learned policy with its decision constants tuned on ``history`` (a forecaster's
+    quantiles, bands and pads, an agent's margin); any other policy unchanged."""
+    from mirage.learn.agents import AgentPolicy
     from mirage.learn.dataset import Dataset
     from mirage.learn.forecast import ForecastPolicy
-    from mirage.learn.train import tune_forecaster
+    from mirage.learn.train import tune_agent, tune_forecaster
 
-    if not isinstance(policy, ForecastPolicy):
-        return policy
     ds = Dataset.from_matrices(history.samples, history.matrices, alpha)
-    out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, ds, alpha)
-    assert isinstance(out, ForecastPolicy)
+    out: BatchedPolicy
+    if isinstance(policy, ForecastPolicy):
+        out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, ds, alpha)
+    elif isinstance(policy, AgentPolicy):
+        out, _params, _metrics = tune_agent(policy.name, policy.model, ds, alpha)
+    else:
+        out = policy
     return out
 
 
@@ -128,6 +132,6 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
 
 
 def _constants(policy: object) -> dict[str, float]:
-    """A forecaster's decision constants, for the report (empty for the agents)."""
-    names = ("act", "band_s", "quiet_act", "quiet_band_s", "interval_pad")
+    """A learned policy's decision constants, for the report."""
+    names = ("act", "band_s", "quiet_act", "quiet_band_s", "interval_pad", "margin")
     return {n: float(getattr(policy, n)) for n in names if hasattr(policy, n)}

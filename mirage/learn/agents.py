@@ -150,28 +150,63 @@ def load_model(kind: str, path: Path) -> Any:
     return PPO.load(path, device="cpu")
 
 
-class AgentPolicy(Policy):
-    """A trained agent deciding every pending transition in one batched forward pass."""
+#: Margins (in the agent's score units) that tuning and recalibration choose among. DQN's
+#: score is Q(submit) - Q(wait) in reward units (REWARD_SCALE hours each); PPO's is the
+#: logit difference of its two actions. 0 is the agent as trained.
+MARGINS = (-8.0, -4.0, -2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
-    def __init__(self, model: Any, name: str) -> None:
+
+class AgentPolicy(Policy):
+    """A trained agent deciding every pending transition in one batched forward pass.
+
+    It submits where its score for submitting beats waiting by more than ``margin``: with
+    margin 0, the agent's own greedy action. The margin is the agent's one decision
+    constant, tuned like the forecasters' bands (`mirage train --recalibrate`), because a
+    network trained on one mix of queues is, like a forecaster, off in level on another.
+    """
+
+    def __init__(self, model: Any, name: str, margin: float = 0.0) -> None:
         self.model = model
         self.name = name
+        self.margin = margin
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Submit-over-wait score per row: Q difference (DQN) or logit difference (PPO)."""
+        import torch
+
+        obs = torch.as_tensor(observe(x))
+        with torch.no_grad():
+            if hasattr(self.model, "q_net"):  # DQN
+                out = self.model.q_net(obs)
+            else:
+                out = self.model.policy.get_distribution(obs).distribution.logits
+        diff: np.ndarray = (out[:, SUBMIT] - out[:, WAIT]).double().numpy()
+        return diff
 
     def actions(self, x: np.ndarray) -> np.ndarray:
-        act, _ = self.model.predict(observe(x), deterministic=True)
-        return np.asarray(act).reshape(-1)
+        out: np.ndarray = np.where(self.scores(x) > self.margin, SUBMIT, WAIT)
+        return out
 
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         if not pending:
             return []
         x = decision_features(ctx, pending)
-        act = self.actions(x)
+        score = self.scores(x)
         return [
-            Decision(submit=bool(a == SUBMIT), reason=f"{self.name}: {'submit' if a else 'wait'}")
-            for a in act.tolist()
+            Decision(
+                submit=bool(v > self.margin),
+                reason=f"{self.name}: {'submit' if v > self.margin else 'wait'} "
+                f"(score {v:+.2f}, margin {self.margin:+g})",
+            )
+            for v in score.tolist()
         ]
 
     def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int:
         """The submission step on a recorded sample: the first step the agent submits."""
-        hit = np.nonzero(self.actions(matrix) == SUBMIT)[0]
-        return int(hit[0]) if len(hit) else len(matrix)
+        return first_above(self.scores(matrix), self.margin)
+
+
+def first_above(score: np.ndarray, margin: float) -> int:
+    """The first step whose score beats the margin (``len(score)``: none)."""
+    hit = np.nonzero(score > margin)[0]
+    return int(hit[0]) if len(hit) else len(score)

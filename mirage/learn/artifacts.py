@@ -142,5 +142,7 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
     if meta.policy in ("dqn", "pg"):
         from mirage.learn.agents import AgentPolicy, load_model
 
-        return AgentPolicy(load_model(meta.policy, folder / meta.files[0]), meta.policy), meta
+        model = load_model(meta.policy, folder / meta.files[0])
+        margin = float(meta.params.get("margin", 0.0))  # older models: the agent as trained
+        return AgentPolicy(model, meta.policy, margin), meta
     raise ModelError(f"{folder}: unknown policy {meta.policy!r}; known: {', '.join(POLICIES)}")

@@ -73,9 +73,10 @@ def _import_history(cluster: str, days: float) -> str:
     "source",
     default=None,
     type=click.Path(file_okay=False, exists=True),
-    help="A folder of models trained on another cluster (models/OTHER): keep its rf and xgb "
-    "models and re-tune only their decision constants on this cluster's tuning split (a "
-    "month of its history instead of four; the agents are not recalibrated).",
+    help="A folder of models trained on another cluster (models/OTHER), or on this one "
+    "earlier: keep the models and re-tune only their decision constants (forecasters' "
+    "quantiles, bands and interval pads, agents' margins) on this cluster's tuning split "
+    "(a month of its history instead of four).",
 )
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
 @click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")

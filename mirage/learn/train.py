@@ -234,6 +234,30 @@ def tune_forecaster(
     return policy, params, metrics
 
 
+def tune_agent(
+    kind: str, model: Any, tune: Dataset, alpha: float
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """An agent's margin (:class:`mirage.learn.agents.AgentPolicy`), chosen on the tuning
+    split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest.
+    Returns (policy, params, metrics) like :func:`tune_forecaster`."""
+    from mirage.learn.agents import MARGINS, AgentPolicy, first_above
+
+    plain = AgentPolicy(model, kind)
+    per_sample = [plain.scores(m) for m in tune.matrices]
+
+    def j_for(margin: float) -> np.ndarray:
+        return walk(lambda i, _m, _left: first_above(per_sample[i], margin), tune)
+
+    scores = {m: float(j_for(m).mean()) for m in MARGINS}
+    margin = min(MARGINS, key=lambda m: (scores[m], abs(m)))
+    metrics = {
+        "tune": split_metrics(j_for(margin), tune),
+        "tune_scores_mean_J_h": {f"margin {m:+g}": v for m, v in scores.items()},
+    }
+    params = {"alpha": alpha, "reward_scale_h": 10.0, "margin": margin}
+    return AgentPolicy(model, kind, margin), params, metrics
+
+
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     from mirage.learn.agents import AgentPolicy, ChainEnv, make_model
     from mirage.learn.decision import mask_estimates
@@ -333,9 +357,9 @@ def train(
     return out
 
 
-#: The policies whose decision constants :func:`recalibrate` can re-tune (the agents'
-#: decisions are their networks' and have none).
-RECALIBRATABLE = ("rf", "xgb")
+#: The policies whose decision constants :func:`recalibrate` can re-tune: the
+#: forecasters' quantiles, bands and pads, the agents' margins.
+RECALIBRATABLE = ("rf", "xgb", "dqn", "pg")
 
 
 def recalibrate(
@@ -345,15 +369,17 @@ def recalibrate(
     root: Path,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Move forecasters trained on another cluster (``source/<policy>/``) to this one.
+    """Move policies trained on another cluster (``source/<policy>/``) to this one.
 
-    The models are kept as they are; only their decision constants (the quantile and band
-    acted on, the quiet queue's, the interval's conformal pad) are re-tuned on this
-    cluster's tuning split, as :func:`fit_forecaster` tunes them after training. Those
+    The models are kept as they are; only their decision constants are re-tuned on this
+    cluster's tuning split: a forecaster's quantile and band acted on, the quiet queue's
+    and the interval's conformal pads (as :func:`fit_forecaster` tunes them after
+    training), an agent's margin (:func:`tune_agent`; training leaves it at 0). Those
     constants are what fails when a model crosses clusters: each cluster's waits sit on
     their own scale, while the ranking of queue states that the model learnt carries over.
     Only the tuning split is replayed, so a new cluster needs a month of history, not four.
     """
+    from mirage.learn.agents import AgentPolicy
     from mirage.learn.artifacts import load_policy
     from mirage.learn.forecast import ForecastPolicy
 
@@ -369,9 +395,13 @@ def recalibrate(
         raise ValueError(f"no usable tuning samples: {counts} (a shorter window or lower load?)")
     out: dict[str, dict[str, Any]] = {}
     for kind, (loaded, meta) in sources.items():
-        assert isinstance(loaded, ForecastPolicy)
-        model = loaded.forecaster
-        policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
+        if isinstance(loaded, ForecastPolicy):
+            model = loaded.forecaster
+            policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
+        else:
+            assert isinstance(loaded, AgentPolicy)
+            model = loaded.model
+            policy, params, metrics = tune_agent(kind, model, tune, cfg.alpha)
         metrics = {"fit_s": 0.0, **metrics, "train_rows": 0}
         # a model recalibrated again (weekly, in place) keeps the record of its training
         origin = meta.training.get("recalibrated_from") or {

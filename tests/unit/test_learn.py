@@ -13,7 +13,7 @@ from mirage.cli import main
 from mirage.evaluate.harness import Walker
 from mirage.evaluate.probes import generate
 from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
-from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, ChainEnv
+from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, AgentPolicy, ChainEnv
 from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
 from mirage.learn.dataset import Dataset, generate_features
 from mirage.learn.decision import DECISION_NAMES, decision_features
@@ -300,7 +300,7 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
     for block in entry["tuned"]:
         assert set(block["learned"]["rf"]) == {"act", "band_s", "quiet_act", "quiet_band_s",
                                                "interval_pad"}  # fmt: skip
-        assert block["learned"]["pg"] == {}  # the agents have no constants
+        assert set(block["learned"]["pg"]) == {"margin"}  # the agents' one constant
     assert set(entry["interval_coverage_90"]) == {"rf", "xgb"}
     assert entry["table"]["rf"]["all"]["mean_J_h"]["n"] == table["rf"]["all"]["mean_J_h"]["n"]
     # a model of another feature version is refused with a clear error
@@ -335,7 +335,7 @@ def test_same_seed_same_model_files(tmp_path: Path) -> None:
 def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -> None:
     """A model moved to another cluster: same model file, constants tuned on its tuning split."""
     cache, src = tmp_path / "cache", tmp_path / "src"
-    res = CliRunner().invoke(main, _train_args(src, cache, "rf,xgb"))
+    res = CliRunner().invoke(main, _train_args(src, cache, "all"))
     assert res.exit_code == 0, res.output
     dest = tmp_path / "dest"
     args = [
@@ -345,7 +345,7 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
     ]  # fmt: skip
     res = CliRunner().invoke(main, [*args, "--json"])
     assert res.exit_code == 0, res.output
-    assert set(json.loads(res.output)["policies"]) == {"rf", "xgb"}  # "all": the forecasters
+    assert set(json.loads(res.output)["policies"]) == {"rf", "xgb", "dqn", "pg"}
     for kind, name in (("rf", "model.joblib"), ("xgb", "model.ubj.gz")):
         new, old = dest / "other" / kind, src / "ls6" / kind
         policy, meta = load_policy(new)
@@ -373,8 +373,16 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
     assert meta.training["recalibrated_from"]["cluster"] == "ls6"  # the model's own training
     end = int(load_trace(SLICE).jobs["submit"].max()) + 1
     assert meta.training["splits"]["tune"] == {"name": "tune", "start": end - 3 * 86400, "end": end}
-    agents = CliRunner().invoke(main, [*args, "--policy", "pg"])
-    assert agents.exit_code != 0 and "cannot recalibrate pg" in agents.output
+    x = np.random.default_rng(2).normal(size=(40, len(DECISION_NAMES)))
+    for kind in ("dqn", "pg"):  # the same network, with a margin tuned here
+        agent, meta = load_policy(dest / "other" / kind)
+        source_agent = load_policy(src / "ls6" / kind)[0]
+        assert isinstance(agent, AgentPolicy) and isinstance(source_agent, AgentPolicy)
+        assert source_agent.margin == 0.0 and meta.params["margin"] == agent.margin
+        assert np.array_equal(agent.scores(x), source_agent.scores(x))
+        assert np.array_equal(agent.actions(x), (agent.scores(x) > agent.margin).astype(int))
+    bad = CliRunner().invoke(main, [*args, "--policy", "rf,nope"])
+    assert bad.exit_code != 0 and "cannot recalibrate nope" in bad.output
     at = args.index("--recalibrate") + 1
     missing = CliRunner().invoke(main, [*args[:at], str(tmp_path), *args[at + 1 :]])
     assert missing.exit_code != 0 and "metadata.json" in missing.output
