@@ -124,6 +124,10 @@ def train_cmd(**kw: Any) -> None:
     cluster = kw["cluster"]
     known = RECALIBRATABLE if kw["source"] else POLICIES
     policies = list(known) if kw["policy"] == "all" else kw["policy"].split(",")
+    if kw["source"] and kw["policy"] == "all":  # "all": those the folder holds
+        policies = [k for k in known if (Path(kw["source"]) / k / "metadata.json").is_file()]
+        if not policies:
+            raise click.UsageError(f"{kw['source']}: no trained policy to recalibrate")
     bad = [p for p in policies if p not in known]
     if bad:
         what = "recalibrate" if kw["source"] else "train"

@@ -381,8 +381,18 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         assert source_agent.margin == 0.0 and meta.params["margin"] == agent.margin
         assert np.array_equal(agent.scores(x), source_agent.scores(x))
         assert np.array_equal(agent.actions(x), (agent.scores(x) > agent.margin).astype(int))
+    only_xgb = tmp_path / "only-xgb"
+    (only_xgb / "xgb").mkdir(parents=True)
+    for f in (src / "ls6" / "xgb").iterdir():
+        (only_xgb / "xgb" / f.name).write_bytes(f.read_bytes())
+    at = args.index("--recalibrate") + 1
+    res = CliRunner().invoke(main, [*args[:at], str(only_xgb), *args[at + 1 :], "--json"])
+    assert res.exit_code == 0 and set(json.loads(res.output)["policies"]) == {"xgb"}
     bad = CliRunner().invoke(main, [*args, "--policy", "rf,nope"])
     assert bad.exit_code != 0 and "cannot recalibrate nope" in bad.output
-    at = args.index("--recalibrate") + 1
     missing = CliRunner().invoke(main, [*args[:at], str(tmp_path), *args[at + 1 :]])
+    assert missing.exit_code != 0 and "no trained policy" in missing.output
+    missing = CliRunner().invoke(
+        main, [*args[:at], str(tmp_path), *args[at + 1 :], "--policy", "rf"]
+    )
     assert missing.exit_code != 0 and "metadata.json" in missing.output
