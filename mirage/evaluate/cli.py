@@ -275,6 +275,9 @@ def _rolling(  # noqa: PLR0917 - one call site
     (s_tune, q_tune), (s_test, q_test) = queues["tune"], queues["test"]
     queue = None if q_tune is None or q_test is None else [*q_tune, *q_test]
     history = Walker([*s_tune, *s_test], protocol, profile, partition, queue)
+    # the test samples are history's last ones: share their contexts and matrices
+    first_test = len(history.samples) - len(test.samples)
+    test = history.subset(range(first_test, len(history.samples)))
     day = 86400
     plan = blocks(split.start, split.end, int(kw["recal_every_days"] * day),
                   int(kw["recal_window_days"] * day))  # fmt: skip

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker, evaluate, tune
+
+if TYPE_CHECKING:
+    from mirage.learn.dataset import Dataset
 
 
 @dataclass
@@ -53,20 +56,18 @@ def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:
     return [i for i, t in enumerate(times) if block.tune_from <= t and t + span_s <= block.start]
 
 
-def recalibrated(policy: BatchedPolicy, history: Walker, alpha: float) -> BatchedPolicy:
+def recalibrated(policy: BatchedPolicy, history: Dataset, alpha: float) -> BatchedPolicy:
     """A learned policy with its decision constants tuned on ``history`` (a forecaster's
     quantiles, bands and pads, an agent's margin); any other policy unchanged."""
     from mirage.learn.agents import AgentPolicy
-    from mirage.learn.dataset import Dataset
     from mirage.learn.forecast import ForecastPolicy
     from mirage.learn.train import tune_agent, tune_forecaster
 
-    ds = Dataset.from_matrices(history.samples, history.matrices, alpha)
     out: BatchedPolicy
     if isinstance(policy, ForecastPolicy):
-        out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, ds, alpha)
+        out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, history, alpha)
     elif isinstance(policy, AgentPolicy):
-        out, _params, _metrics = tune_agent(policy.name, policy.model, ds, alpha)
+        out, _params, _metrics = tune_agent(policy.name, policy.model, history, alpha)
     else:
         out = policy
     return out
@@ -91,9 +92,7 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
         here = [i for i, s in enumerate(test.samples) if b.start <= s.t < b.end]
         if not here:
             continue
-        past = [
-            i for i, s in enumerate(history.samples) if b.tune_from <= s.t and s.t + span <= b.start
-        ]
+        past = past_samples([s.t for s in history.samples], b, span)
         if not past:
             raise ValueError(
                 f"no samples to tune on before the block starting at {b.start}: "
@@ -101,7 +100,7 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
             )
         hist = history.subset(past)
         tuned = tune(hist, methods, alpha)
-        models = {m: recalibrated(p, hist, alpha) for m, p in learned.items()}
+        models = _recalibrate_all(learned, hist, alpha)
         block = test.subset(here)
         res = evaluate(block, methods, tuned.params, alpha, learned=models)
         for m in methods:
@@ -129,6 +128,18 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
         # the stated intervals, each block's with its recalibrated pad
         coverage={m: inside / rows for m, (inside, rows) in covered.items() if rows},
     )
+
+
+def _recalibrate_all(
+    learned: Mapping[str, BatchedPolicy], hist: Walker, alpha: float
+) -> dict[str, BatchedPolicy]:
+    """Every learned policy recalibrated on one block's history (its rows built once)."""
+    if not learned:
+        return {}
+    from mirage.learn.dataset import Dataset
+
+    rows = Dataset.from_matrices(hist.samples, hist.matrices, alpha)
+    return {m: recalibrated(p, rows, alpha) for m, p in learned.items()}
 
 
 def _constants(policy: object) -> dict[str, float]:

@@ -116,24 +116,13 @@ def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
     from mirage.evaluate.cli import default_profile, default_trace, parse_split
     from mirage.evaluate.protocol import Protocol, Split, default_splits
-    from mirage.learn.train import RECALIBRATABLE, TrainConfig
+    from mirage.learn.train import TrainConfig
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.trace.load import TraceFormatError
     from mirage.trace.readers import load_trace
 
     cluster = kw["cluster"]
-    known = RECALIBRATABLE if kw["source"] else POLICIES
-    policies = list(known) if kw["policy"] == "all" else kw["policy"].split(",")
-    if kw["source"] and kw["policy"] == "all":  # "all": those the folder holds
-        policies = [k for k in known if (Path(kw["source"]) / k / "metadata.json").is_file()]
-        if not policies:
-            raise click.UsageError(f"{kw['source']}: no trained policy to recalibrate")
-    bad = [p for p in policies if p not in known]
-    if bad:
-        what = "recalibrate" if kw["source"] else "train"
-        raise click.BadParameter(
-            f"cannot {what} {', '.join(bad)}; known: {', '.join(known)}, all", param_hint="--policy"
-        )
+    policies = _policies(kw["policy"], kw["source"])
     trace = (
         kw["trace_path"] or default_trace(cluster) or _import_history(cluster, kw["history_days"])
     )
@@ -197,6 +186,26 @@ def train_cmd(**kw: Any) -> None:
         click.echo(json.dumps({"wall_s": round(wall, 1), "policies": metrics}, sort_keys=True))
         return
     _print(metrics, wall)
+
+
+def _policies(text: str, source: str | None) -> list[str]:
+    """The policies asked for; "all" with --recalibrate: those the source folder holds."""
+    if text != "all":
+        policies = text.split(",")
+    elif source:
+        policies = [k for k in POLICIES if (Path(source) / k / "metadata.json").is_file()]
+        if not policies:
+            raise click.UsageError(f"{source}: no trained policy to recalibrate")
+    else:
+        policies = list(POLICIES)
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        what = "recalibrate" if source else "train"
+        raise click.BadParameter(
+            f"cannot {what} {', '.join(bad)}; known: {', '.join(POLICIES)}, all",
+            param_hint="--policy",
+        )
+    return policies
 
 
 def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:

@@ -240,7 +240,7 @@ def tune_agent(
     """An agent's margin (:class:`mirage.learn.agents.AgentPolicy`), chosen on the tuning
     split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest.
     Returns (policy, params, metrics) like :func:`tune_forecaster`."""
-    from mirage.learn.agents import MARGINS, AgentPolicy, first_above
+    from mirage.learn.agents import MARGINS, REWARD_SCALE, AgentPolicy, first_above
 
     plain = AgentPolicy(model, kind)
     per_sample = [plain.scores(m) for m in tune.matrices]
@@ -254,12 +254,12 @@ def tune_agent(
         "tune": split_metrics(j_for(margin), tune),
         "tune_scores_mean_J_h": {f"margin {m:+g}": v for m, v in scores.items()},
     }
-    params = {"alpha": alpha, "reward_scale_h": 10.0, "margin": margin}
+    params = {"alpha": alpha, "reward_scale_h": REWARD_SCALE, "margin": margin}
     return AgentPolicy(model, kind, margin), params, metrics
 
 
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
-    from mirage.learn.agents import AgentPolicy, ChainEnv, make_model
+    from mirage.learn.agents import REWARD_SCALE, AgentPolicy, ChainEnv, make_model
     from mirage.learn.decision import mask_estimates
 
     costs = [data.train.cost_curve(i) for i in range(len(data.train.samples))]
@@ -278,7 +278,7 @@ def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, A
         ),
         "train_rows": len(data.train),
     }
-    return (policy, model, {"alpha": cfg.alpha, "reward_scale_h": 10.0}), metrics
+    return (policy, model, {"alpha": cfg.alpha, "reward_scale_h": REWARD_SCALE}), metrics
 
 
 def file_hash(path: str) -> str:
@@ -357,11 +357,6 @@ def train(
     return out
 
 
-#: The policies whose decision constants :func:`recalibrate` can re-tune: the
-#: forecasters' quantiles, bands and pads, the agents' margins.
-RECALIBRATABLE = ("rf", "xgb", "dqn", "pg")
-
-
 def recalibrate(
     cfg: TrainConfig,
     policies: Sequence[str],
@@ -383,12 +378,6 @@ def recalibrate(
     from mirage.learn.artifacts import load_policy
     from mirage.learn.forecast import ForecastPolicy
 
-    bad = [k for k in policies if k not in RECALIBRATABLE]
-    if bad:
-        raise ValueError(
-            f"cannot recalibrate {', '.join(bad)}: only {', '.join(RECALIBRATABLE)} have "
-            "decision constants (train the agents on this cluster instead)"
-        )
     sources = {kind: load_policy(source / kind) for kind in policies}  # fail before replaying
     tune, counts = _split_data(cfg, "tune", cfg.loads, progress)
     if not tune.samples:
