@@ -20,7 +20,7 @@ class NullSlurmClient(SlurmClient):
     def submit(self, request: SubmitRequest) -> str:
         raise NotImplementedError
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
         raise NotImplementedError
 
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:

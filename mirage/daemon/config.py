@@ -18,6 +18,7 @@ never silently falls back to a default. Durations are seconds (``_s``).
     min_segment_s = 300            # do not run a last segment shorter than this
     handoff = true                 # signal the predecessor when its successor starts
     handoff_signal = "USR1"        # the signal (scancel --batch --signal=…)
+    revoke = true                  # cancel a pending pre-submission a policy finds far too early
     run_as_owner = "auto"          # "auto" (when root), "always", "never" (per-user daemon)
     sees_all_jobs = true           # false: squeue shows only our jobs (queue policies fall back)
     test_only_per_cycle = 0        # sbatch --test-only estimates per cycle (each costs a job id)
@@ -76,6 +77,7 @@ class DaemonSection:
     min_segment_s: int = 300
     handoff: bool = True
     handoff_signal: str = "USR1"
+    revoke: bool = True
     run_as_owner: Literal["auto", "always", "never"] = "auto"
     sees_all_jobs: bool = True
     test_only_per_cycle: int = 0

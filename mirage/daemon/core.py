@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from mirage.daemon import revoke
 from mirage.daemon.config import Config
 from mirage.daemon.metrics import DaemonMetrics
 from mirage.daemon.policies import build_policies, learned_profile, model_key
@@ -134,6 +135,7 @@ class CycleReport:
     rejected: list[str] = field(default_factory=list)  # tokens
     signalled: list[str] = field(default_factory=list)  # job ids
     cancelled: list[str] = field(default_factory=list)  # job ids
+    revoked: list[str] = field(default_factory=list)  # job ids (pending pre-submissions)
     ended: list[str] = field(default_factory=list)  # chain ids
     decisions: int = 0
     error: str = ""
@@ -237,7 +239,7 @@ class Daemon:
         snapshot, records = polled
         report.acted = True
         with self.store.sessions() as s:
-            wants = self._reconcile(s, now, records, report)
+            wants, revocable = self._reconcile(s, now, records, report)
             s.commit()
             chosen = self._decide(s, now, snapshot, [w for w in wants if w.presubmit], report)
             s.commit()
@@ -249,6 +251,8 @@ class Daemon:
                 report.skipped = "lease"
                 return
             self._act(s, now, wants, report)
+            s.commit()
+            revoke.act(self, s, now=now, snapshot=snapshot, candidates=revocable, report=report)
             s.commit()
             self._chain_gauges(s)
 
@@ -323,13 +327,64 @@ class Daemon:
 
     def _reconcile(
         self, s: Session, now: int, records: dict[str, SlurmJob], report: CycleReport
-    ) -> list[_Want]:
+    ) -> tuple[list[_Want], list[revoke.Revocable]]:
+        """Adopt or lose unresolved submissions, update segments from Slurm's records,
+        advance chains. Returns what to submit and which pending pre-submissions a policy
+        may revoke."""
         by_token: dict[str, SlurmJob] = {}
         for job in records.values():
             tok = find_token(job)
             if tok is not None:
                 by_token[tok] = job
         chains = {c.id: c for c in s.scalars(select(Chain).where(Chain.state == ChainState.ACTIVE))}
+        unresolved = self._resolve_submissions(s, now, by_token, chains, report)
+        s.flush()
+
+        live: dict[str, list[Segment]] = defaultdict(list)
+        for seg in s.scalars(select(Segment).where(Segment.finished.is_(False))):
+            self._update_segment(seg, records.get(seg.job_id) or by_token.get(seg.token), now)
+            if seg.revoke_at is not None and revoke.settle(self, s, seg, now):
+                continue  # cancelled by a revocation: no longer the chain's
+            live[seg.chain_id].append(seg)
+        self._transitions(s, now, records)
+
+        wants: list[_Want] = []
+        revocable: list[revoke.Revocable] = []
+        for chain_id, chain in chains.items():
+            segs = sorted(live.get(chain_id, []), key=lambda g: g.index)
+            want = self._advance_chain(
+                s,
+                chain,
+                segs,
+                has_unresolved=bool(unresolved.get(chain_id)),
+                now=now,
+                report=report,
+            )
+            if want is not None:
+                wants.append(want)
+            if chain.state is ChainState.ACTIVE:
+                rest = [g for g in segs if not g.finished]
+                cand = self._revocable(s, chain, rest, now)
+                if cand is not None:
+                    revocable.append(cand)
+        # segments of chains that ended elsewhere (cancel by the user): clean up
+        for chain_id, segs in live.items():
+            if chain_id not in chains:
+                ended = s.get(Chain, chain_id)
+                if ended is not None:
+                    self._stop_segments(s, ended, [g for g in segs if not g.finished], now, report)
+        return wants, revocable
+
+    def _resolve_submissions(
+        self,
+        s: Session,
+        now: int,
+        by_token: dict[str, SlurmJob],
+        chains: dict[str, Chain],
+        report: CycleReport,
+    ) -> dict[str, list[Submission]]:
+        """Adopt INTENT/UNKNOWN submissions whose token Slurm shows, declare LOST those
+        unseen for too long; the rest, per chain, are still unresolved."""
         unresolved: dict[str, list[Submission]] = defaultdict(list)
         for sub in s.scalars(
             select(Submission).where(
@@ -371,34 +426,30 @@ class Daemon:
                 )
             else:
                 unresolved[sub.chain_id].append(sub)
-        s.flush()
+        return unresolved
 
-        live: dict[str, list[Segment]] = defaultdict(list)
-        for seg in s.scalars(select(Segment).where(Segment.finished.is_(False))):
-            self._update_segment(seg, records.get(seg.job_id) or by_token.get(seg.token), now)
-            live[seg.chain_id].append(seg)
-        self._transitions(s, now, records)
-
-        wants: list[_Want] = []
-        for chain_id, chain in chains.items():
-            segs = sorted(live.get(chain_id, []), key=lambda g: g.index)
-            want = self._advance_chain(
-                s,
-                chain,
-                segs,
-                has_unresolved=bool(unresolved.get(chain_id)),
-                now=now,
-                report=report,
-            )
-            if want is not None:
-                wants.append(want)
-        # segments of chains that ended elsewhere (cancel by the user): clean up
-        for chain_id, segs in live.items():
-            if chain_id not in chains:
-                chain = s.get(Chain, chain_id)
-                if chain is not None:
-                    self._stop_segments(s, chain, [g for g in segs if not g.finished], now, report)
-        return wants
+    def _revocable(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int
+    ) -> revoke.Revocable | None:
+        """The chain's pre-submitted successor, if it pends while its predecessor runs (a
+        policy may revoke it). A successor marked for revocation whose predecessor ended
+        first is kept (:func:`mirage.daemon.revoke.keep`)."""
+        pending = JobState.PENDING.value
+        if (
+            len(segs) == 2
+            and segs[0].job_state == JobState.RUNNING.value
+            and segs[0].start is not None
+            and segs[1].job_state == pending
+            and segs[1].missing_since is None
+            and segs[1].presubmitted
+            and not segs[1].requeued
+        ):
+            limit = segs[1].time_limit_s or chain.time_limit_s
+            return revoke.Revocable(chain, segs[1], self._transition(chain, segs[0], limit))
+        for g in segs:
+            if g.revoke_at is not None and g.job_state == pending and g is segs[0]:
+                revoke.keep(self, s, chain, g, now)
+        return None
 
     @staticmethod
     def _new_segment(s: Session, chain: Chain, sub: Submission, now: int) -> Segment:
@@ -552,11 +603,18 @@ class Daemon:
                 return None  # the running segment is the last one
             if_now = left - max(0, min(pred_limit, now - pred.start))
             limit = min(chain.time_limit_s, max(self.cfg.min_segment_s, if_now))
-        pending = PendingTransition(
+        pending = self._transition(chain, pred, limit)
+        return _Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
+
+    @staticmethod
+    def _transition(chain: Chain, pred: Segment, limit: int) -> PendingTransition:
+        """The transition from the running segment ``pred`` to a successor of ``limit``."""
+        assert pred.start is not None
+        return PendingTransition(
             chain_id=chain.id,
             pred_job_id=pred.job_id,
             pred_start=pred.start,
-            pred_time_limit=pred_limit,
+            pred_time_limit=pred.time_limit_s or chain.time_limit_s,
             succ_nodes=chain.nodes,
             succ_gpus=chain.nodes * chain.gpus_per_node,
             succ_time_limit=limit,
@@ -564,7 +622,6 @@ class Daemon:
             user=chain.owner,
             segment_index=pred.index,
         )
-        return _Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
 
     @staticmethod
     def _budget_left(chain: Chain) -> int | None:
@@ -724,6 +781,7 @@ class Daemon:
                     Segment.chain_id == seg.chain_id,
                     Segment.index == seg.index - 1,
                     Segment.end.is_not(None),
+                    or_(Segment.outcome.is_(None), Segment.outcome != revoke.REVOKED),
                 )
             ).first()
             if pred is None or pred.start is None or pred.end is None or seg.start is None:

@@ -65,6 +65,11 @@ class DaemonMetrics:
             registry=r,
         )
         self.handoffs = Counter("mirage_handoffs", "Handoff signals sent", registry=r)
+        self.revocations = Counter(
+            "mirage_revocations",
+            "Pre-submitted successors cancelled while pending: the policy found them too early",
+            registry=r,
+        )
         self.interruption = Histogram(
             "mirage_interruption_seconds",
             "Training idle between a segment's end and its successor's start",

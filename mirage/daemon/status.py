@@ -57,6 +57,7 @@ def segment_dict(g: Segment) -> dict[str, Any]:
         "time_limit_s": g.time_limit_s,
         "outcome": g.outcome,
         "handoff_signalled_at": g.signalled_at,
+        "revoke_at": g.revoke_at,
         "slurm_estimate": g.slurm_estimate,
     }
 

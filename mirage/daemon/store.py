@@ -191,6 +191,9 @@ class Segment(Base):
     missing_since: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # what Mirage did and concluded
     signalled_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # a revocation's intent (committed before the hold and scancel): Mirage may have
+    # cancelled this pending pre-submission; cleared if it started first
+    revoke_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     cancelled_by_mirage: Mapped[bool] = mapped_column(Boolean, default=False)
     requeued: Mapped[bool] = mapped_column(Boolean, default=False)  # went back to PENDING
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # states.Action

@@ -18,7 +18,13 @@ import numpy as np
 
 from mirage.evaluate.probes import SampleResult
 from mirage.evaluate.protocol import Protocol
-from mirage.policy.base import DecisionContext, PendingTransition, Policy, WaitHistory
+from mirage.policy.base import (
+    DecisionContext,
+    PendingTransition,
+    Policy,
+    WaitHistory,
+    revocable_step,
+)
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
 from mirage.profile.schema import ClusterProfile
@@ -36,6 +42,7 @@ class Outcomes:
     interruption: np.ndarray
     overlap: np.ndarray
     gap: np.ndarray
+    revoked: np.ndarray  # pre-submissions revoked (cancelled while pending) before the last
 
     def cost(self, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
         out: np.ndarray = self.interruption + alpha * self.overlap
@@ -132,13 +139,16 @@ def submission_step(policy: Policy, ctxs: Sequence[DecisionContext], p: PendingT
     return len(ctxs)  # submitted at the predecessor's end regardless
 
 
-def outcomes_at(samples: Sequence[SampleResult], steps: Sequence[int]) -> Outcomes:
+def outcomes_at(
+    samples: Sequence[SampleResult], steps: Sequence[int], revoked: Sequence[int] | None = None
+) -> Outcomes:
     trans = [transition(s, k) for s, k in zip(samples, steps, strict=True)]
     return Outcomes(
         step=np.asarray(steps, dtype=np.int64),
         interruption=np.array([t.interruption for t in trans], dtype=np.float64),
         overlap=np.array([t.overlap for t in trans], dtype=np.float64),
         gap=np.array([t.gap for t in trans], dtype=np.float64),
+        revoked=np.asarray([0] * len(trans) if revoked is None else revoked, np.int64),
     )
 
 
@@ -146,9 +156,10 @@ PolicyFactory = Callable[[], Policy]
 
 
 class BatchedPolicy(typing.Protocol):
-    """A stateless policy that can pick a recorded sample's submission step at once."""
+    """A stateless policy that answers every step of a recorded sample at once: whether
+    it would submit, and whether it would revoke a pending pre-submission."""
 
-    def steps_for(self, matrix: np.ndarray, left_h: np.ndarray) -> int: ...
+    def plan_for(self, matrix: np.ndarray, left_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class Walker:
@@ -205,12 +216,15 @@ class Walker:
         ]
 
     def run_batched(self, policy: BatchedPolicy) -> Outcomes:
-        """A learned policy, one batched prediction per sample (same rule as ``run``)."""
-        steps = [
-            policy.steps_for(x, (s.planned_end - s.steps[:-1]) / HOUR)
-            for s, x in zip(self.samples, self.matrices, strict=True)
-        ]
-        return outcomes_at(self.samples, steps)
+        """A learned policy, one batched prediction per sample (the daemon's rule: submit,
+        and revoke while pending, :func:`mirage.policy.base.revocable_step`)."""
+        steps, revoked = [], []
+        for s, x in zip(self.samples, self.matrices, strict=True):
+            submit, revoke = policy.plan_for(x, (s.planned_end - s.steps[:-1]) / HOUR)
+            k, n = revocable_step(submit, revoke, s.succ_start, s.steps)
+            steps.append(k)
+            revoked.append(n)
+        return outcomes_at(self.samples, steps, revoked)
 
     def interval_coverage(self, policy: object) -> float | None:
         """Share of (sample, step) whose true wait, if submitted then, lies in a

@@ -20,6 +20,7 @@ SHORT = {
     "zero_interruption": "intr=0",
     "abs_gap_le_30min": "|gap|<=30m",
     "p90_interruption_h": "p90 intr h",
+    "revoked": "revoked",
     "removed": "J removed",
 }
 

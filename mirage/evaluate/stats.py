@@ -26,6 +26,7 @@ METRICS = (
     "zero_interruption",
     "abs_gap_le_30min",
     "p90_interruption_h",
+    "revoked",
     "removed",
 )
 
@@ -100,6 +101,8 @@ def table(
                 "zero_interruption": ((o.interruption[mask] == 0).astype(float), _mean),
                 "abs_gap_le_30min": ((np.abs(o.gap[mask]) <= 1800).astype(float), _mean),
                 "p90_interruption_h": (o.interruption[mask] / HOUR, _p90),
+                # pre-submissions cancelled while pending, per transition
+                "revoked": (o.revoked[mask].astype(float), _mean),
             }
             cells = {}
             for metric, (x, f) in cols.items():

@@ -154,6 +154,8 @@ def load_model(kind: str, path: Path) -> Any:
 #: score is Q(submit) - Q(wait) in reward units (REWARD_SCALE hours each); PPO's is the
 #: logit difference of its two actions. 0 is the agent as trained.
 MARGINS = (-8.0, -4.0, -2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: Revocation margins (same units; None: never revoke) that tuning chooses among.
+REVOKE_MARGINS: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)
 
 
 class AgentPolicy(Policy):
@@ -165,10 +167,36 @@ class AgentPolicy(Policy):
     network trained on one mix of queues is, like a forecaster, off in level on another.
     """
 
-    def __init__(self, model: Any, name: str, margin: float = 0.0) -> None:
+    def __init__(
+        self, model: Any, name: str, margin: float = 0.0, revoke_margin: float | None = None
+    ) -> None:
         self.model = model
         self.name = name
         self.margin = margin
+        self.revoke_margin = revoke_margin
+
+    @property
+    def revocable(self) -> bool:
+        return self.revoke_margin is not None
+
+    def plan(self, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per step: submit (score beats the margin), and revoke a pending pre-submission
+        (score under the margin by more than ``revoke_margin``: waiting is now clearly the
+        better action)."""
+        submit: np.ndarray = score > self.margin
+        if self.revoke_margin is None:
+            return submit, np.zeros_like(submit)
+        revoke: np.ndarray = score < self.margin - self.revoke_margin
+        return submit, revoke
+
+    def plan_for(self, matrix: np.ndarray, left_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`plan` on a recorded sample's decision rows, in one batched forward pass."""
+        return self.plan(self.scores(matrix))
+
+    def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
+        if not pending or self.revoke_margin is None:
+            return [False] * len(pending)
+        return [bool(v) for v in self.plan(self.scores(decision_features(ctx, pending)))[1]]
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Submit-over-wait score per row: Q difference (DQN) or logit difference (PPO)."""

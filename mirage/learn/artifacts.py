@@ -134,9 +134,11 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
         pad = float(meta.params.get("interval_pad", 0.0))
         calm = int(meta.params.get("quiet_act", act))
         pads = meta.params.get("interval_pads")  # older models: one pad for every row
+        revoke = meta.params.get("revoke_margin_h")  # older models (and None): never revoke
         policy = ForecastPolicy(
             forecaster, band, act, meta.policy, quiet_band_s=quiet, interval_pad=pad,
             quiet_act=calm, interval_pads=None if pads is None else [float(v) for v in pads],
+            revoke_margin_h=None if revoke is None else float(revoke),
         )  # fmt: skip
         return policy, meta
     if meta.policy in ("dqn", "pg"):
@@ -144,5 +146,8 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
 
         model = load_model(meta.policy, folder / meta.files[0])
         margin = float(meta.params.get("margin", 0.0))  # older models: the agent as trained
-        return AgentPolicy(model, meta.policy, margin), meta
+        revoke = meta.params.get("revoke_margin")  # older models (and None): never revoke
+        return AgentPolicy(
+            model, meta.policy, margin, None if revoke is None else float(revoke)
+        ), meta
     raise ModelError(f"{folder}: unknown policy {meta.policy!r}; known: {', '.join(POLICIES)}")

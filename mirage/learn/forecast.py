@@ -240,6 +240,11 @@ def widen(
     return np.maximum(lo, 0.0), np.maximum(hi, lo)
 
 
+#: Revocation margins (hours; None: never revoke) that tuning chooses among: a pending
+#: pre-submission is cancelled once the rule finds it that much too early.
+REVOKE_MARGINS_H: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0, 1.0, 0.5)
+
+
 def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: np.ndarray | float) -> int:
     """The first step whose time left is within the predicted wait plus the band
     (``len(left_h)``: none; the successor is then submitted at the planned end)."""
@@ -270,6 +275,7 @@ class ForecastPolicy(Policy):
         interval_pad: float = 0.0,
         quiet_act: int | None = None,
         interval_pads: Sequence[float] | None = None,
+        revoke_margin_h: float | None = None,
     ) -> None:
         levels = forecaster.levels
         quiet_act = act if quiet_act is None else quiet_act
@@ -287,6 +293,11 @@ class ForecastPolicy(Policy):
         self.interval_pads = None if interval_pads is None else tuple(interval_pads)
         self.mid = min(range(len(levels)), key=lambda i: abs(levels[i] - 0.5))
         self.name = name or forecaster.kind
+        self.revoke_margin_h = revoke_margin_h
+
+    @property
+    def revocable(self) -> bool:
+        return self.revoke_margin_h is not None
 
     def bands_h(self, q_h: np.ndarray) -> np.ndarray:
         """The band (hours) for each row of forecast quantiles (hours)."""
@@ -306,6 +317,29 @@ class ForecastPolicy(Policy):
     def first_step(self, q_h: np.ndarray, left_h: np.ndarray) -> int:
         """The rule on one sample's forecast quantiles (hours), step by step."""
         return first_submit(left_h, self.acted_h(q_h), self.bands_h(q_h))
+
+    def plan(self, q_h: np.ndarray, left_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per step: submit (time left within the acted quantile + band), and revoke a
+        pending pre-submission (time left beyond it by more than ``revoke_margin_h``: a
+        fresh submission now would start that much too early, and the pending one, older,
+        earlier still)."""
+        due = self.acted_h(q_h) + self.bands_h(q_h)
+        submit: np.ndarray = left_h <= due
+        if self.revoke_margin_h is None:
+            return submit, np.zeros_like(submit)
+        revoke: np.ndarray = left_h > due + self.revoke_margin_h
+        return submit, revoke
+
+    def plan_for(self, matrix: np.ndarray, left_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`plan` on a recorded sample's decision rows, in one batched prediction."""
+        return self.plan(self.forecaster.predict(matrix), left_h)
+
+    def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
+        if not pending or self.revoke_margin_h is None:
+            return [False] * len(pending)
+        q_h = self.forecaster.predict(decision_features(ctx, pending))
+        left_h = np.array([p.remaining(ctx.now) / HOUR for p in pending])
+        return [bool(v) for v in self.plan(q_h, left_h)[1]]
 
     def interval_h(self, q_h: np.ndarray) -> np.ndarray:
         """The stated 90% interval (hours; columns low, high) for rows of quantiles: the

@@ -135,6 +135,40 @@ def walk(rule: StepRule, ds: Dataset) -> np.ndarray:
     return out
 
 
+PlanRule = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def walk_plans(plan: PlanRule, ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """J (hours) of each sample of ``ds`` under a policy's per-step answers (submit,
+    revoke; the daemon's rule, :func:`mirage.policy.base.revocable_step`), and the number
+    of revocations of each."""
+    from mirage.policy.base import revocable_step
+
+    cost = np.empty(len(ds.samples))
+    revoked = np.zeros(len(ds.samples), np.int64)
+    for i, (s, m) in enumerate(zip(ds.samples, ds.matrices, strict=True)):
+        submit, revoke = plan(i, m, (s.planned_end - s.steps[:-1]) / HOUR)
+        k, revoked[i] = revocable_step(submit, revoke, s.succ_start, s.steps)
+        cost[i] = ds.cost_curve(i)[k]
+    return cost, revoked
+
+
+def pick_revoke_margin(
+    margins: Sequence[float | None], j_for: Callable[[float | None], tuple[np.ndarray, np.ndarray]]
+) -> tuple[float | None, dict[str, Any]]:
+    """The revocation margin of least mean J on the tuning split; ties go to never revoking,
+    then to the widest margin (fewest cancellations). Returns it and the metrics."""
+    runs = {m: j_for(m) for m in margins}
+    scores = {m: float(j.mean()) for m, (j, _n) in runs.items()}
+    best = min(margins, key=lambda m: (scores[m], m is not None, -(m or 0.0)))
+    return best, {
+        "tune_revoke_scores_mean_J_h": {
+            ("never" if m is None else f"{m:g}"): v for m, v in scores.items()
+        },
+        "tune_revocations": int(runs[best][1].sum()),
+    }
+
+
 def split_metrics(j_h: np.ndarray, ds: Dataset) -> dict[str, float]:
     reactive = np.array([ds.cost_curve(i)[-1] for i in range(len(ds.samples))])
     oracle = np.array([ds.cost_curve(i).min() for i in range(len(ds.samples))])
@@ -174,7 +208,13 @@ def tune_forecaster(
     """A fitted forecaster's decision constants, chosen on the tuning split: the quantile
     and band acted on (least mean J over a fixed grid), the quiet queue's own, and the
     conformal pad of its 90% interval. Returns (policy, params, metrics)."""
-    from mirage.learn.forecast import ForecastPolicy, conformal_pad, group_pads, pad_group
+    from mirage.learn.forecast import (
+        REVOKE_MARGINS_H,
+        ForecastPolicy,
+        conformal_pad,
+        group_pads,
+        pad_group,
+    )
 
     levels = model.levels
     q_tune = model.predict(tune.x)
@@ -200,21 +240,30 @@ def tune_forecaster(
     calm_act, calm = min(
         grid, key=lambda g: (quiet_scores[g], g != (act, band), g[0] != target, abs(g[1]))
     )
+
+    def plans_for(margin: float | None) -> tuple[np.ndarray, np.ndarray]:
+        p = ForecastPolicy(model, band * HOUR, act, kind, quiet_band_s=calm * HOUR,
+                           quiet_act=calm_act, revoke_margin_h=margin)  # fmt: skip
+        return walk_plans(lambda i, _m, left: p.plan(per_sample[i], left), tune)
+
+    # then whether, and how far too early, to revoke a pending pre-submission
+    revoke, revoke_metrics = pick_revoke_margin(REVOKE_MARGINS_H, plans_for)
     pad = conformal_pad(q_tune[:, 0], q_tune[:, -1], tune.wait_h)
     policy = ForecastPolicy(
         model, band * HOUR, act, kind, quiet_band_s=calm * HOUR, interval_pad=pad,
-        quiet_act=calm_act,
+        quiet_act=calm_act, revoke_margin_h=revoke,
     )  # fmt: skip
     mid = q_tune[:, policy.mid]
     pads = policy.interval_pads = group_pads(q_tune[:, 0], q_tune[:, -1], mid, tune.wait_h)
     stated = policy.interval_h(q_tune)
     group = pad_group(mid)
     metrics: dict[str, Any] = {
-        "tune": split_metrics(j_for(act, band, calm_act, calm), tune),
+        "tune": split_metrics(plans_for(revoke)[0], tune),
         "tune_scores_mean_J_h": {f"q{levels[a]:g} {b:+g}h": v for (a, b), v in scores.items()},
         "tune_quiet_scores_mean_J_h": {
             f"q{levels[a]:g} {b:+g}h": v for (a, b), v in quiet_scores.items()
         },
+        **revoke_metrics,
         "tune_interval_coverage_90_raw": coverage(q_tune[:, [0, -1]], tune.wait_h),
         "tune_interval_coverage_90": coverage(stated, tune.wait_h),
         "tune_interval_coverage_90_by_group": [
@@ -228,6 +277,7 @@ def tune_forecaster(
         "interval_pad": pad,
         "interval_pads": list(pads),
         "act": act,
+        "revoke_margin_h": revoke,
         "levels": list(levels),
         "alpha": alpha,
     }
@@ -238,9 +288,16 @@ def tune_agent(
     kind: str, model: Any, tune: Dataset, alpha: float
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """An agent's margin (:class:`mirage.learn.agents.AgentPolicy`), chosen on the tuning
-    split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest.
+    split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest;
+    then its revocation margin (:data:`mirage.learn.agents.REVOKE_MARGINS`).
     Returns (policy, params, metrics) like :func:`tune_forecaster`."""
-    from mirage.learn.agents import MARGINS, REWARD_SCALE, AgentPolicy, first_above
+    from mirage.learn.agents import (
+        MARGINS,
+        REVOKE_MARGINS,
+        REWARD_SCALE,
+        AgentPolicy,
+        first_above,
+    )
 
     plain = AgentPolicy(model, kind)
     per_sample = [plain.scores(m) for m in tune.matrices]
@@ -250,12 +307,24 @@ def tune_agent(
 
     scores = {m: float(j_for(m).mean()) for m in MARGINS}
     margin = min(MARGINS, key=lambda m: (scores[m], abs(m)))
+
+    def plans_for(revoke: float | None) -> tuple[np.ndarray, np.ndarray]:
+        p = AgentPolicy(model, kind, margin, revoke)
+        return walk_plans(lambda i, _m, _left: p.plan(per_sample[i]), tune)
+
+    revoke, revoke_metrics = pick_revoke_margin(REVOKE_MARGINS, plans_for)
     metrics = {
-        "tune": split_metrics(j_for(margin), tune),
+        "tune": split_metrics(plans_for(revoke)[0], tune),
         "tune_scores_mean_J_h": {f"margin {m:+g}": v for m, v in scores.items()},
+        **revoke_metrics,
     }
-    params = {"alpha": alpha, "reward_scale_h": REWARD_SCALE, "margin": margin}
-    return AgentPolicy(model, kind, margin), params, metrics
+    params = {
+        "alpha": alpha,
+        "reward_scale_h": REWARD_SCALE,
+        "margin": margin,
+        "revoke_margin": revoke,
+    }
+    return AgentPolicy(model, kind, margin, revoke), params, metrics
 
 
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:

@@ -4,6 +4,12 @@ At every decision step, for every tracked chain whose current segment runs and w
 successor is not yet submitted, a policy answers "submit the successor now, or wait",
 optionally with a predicted successor start and an interval. All pending transitions are
 decided in one batched call (one feature matrix, one model call).
+
+A policy may also **revoke** a pre-submission: asked again while the successor it had
+submitted still pends, it may find it far too early (the queue drained since). The daemon
+then cancels the pending successor (only while it pends: ``scancel --state=PENDING``) and
+asks again at the next steps, at most :data:`MAX_REVOCATIONS` times per transition.
+:func:`revocable_step` is that rule on a recorded sample, for evaluation and tuning.
 """
 
 from __future__ import annotations
@@ -103,3 +109,54 @@ class Policy(abc.ABC):
 
     def observe(self, ctx: DecisionContext) -> None:  # noqa: B027 - optional hook
         """Called once per decision step before ``decide`` (e.g. to track recent waits)."""
+
+    @property
+    def revocable(self) -> bool:
+        """Whether :meth:`revoke` can ever say yes (the daemon skips asking otherwise)."""
+        return False
+
+    def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
+        """For transitions whose successor was pre-submitted and still pends: cancel it now
+        (it would start far too early)? One answer per transition; by default never."""
+        return [False] * len(pending)
+
+
+#: Revocations of one transition's pre-submitted successor, at most: a forecaster that
+#: flip-flops must not churn the controller (each is a cancelled job in accounting).
+MAX_REVOCATIONS = 3
+
+
+def revocable_step(
+    submit: np.ndarray,
+    revoke: np.ndarray,
+    succ_start: np.ndarray,
+    steps: np.ndarray,
+    limit: int = MAX_REVOCATIONS,
+) -> tuple[int, int]:
+    """The step of the submission that stands, and the revocations before it, on a
+    recorded sample.
+
+    ``submit``/``revoke``: the policy's answers at each decision step (length K);
+    ``succ_start``: the successor's start if submitted at step k (length K + 1, the last
+    the planned end); ``steps``: the step times (K + 1). A submission at k can be revoked
+    at a later step j only while it still pends (``steps[j] < succ_start[k]``); the
+    outcome is the last submission's (a cancelled pending job is assumed not to have
+    changed the queue for others). K: never submitted, so at the planned end.
+    """
+    n_steps = len(submit)
+    hits = np.flatnonzero(submit)
+    if not len(hits):
+        return n_steps, 0
+    k, revoked = int(hits[0]), 0
+    while revoked < limit:
+        pends_until = int(np.searchsorted(steps[:n_steps], succ_start[k], side="left"))
+        late = np.flatnonzero(revoke[k + 1 : pends_until])
+        if not len(late):
+            break
+        revoked += 1
+        r = k + 1 + int(late[0])
+        again = np.flatnonzero(submit[r + 1 :])
+        if not len(again):
+            return n_steps, revoked
+        k = r + 1 + int(again[0])
+    return k, revoked

@@ -223,10 +223,12 @@ class SimSlurmClient(SlurmClient):
             comment=request.comment or "",
         )
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
         self._sync()
         for job_id in job_ids:
             try:
+                if pending_only and self.sim.view(job_id).state not in (None, JobState.PENDING):
+                    continue
                 self.sim.cancel(job_id)
             except SimError:
                 continue  # unknown ids are not an error (scancel's behaviour)
@@ -235,6 +237,8 @@ class SimSlurmClient(SlurmClient):
         self.signals.append((job_id, signal))
 
     def hold(self, job_ids: Sequence[str]) -> None:
+        """Hold pending jobs (a running one is left alone, and it is no error: Slurm
+        22.05's scontrol accepts it too)."""
         self._sync()
         for job_id in job_ids:
             self.sim.set_hold(job_id, True)

@@ -193,11 +193,13 @@ class CliSlurmClient(SlurmClient):
         )
         return parse_test_only(result.stderr)
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
         ids = [str(j) for j in job_ids]
         if not ids:
             return
-        result = self._run("scancel", ids, check=False)
+        # with a filter that matches none of the ids, scancel says so and exits 0
+        state = ["--state=PENDING"] if pending_only else []
+        result = self._run("scancel", [*state, *ids], check=False)
         if result.returncode == 0:
             return
         errors = [ln for ln in result.stderr.splitlines() if ln.strip()]

@@ -28,8 +28,10 @@ class SlurmClient(abc.ABC):
         """Submit a batch job and return its id."""
 
     @abc.abstractmethod
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        """Cancel jobs (unknown or finished ids are not an error)."""
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
+        """Cancel jobs (unknown or finished ids are not an error). ``pending_only``: only
+        those still pending (``scancel --state=PENDING``; filtered by scancel itself, so
+        hold the jobs first where a start in between must not be cancelled)."""
 
     @abc.abstractmethod
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:

@@ -138,7 +138,10 @@ class PyslurmClient(SlurmClient):
         except Exception as exc:
             raise SubmitError(["pyslurm.JobSubmitDescription.submit"], None, str(exc)) from exc
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
+        if pending_only:  # scancel's own state filter
+            self._cli.cancel(job_ids, pending_only=True)
+            return
         for job_id in job_ids:
             try:
                 self._pyslurm.Job(int(str(job_id).split("_")[0])).cancel()

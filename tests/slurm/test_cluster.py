@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mirage.daemon.revoke import HELD_REASONS
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import JobState, SlurmJob, SubmitRequest
 from tests.slurm.conftest import wait_for
@@ -188,33 +189,32 @@ def test_hold_update_release_signal_cancel(slurm: CliSlurmClient, jobdir: Path) 
     slurm.signal(job_id, "USR1")
     _wait_file(jobdir / f"got-{job_id}")  # it reached the batch shell
     assert slurm.queue().by_id()[job_id].state is JobState.RUNNING
+    _revocation(slurm, jobdir, running=job_id)
     slurm.cancel([job_id])
     wait_for(slurm, job_id, lambda j: j.state is JobState.CANCELLED, what="cancelled")
     slurm.cancel([job_id])  # already finished: not an error
 
 
-def test_show_partitions_nodes_config(slurm: CliSlurmClient) -> None:
-    parts = {p["PartitionName"]: p for p in slurm.show("partition")}
-    assert parts["gpu"]["MaxTime"] == "2-00:00:00"
-    assert parts["debug"]["MaxTime"] == "01:00:00"
-    nodes = slurm.show("node")
-    assert len(nodes) >= 4 and all(n["Gres"] == "gpu:a100:4" for n in nodes)
-    (config,) = slurm.show("config")
-    assert config["AccountingStoreFlags"] == "job_comment"
-    assert "bf_window=2880" in config["SchedulerParameters"]
-
-
-def test_zz_timeout_reaches_sacct(timeout_job: tuple[str, int], slurm: CliSlurmClient) -> None:
-    """Last in the module: the job was submitted at module start; TIMEOUT comes ~90 s later."""
-    job_id, submitted = timeout_job
-    deadline = time.monotonic() + 240
-    found: SlurmJob | None = None
-    while time.monotonic() < deadline:
-        found = {j.job_id: j for j in slurm.accounting(submitted - 5)}.get(job_id)
-        if found is not None and found.state.is_finished:
-            break
-        time.sleep(3)
-    assert found is not None
-    assert found.state is JobState.TIMEOUT, found
-    assert found.time_limit == 60
-    assert found.elapsed is not None and found.elapsed >= 60
+def _revocation(slurm: CliSlurmClient, jobdir: Path, running: str) -> None:
+    """What the daemon's revocation relies on (mirage/daemon/revoke.py): hold, then
+    ``scancel --state=PENDING``. A running job is held without error (priority 0) and not
+    cancelled; a release restores it. A pending job, held, is cancelled."""
+    slurm.hold([running])
+    slurm.cancel([running], pending_only=True)
+    time.sleep(1)
+    assert slurm.queue().by_id()[running].state is JobState.RUNNING
+    slurm.release([running])
+    assert slurm.queue().by_id()[running].priority not in (None, 0)
+    request = SubmitRequest(
+        script=b"#!/bin/bash\nsleep 1\n",
+        job_name=f"mirage-t-revoke-{tag()}",
+        time_limit=60,
+        dependency=f"afterok:{running}",  # pends while ``running`` runs
+    )
+    pending = submit(slurm, request, jobdir)
+    slurm.hold([pending])
+    held = slurm.queue().by_id()[pending]
+    # JobHeldAdmin when root holds it (this test), JobHeldUser when its owner does
+    assert held.state is JobState.PENDING and held.reason in HELD_REASONS
+    slurm.cancel([pending], pending_only=True)
+    wait_for(slurm, pending, lambda j: j.state is JobState.CANCELLED, what="revoked")

@@ -103,9 +103,9 @@ class FaultySim(SimSlurmClient):
         if self.handoff_exits:
             self.cancel([job_id])
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
         self._check_up("scancel")
-        super().cancel(job_ids)
+        super().cancel(job_ids, pending_only)
 
     def tokens(self) -> Counter[str]:
         """How many jobs carry each Mirage token (exactly once: all 1)."""

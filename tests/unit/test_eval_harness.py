@@ -99,8 +99,9 @@ def test_statistics() -> None:
     rng = np.random.default_rng(1)
     n = 60
     gap = np.concatenate([rng.uniform(0, 2 * H, 40), rng.uniform(3 * H, 11 * H, 20)])
-    react = Outcomes(np.zeros(n, np.int64), gap, np.zeros(n), gap)
-    half = Outcomes(np.zeros(n, np.int64), gap / 2, np.zeros(n), gap / 2)
+    none = np.zeros(n, np.int64)
+    react = Outcomes(none, gap, np.zeros(n), gap, none)
+    half = Outcomes(none, gap / 2, np.zeros(n), gap / 2, none)
     tab = table({"reactive": react, "half": half}, 0.5, boot=500)
     assert list(load_levels(np.array([0, 2 * H, 2 * H + 1, 13 * H]))) == [
         "low", "low", "medium", "heavy"]  # fmt: skip

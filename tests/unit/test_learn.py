@@ -187,6 +187,17 @@ def test_walking_decide_equals_the_batched_path(
         slow = walker.run(lambda policy=policy: policy)  # type: ignore[misc]
         fast = walker.run_batched(policy)
         assert np.array_equal(slow.step, fast.step)
+    # revocation: the daemon's revoke() at each step is the batched path's revoke mask
+    policy = ForecastPolicy(forest, 0.0, ACT, revoke_margin_h=0.0)
+    asked = 0
+    for s, ctxs, p, x in zip(walker.samples, walker.ctxs, walker.pending, walker.matrices,
+                             strict=True):  # fmt: skip
+        _submit, revoke = policy.plan_for(x, (s.planned_end - s.steps[:-1]) / H)
+        assert [policy.revoke(c, [p])[0] for c in ctxs] == revoke.tolist()
+        asked += int(revoke.sum())
+    assert asked > 0  # the check saw revocations
+    never = ForecastPolicy(forest, 0.0, ACT)
+    assert not never.revocable and not walker.run_batched(never).revoked.any()
 
 
 def test_quiet_queues_act_on_their_own_quantile(
@@ -360,6 +371,8 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         x = np.random.default_rng(1).normal(size=(20, len(DECISION_NAMES)))
         source = load_policy(old)[0]
         assert isinstance(policy, ForecastPolicy) and isinstance(source, ForecastPolicy)
+        assert "revoke_margin_h" in meta.params  # tuned (None: never revoke)
+        assert policy.revoke_margin_h == meta.params["revoke_margin_h"]
         assert np.array_equal(policy.forecaster.predict(x), source.forecaster.predict(x))
         if kind == "xgb":  # XGBoost's own format round-trips to the same bytes
             assert (new / name).read_bytes() == (old / name).read_bytes()
@@ -379,6 +392,8 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         source_agent = load_policy(src / "ls6" / kind)[0]
         assert isinstance(agent, AgentPolicy) and isinstance(source_agent, AgentPolicy)
         assert source_agent.margin == 0.0 and meta.params["margin"] == agent.margin
+        assert source_agent.revoke_margin is None  # training: the agent as trained
+        assert meta.params["revoke_margin"] == agent.revoke_margin
         assert np.array_equal(agent.scores(x), source_agent.scores(x))
         assert np.array_equal(agent.actions(x), (agent.scores(x) > agent.margin).astype(int))
     only_xgb = tmp_path / "only-xgb"

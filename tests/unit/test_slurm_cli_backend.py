@@ -244,6 +244,12 @@ def test_cancel_signal_hold_release_update() -> None:
             returncode=1,
             stderr="scancel: error: Unable to contact slurm controller (connect failure)\n",
         ),
+        # a revocation's cancel: scancel filters on the state, says so when none match
+        Step(
+            ["scancel", "--state=PENDING", "8"],
+            stderr="scancel: error: No active jobs match ALL job filters, including: "
+            "state=PENDING \n",
+        ),
         Step(["scancel", "--signal=USR1", "--batch", "8"]),
         Step(["scancel", "--signal=TERM", "8"]),
         Step(["scontrol", "hold", "13,14"]),
@@ -261,6 +267,7 @@ def test_cancel_signal_hold_release_update() -> None:
     c.cancel(["999"])  # unknown / finished: not an error
     with pytest.raises(SlurmUnreachableError):
         c.cancel(["7"])
+    c.cancel(["8"], pending_only=True)
     c.signal("8", "USR1")
     c.signal("8", "TERM", batch_only=False)
     c.hold(["13", "14"])

@@ -1,0 +1,182 @@
+"""Revocable pre-submission: cancel a pending successor that a policy finds far too early.
+
+A pre-submitted successor waits in the queue while its predecessor runs. When the queue
+drains faster than the policy forecast, the successor would start long before the
+predecessor ends (overlap: GPUs held twice). A policy that can revoke
+(:attr:`mirage.policy.base.Policy.revocable`) is asked each cycle about every chain whose
+pre-submitted successor still pends; where it says so, the daemon cancels the successor,
+and the chain is back to "no successor yet": the policy is asked to pre-submit again at
+the next cycles, as usual.
+
+Never cancel a job that has started, never lose one, never submit twice:
+
+1. **Intent first.** ``revoke_at`` is committed on the segment (and a ``revoke.intent``
+   event) before any Slurm call. A crash after it leaves a marked segment that the next
+   cycles finish or undo.
+2. **Hold, then cancel only if pending.** ``scontrol hold`` stops a pending job from
+   starting; then ``scancel --state=PENDING`` cancels it only if it still pends. scancel
+   filters on the state itself, client side, so without the hold a job could start
+   between its check and the kill; once held, it cannot. A job that started before the
+   hold is left running (Slurm 22.05 accepts the hold of a running job, with rc 0, and
+   sets its priority to 0: ``tests/slurm/test_cluster.py`` checks both): the next poll
+   shows it running, the daemon releases it (so that a requeue would not leave it held)
+   and it is a normal successor again.
+3. **Settled by Slurm's word.** The segment is finished as ``REVOKED`` only once squeue or
+   sacct shows the job CANCELLED; until then the chain has two live segments and gets no
+   new submission (:meth:`mirage.daemon.core.Daemon._next_want`).
+4. **Predecessor ended first.** If the predecessor ends while a marked successor still
+   pends (a crash between hold and cancel, or a failed scancel), the successor is released
+   and kept: it has queued longer than any new submission would.
+5. **Bounded.** At most :data:`mirage.policy.base.MAX_REVOCATIONS` per transition.
+
+A pending job that Mirage cancelled is still one job record in accounting (CANCELLED,
+never started), the price of a revocation on the controller's side.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from mirage.daemon.store import Chain, Segment, event_row
+from mirage.policy.base import MAX_REVOCATIONS, DecisionContext, PendingTransition, Policy
+from mirage.slurm.types import JobState, QueueSnapshot, SlurmError
+
+if TYPE_CHECKING:
+    from mirage.daemon.core import CycleReport, Daemon
+
+log = logging.getLogger(__name__)
+
+#: The event committed before the hold and scancel of a revocation.
+REVOKE_INTENT = "revoke.intent"
+#: A revoked segment's outcome.
+REVOKED = "REVOKED"
+#: Slurm's reasons for a held job (squeue %r).
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
+
+
+@dataclass
+class Revocable:
+    """A chain whose pre-submitted successor still pends while its predecessor runs."""
+
+    chain: Chain
+    succ: Segment
+    pending: PendingTransition  # the transition, as the policy saw it when submitting
+
+
+def settle(d: Daemon, s: Session, seg: Segment, now: int) -> bool:
+    """After a poll, a segment marked for revocation: finished as REVOKED once Slurm shows
+    it cancelled (True); released and unmarked if it started first. Pending or unknown:
+    unchanged."""
+    state = JobState(seg.job_state) if seg.missing_since is None and seg.job_state else None
+    if state is JobState.CANCELLED:
+        d.metrics.revocations.inc()
+        seg.finished = True
+        seg.outcome = REVOKED
+        seg.transition_recorded = True  # no transition: it never ran for the chain
+        chain = s.get(Chain, seg.chain_id)
+        if chain is not None:
+            chain.next_index = min(chain.next_index, seg.index)  # its index is free again
+            chain.updated_at = now
+        s.add(event_row(now, "segment.revoked", seg.chain_id, "cancelled while pending",
+                        job_id=seg.job_id, index=seg.index))  # fmt: skip
+        return True
+    if state is not None and state not in (JobState.PENDING, JobState.UNKNOWN):
+        # it started before the hold: the successor after all. Undo the hold (priority 0)
+        chain = s.get(Chain, seg.chain_id)
+        if state is JobState.RUNNING and chain is not None:
+            try:
+                d.action_clients(chain).release([seg.job_id])
+            except SlurmError as exc:  # still marked: tried again next cycle
+                s.add(event_row(now, "release.failed", seg.chain_id, str(exc), job_id=seg.job_id))
+                return False
+        seg.revoke_at = None
+        s.add(event_row(now, "revoke.too_late", seg.chain_id, f"{state.value} before the hold",
+                        job_id=seg.job_id))  # fmt: skip
+    return False
+
+
+def revocations(s: Session, chain_id: str, index: int) -> int:
+    """How many successors of this transition were revoked already."""
+    n = s.scalar(
+        select(func.count())
+        .select_from(Segment)
+        .where(Segment.chain_id == chain_id, Segment.index == index, Segment.outcome == REVOKED)
+    )
+    return int(n or 0)
+
+
+def act(
+    d: Daemon,
+    s: Session,
+    *,
+    now: int,
+    snapshot: QueueSnapshot,
+    candidates: list[Revocable],
+    report: CycleReport,
+) -> None:
+    """Finish interrupted revocations; ask the policies about the others (one batched
+    call per policy) and revoke where they say so."""
+    ask: dict[str, tuple[Policy, list[Revocable]]] = {}
+    for c in candidates:
+        if c.succ.revoke_at is not None:
+            cancel(d, s, c.chain, c.succ, now=now, report=report, why="an interrupted revocation")
+            continue
+        label, policy = d.policy_for(c.chain.partition)
+        if not d.cfg.revoke or not policy.revocable:
+            continue
+        if revocations(s, c.chain.id, c.succ.index) >= MAX_REVOCATIONS:
+            continue
+        ask.setdefault(label, (policy, []))[1].append(c)
+    for label, (policy, group) in ask.items():
+        ctx = DecisionContext(now=now, snapshot=snapshot, profile=d.profile)  # type: ignore[arg-type]
+        answers = policy.revoke(ctx, [c.pending for c in group])
+        for c, yes in zip(group, answers, strict=True):
+            if yes:
+                why = f"{label}: too early, {c.pending.remaining(now) / 3600:.2f} h left"
+                cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
+
+
+def cancel(
+    d: Daemon, s: Session, chain: Chain, succ: Segment, *, now: int, report: CycleReport, why: str
+) -> None:
+    """Record the intent (committed), hold the job, cancel it if it still pends."""
+    if succ.revoke_at is None:
+        succ.revoke_at = now
+        s.add(event_row(now, REVOKE_INTENT, chain.id, why, job_id=succ.job_id, index=succ.index))
+        s.commit()
+    client = d.action_clients(chain)
+    try:
+        client.hold([succ.job_id])
+    except SlurmError as exc:  # the next cycle tries again while it pends
+        log.info("revocation of %s: hold failed: %s", succ.job_id, exc)
+        s.add(event_row(now, "revoke.failed", chain.id, str(exc), job_id=succ.job_id))
+        return
+    try:
+        client.cancel([succ.job_id], pending_only=True)
+    except SlurmError as exc:  # held, so it cannot start: the next cycle cancels again
+        log.warning("revocation of %s: scancel failed: %s", succ.job_id, exc)
+        s.add(event_row(now, "revoke.failed", chain.id, str(exc), job_id=succ.job_id))
+        return
+    # counted when the next poll shows it cancelled (it may have started before the hold)
+    report.revoked.append(succ.job_id)
+    s.add(event_row(now, "revoke", chain.id, why, job_id=succ.job_id, index=succ.index))
+
+
+def keep(d: Daemon, s: Session, chain: Chain, succ: Segment, now: int) -> None:
+    """The predecessor ended while its successor, marked for revocation, still pends:
+    keep the successor (release it if held: it has queued longer than a new one would)."""
+    if succ.reason in HELD_REASONS:
+        try:
+            d.action_clients(chain).release([succ.job_id])
+        except SlurmError as exc:  # still marked and held: tried again next cycle
+            log.warning("release of %s failed: %s", succ.job_id, exc)
+            s.add(event_row(now, "release.failed", chain.id, str(exc), job_id=succ.job_id))
+            return
+    succ.revoke_at = None
+    s.add(event_row(now, "revoke.kept", chain.id, "the predecessor ended first",
+                    job_id=succ.job_id))  # fmt: skip
