@@ -14,7 +14,9 @@ class NullSlurmClient(SlurmClient):
     def queue(self) -> QueueSnapshot:
         raise NotImplementedError
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         raise NotImplementedError
 
     def submit(self, request: SubmitRequest) -> str:

@@ -289,7 +289,7 @@ class Daemon:
             snapshot = self.client.queue()
             report.slurm_reads += 1
             self.metrics.slurm_commands.labels("sacct").inc()
-            accounting = self.client.accounting(since)
+            accounting = self.client.accounting(since, every_state=True)
         except SlurmError as exc:
             kind = (
                 "unreachable"

@@ -87,7 +87,9 @@ class HandoffSimClient(SimSlurmClient):
         super().signal(job_id, signal, batch_only)
         self.cancel([job_id])
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         """``SimSlurmClient.accounting``'s answer, without a view of every job ever run.
 
         A replay holds months of finished trace jobs; building each one's view every

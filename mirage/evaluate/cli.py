@@ -185,11 +185,11 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     methods: list[str],
     kw: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    from mirage.evaluate.harness import Walker, tune
+    from mirage.evaluate.harness import BASELINES, LEARNED, ORACLE, Walker, tune
     from mirage.evaluate.harness import evaluate as run_methods
     from mirage.evaluate.probes import generate
-    from mirage.evaluate.report import plots, render, to_json
-    from mirage.evaluate.stats import level_counts, table
+    from mirage.evaluate.report import plots, render, render_head_to_head, to_json
+    from mirage.evaluate.stats import head_to_head, level_counts, table
     from mirage.learn.dataset import generate_features
     from mirage.profile.schema import load_profile
 
@@ -226,6 +226,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         tuned_params, tuned_scores = tuned.params, tuned.scores
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
+    baselines = [m for m in BASELINES if m != ORACLE]
+    h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
@@ -246,11 +248,12 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "tuned": tuned_params,
         "tuning_scores_mean_J_s": tuned_scores,
         "table": to_json(tab),
+        "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     stated = {m: c for m, c in cover.items() if c is not None}
-    text = render(tab, title)
+    text = render(tab, title) + (render_head_to_head(h2h) if h2h else "")
     if stated:
         entry["interval_coverage_90"] = stated
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from mirage.evaluate.harness import Outcomes
-from mirage.evaluate.stats import LEVELS, METRICS, MIN_N, Cell, load_levels
+from mirage.evaluate.stats import LEVELS, METRICS, MIN_N, Cell, HeadToHead, load_levels
 
 SHORT = {
     "mean_J_h": "J h",
@@ -47,6 +47,14 @@ def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "")
         lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for r in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines)
+
+
+def render_head_to_head(h2h: Mapping[str, HeadToHead]) -> str:
+    """One line per level: best learned vs best baseline, the paired difference."""
+    lines = ["\nbest learned against best non-oracle baseline (paired difference of mean J, h):"]
+    for level, h in h2h.items():
+        lines.append(f"  [{level}] {h.learned} - {h.baseline}: {_fmt(h.diff)}  {h.verdict}")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ its interval's bound. "Removed" is the share of reactive's J removed,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,3 +132,59 @@ def _removed(j: np.ndarray, base: np.ndarray, idx: np.ndarray, n: int) -> Cell:
 def level_counts(results: Mapping[str, Outcomes], reactive: str = "reactive") -> dict[str, int]:
     levels = load_levels(results[reactive].gap)
     return {lv: int((levels == lv).sum()) for lv in ("low", "medium", "heavy")}
+
+
+@dataclass
+class HeadToHead:
+    """The best learned method against the best non-oracle baseline at one load level."""
+
+    learned: str
+    baseline: str
+    diff: Cell  # mean J (hours), learned minus baseline, paired over the same samples
+
+    @property
+    def verdict(self) -> str:
+        if self.diff.hi < 0:
+            return "better"
+        if self.diff.lo > 0:
+            return "worse"
+        return "tie"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"learned": self.learned, "baseline": self.baseline,
+                "diff_mean_J_h": self.diff.as_dict(), "verdict": self.verdict}  # fmt: skip
+
+
+def head_to_head(
+    results: Mapping[str, Outcomes],
+    alpha: float,
+    learned: Sequence[str],
+    baselines: Sequence[str],
+    *,
+    reactive: str = "reactive",
+    boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, HeadToHead]:
+    """Per level with n >= MIN_N (and all samples): the learned and the baseline method of
+    least mean J among those in ``results``, and the bootstrap of the mean of their
+    per-sample difference. Paired: both ran on the same transitions, so the interval is
+    far narrower than the two methods' own intervals side by side, and it is what says
+    whether one beats the other. (Both are picked as the best on this split: the verdict
+    is for the best of each family, not for a method named in advance.)"""
+    mine = [m for m in learned if m in results]
+    theirs = [m for m in baselines if m in results]
+    if not mine or not theirs:
+        return {}
+    levels = load_levels(results[reactive].gap)
+    out: dict[str, HeadToHead] = {}
+    for level in LEVELS:
+        mask = np.ones(levels.size, bool) if level == "all" else levels == level
+        n = int(mask.sum())
+        if n == 0 or (level != "all" and n < MIN_N):
+            continue
+        j = {m: results[m].cost(alpha)[mask] / HOUR for m in (*mine, *theirs)}
+        a = min(mine, key=lambda m: float(j[m].mean()))
+        b = min(theirs, key=lambda m: float(j[m].mean()))
+        idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
+        out[level] = HeadToHead(a, b, Cell(*_boot(j[a] - j[b], idx, _mean), n))
+    return out

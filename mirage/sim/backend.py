@@ -118,8 +118,11 @@ class SimSlurmClient(SlurmClient):
         jobs.sort(key=lambda j: int(j.job_id))
         return QueueSnapshot(taken_at=sim.now, jobs=tuple(jobs), slurm_version="sim")
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
-        """Jobs submitted by ``end`` that had not finished before ``start`` (as sacct -S -E)."""
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        """Jobs submitted by ``end`` that had not finished before ``start`` (as sacct -S -E;
+        held or not: the simulator's answer is always ``every_state``'s)."""
         self._sync()
         upto = self.sim.now if end is None else end
         out = []

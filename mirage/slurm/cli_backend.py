@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 SHOW_KINDS = frozenset({"partition", "node", "config", "job", "reservation"})
 
 # scancel on a finished or unknown job: not an error for cancel()
+#: Every state sacct 22.05 selects on (COMPLETING is not accounted: "not supported").
+ACCOUNTED_STATES = "PD,R,S,CD,CA,F,TO,NF,PR,OOM,DL,BF,RQ,RS,RV"
+
 _CANCEL_HARMLESS = (
     "invalid job id specified",
     "already completing or completed",
@@ -159,9 +162,13 @@ class CliSlurmClient(SlurmClient):
         result = self._run("squeue", ["--json"])
         return parse_squeue_json(result.stdout, taken_at=taken_at)
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         stop = int(self._clock()) if end is None else end
         args = ["--json", "-a", "-X", "-S", format_time(start), "-E", format_time(stop)]
+        if every_state:
+            args += ["-s", ACCOUNTED_STATES]
         result = self._run("sacct", args, timeout=self.accounting_timeout)
         return parse_sacct_json(result.stdout)
 

@@ -20,8 +20,16 @@ class SlurmClient(abc.ABC):
         """Every job the controller holds, from one batched call."""
 
     @abc.abstractmethod
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
-        """Jobs in accounting active between ``start`` and ``end`` (epoch s; ``None`` = now)."""
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        """Jobs in accounting active between ``start`` and ``end`` (epoch s; ``None`` = now).
+
+        sacct selects the jobs that were *eligible* in the window; a job that never was
+        (held, then cancelled while pending) is then missing. ``every_state``: select by
+        every accounted state instead (``sacct -s PD,R,…``), which finds it too: the
+        daemon's poll, for which a cancelled successor must never stay unaccounted for.
+        """
 
     @abc.abstractmethod
     def submit(self, request: SubmitRequest) -> str:

@@ -104,7 +104,11 @@ class PyslurmClient(SlurmClient):
             taken_at=taken_at, jobs=tuple(_job_from_pyslurm(j) for j in jobs.values())
         )
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        if every_state:  # sacct's own state selection
+            return self._cli.accounting(start, end, every_state=True)
         db = self._pyslurm.db
         try:
             found = db.Jobs.load(db.JobFilter(start_time=start, end_time=end or int(time.time())))

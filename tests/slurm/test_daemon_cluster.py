@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,10 @@ from mirage.daemon.config import Config, DaemonSection, PolicySection, SlurmSect
 from mirage.daemon.core import Daemon, register_chain
 from mirage.daemon.identity import action_clients
 from mirage.daemon.store import Chain, ChainState, Event, Segment, Store, new_chain_id
+from mirage.policy.base import DecisionContext, PendingTransition
+from mirage.policy.simple import FixedLeadPolicy
 from mirage.slurm.cli_backend import CliSlurmClient
+from mirage.slurm.types import JobState
 
 SCRIPT = b"""#!/bin/bash
 #SBATCH --output=slurm-%j.out
@@ -86,6 +90,87 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
     ]
     mine = {f"mirage:{g.token}" for g in segs}
     assert mine <= set(tokens) and all(tokens.count(t) == 1 for t in mine)
+
+
+class RevokeOnce(FixedLeadPolicy):
+    """Fixed lead, and "revoke" the first time it is asked about a pending pre-submission
+    (stands for a trained policy that finds it far too early)."""
+
+    name = "revoke-once"
+
+    def __init__(self, lead_s: int) -> None:
+        super().__init__(lead_s)
+        self.revoked = False
+
+    @property
+    def revocable(self) -> bool:
+        return True
+
+    def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
+        answer, self.revoked = not self.revoked, True
+        return [answer] * len(pending)
+
+
+def test_revoked_presubmission_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
+    """Partition "debug" is one node of four GPUs and each segment takes all four: the
+    pre-submitted successor pends while its predecessor runs. The policy revokes it once:
+    the daemon holds and cancels it (never started, CANCELLED in sacct), pre-submits a new
+    one, which starts when the predecessor times out."""
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    cfg = Config(
+        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
+                             min_segment_s=30, sacct_overlap_s=120, run_as_owner="never"),
+        slurm=SlurmSection(timeout_s=60),
+        policy=PolicySection(default="fixed-lead", lead_s=50),
+    )  # fmt: skip
+    chain = Chain(
+        id=new_chain_id(), name="revoke", cluster="", owner="root", uid=os.getuid(),
+        gid=os.getgid(), groups=[], state=ChainState.ACTIVE, reason="", script=SCRIPT,
+        script_sha256=hashlib.sha256(SCRIPT).hexdigest(), script_path="inline",
+        chdir=str(jobdir), export="NONE", environment={}, sbatch_args=[], partition="debug",
+        time_limit_s=60, nodes=1, gpus_per_node=4, gres="gpu:4", segments_target=2,
+        until_file=None, trained_s=0, next_index=0, policy="", rejections=0,
+    )  # fmt: skip
+    register_chain(store, chain, int(time.time()), first_intent=False)
+    client = CliSlurmClient(timeout=60.0)
+    policy = RevokeOnce(50)
+    d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg),
+               policies={"fixed-lead": policy})  # fmt: skip
+    started = int(time.time())
+    deadline = time.monotonic() + 420
+    try:
+        while time.monotonic() < deadline:
+            d.cycle(int(time.time()))
+            with store.sessions() as s:
+                c = s.get(Chain, chain.id)
+                assert c is not None
+                if c.state is not ChainState.ACTIVE:
+                    break
+            time.sleep(5)
+    finally:
+        with store.sessions() as s:
+            live = [g.job_id for g in s.scalars(select(Segment).where(Segment.finished.is_(False)))]
+        if live:
+            client.cancel(live)
+    with store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        segs = list(s.scalars(select(Segment).where(Segment.chain_id == chain.id)
+                              .order_by(Segment.id)))  # fmt: skip
+        kinds = [e.kind for e in s.scalars(select(Event).order_by(Event.id))]
+    assert c is not None and c.state is ChainState.COMPLETED, (c and c.reason, kinds)
+    assert [g.outcome for g in segs] == ["CONTINUE", "REVOKED", "CONTINUE"], kinds
+    first, revoked, succ = segs
+    assert revoked.index == succ.index == 1 and succ.submitted_at > revoked.submitted_at
+    assert succ.start is not None and first.end is not None and succ.start >= first.end
+    # held, then cancelled: never eligible, so sacct's window leaves it out unless it
+    # selects by state, as the daemon's poll does
+    plain = {j.job_id for j in client.accounting(started - 60)}
+    records = {j.job_id: j for j in client.accounting(started - 60, every_state=True)}
+    assert revoked.job_id not in plain and first.job_id in plain
+    assert records[revoked.job_id].state is JobState.CANCELLED
+    assert records[revoked.job_id].start is None  # cancelled while pending: never ran
+    assert d.metrics.value("mirage_revocations_total") == 1
+    assert kinds.index("revoke.intent") < kinds.index("revoke") < kinds.index("segment.revoked")
 
 
 pytestmark = pytest.mark.slurm

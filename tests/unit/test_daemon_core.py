@@ -375,11 +375,13 @@ SACCT_EMPTY = (
 class EmptySacct(FaultySim):
     """slurmdbd has nothing yet for the first 5 minutes (then the simulator's records)."""
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         if self.sim.now < 300:
             self.reads["sacct"] += 1
             return parse_sacct_json(SACCT_EMPTY)  # what CliSlurmClient returns for it
-        return super().accounting(start, end)
+        return super().accounting(start, end, every_state)
 
 
 def test_empty_sacct_window_is_not_a_failed_poll(tmp_path: Path) -> None:

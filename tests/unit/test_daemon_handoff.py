@@ -118,8 +118,10 @@ class FailsOnSignal(FaultySim):
         snap = super().queue()
         return dataclasses.replace(snap, jobs=tuple(self._failed(j) for j in snap.jobs))
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
-        return [self._failed(j) for j in super().accounting(start, end)]
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        return [self._failed(j) for j in super().accounting(start, end, every_state)]
 
 
 class CrashAfterSignal(Daemon):

@@ -73,10 +73,12 @@ class FaultySim(SimSlurmClient):
             return job
         return dataclasses.replace(job, state=JobState.PENDING, reason="BeginTime", end=None)
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         self.reads["sacct"] += 1
         self._check_up("sacct")
-        jobs = self._timed(lambda: super(FaultySim, self).accounting(start, end))
+        jobs = self._timed(lambda: super(FaultySim, self).accounting(start, end, every_state))
         return [self._requeue(j) for j in jobs]
 
     def submit(self, request: SubmitRequest) -> str:

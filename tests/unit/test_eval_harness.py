@@ -11,7 +11,7 @@ from mirage.evaluate import probes
 from mirage.evaluate.harness import BASELINES, ORACLE, Walker, curve_cost, evaluate, tune
 from mirage.evaluate.probes import SampleResult, generate, probe_sample
 from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
-from mirage.evaluate.stats import load_levels, table
+from mirage.evaluate.stats import head_to_head, load_levels, table
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.sim import JobSpec, Simulation
 
@@ -112,6 +112,24 @@ def test_statistics() -> None:
     assert j.lo <= j.value <= j.hi and j.n == n
     assert tab["reactive"]["low"]["mean_J_h"].n == 40
     assert tab["reactive"]["heavy"]["mean_J_h"].n == 0
+    # head to head, paired: "half" beats reactive by half its gap on every sample
+    noisy = Outcomes(none, gap + np.abs(rng.normal(0, 0.01 * H, n)), np.zeros(n), gap, none)
+    runs = {"reactive": react, "half": half, "noisy": noisy}
+    h2h = head_to_head(runs, 0.5, ["half"], ["reactive", "noisy"], boot=500)
+    assert set(h2h) == {"all", "low"}  # medium has 20 samples: does not count
+    assert (h2h["all"].learned, h2h["all"].baseline, h2h["all"].verdict) == (
+        "half",
+        "reactive",
+        "better",
+    )
+    assert h2h["all"].diff.value == pytest.approx(-gap.mean() / 2 / H)
+    # a hair worse on every sample: side by side their intervals overlap; paired, it shows
+    hair = head_to_head(runs, 0.5, ["noisy"], ["reactive"], boot=500)["all"]
+    assert hair.verdict == "worse" and 0 < hair.diff.lo <= hair.diff.value <= hair.diff.hi
+    side = table({"reactive": react, "noisy": noisy}, 0.5, boot=500)
+    assert side["noisy"]["all"]["mean_J_h"].lo < side["reactive"]["all"]["mean_J_h"].hi
+    same = head_to_head({"reactive": react, "copy": react}, 0.5, ["copy"], ["reactive"])
+    assert same["all"].verdict == "tie" and same["all"].diff.value == 0.0
 
 
 def test_probes_on_a_dask_cluster(

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mirage.slurm.cli_backend import CliSlurmClient, format_time, format_time_limit
+from mirage.slurm.cli_backend import (
+    ACCOUNTED_STATES,
+    CliSlurmClient,
+    format_time,
+    format_time_limit,
+)
 from mirage.slurm.run import CommandResult
 from mirage.slurm.types import (
     JobState,
@@ -96,14 +101,18 @@ def test_accounting_window_and_flags() -> None:
     conv = Conversation(
         Step([*argv, format_time(NOW)], stdout=recorded("sacct-X.json")),
         Step([*argv, "2026-11-25T23:24:17"], stdout=recorded("sacct-v0.0.41-synthetic.json")),
+        # the daemon's poll: by every accounted state, so that a job that was never
+        # eligible (held, then cancelled while pending) is not missed
+        Step([*argv, format_time(NOW), "-s", ACCOUNTED_STATES], stdout=recorded("sacct-X.json")),
     )
     c = client(conv, accounting_timeout=99.0)
     jobs = {j.job_id: j for j in c.accounting(start)}
     assert jobs["1"].state is JobState.TIMEOUT
     jobs = {j.job_id: j for j in c.accounting(start, 1_795_649_057)}
     assert jobs["3"].exit_code == 3
+    assert c.accounting(start, every_state=True)
     conv.done()
-    assert conv.timeouts == [99.0, 99.0]
+    assert conv.timeouts == [99.0, 99.0, 99.0]
 
 
 def test_accounting_slurmdbd_down() -> None:

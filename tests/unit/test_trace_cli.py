@@ -59,7 +59,9 @@ class FakeClient(NullSlurmClient):
         self.calls: list[tuple[int, int | None]] = []
         self.fail = fail
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
         self.calls.append((start, end))
         if self.fail:
             raise SlurmError(["sacct"], 1, "sacct: error: slurmdbd unreachable")
