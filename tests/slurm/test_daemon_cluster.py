@@ -34,6 +34,40 @@ wait
 """
 
 
+def one_minute_chain(store: Store, jobdir: Path, name: str, partition: str, gpus: int) -> Chain:
+    """A registered chain of two 1-minute segments on one node, the caller's own."""
+    chain = Chain(
+        id=new_chain_id(), name=name, cluster="", owner="root", uid=os.getuid(),
+        gid=os.getgid(), groups=[], state=ChainState.ACTIVE, reason="", script=SCRIPT,
+        script_sha256=hashlib.sha256(SCRIPT).hexdigest(), script_path="inline",
+        chdir=str(jobdir), export="NONE", environment={}, sbatch_args=[], partition=partition,
+        time_limit_s=60, nodes=1, gpus_per_node=gpus, gres=f"gpu:{gpus}", segments_target=2,
+        until_file=None, trained_s=0, next_index=0, policy="", rejections=0,
+    )  # fmt: skip
+    register_chain(store, chain, int(time.time()), first_intent=False)
+    return chain
+
+
+def run_until_done(d: Daemon, store: Store, chain_id: str, client: CliSlurmClient) -> None:
+    """Cycle every 5 s until the chain ends (7 minutes at most); cancel what is left."""
+    deadline = time.monotonic() + 420
+    try:
+        while time.monotonic() < deadline:
+            report = d.cycle(int(time.time()))
+            assert report.slurm_reads in (0, 2)
+            with store.sessions() as s:
+                c = s.get(Chain, chain_id)
+                assert c is not None
+                if c.state is not ChainState.ACTIVE:
+                    break
+            time.sleep(5)
+    finally:
+        with store.sessions() as s:
+            live = [g.job_id for g in s.scalars(select(Segment).where(Segment.finished.is_(False)))]
+        if live:
+            client.cancel(live)
+
+
 def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
     cfg = Config(
@@ -48,33 +82,10 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
         slurm=SlurmSection(timeout_s=60),
         policy=PolicySection(default="fixed-lead", lead_s=40),
     )
-    chain = Chain(
-        id=new_chain_id(), name="e2e", cluster="", owner="root", uid=os.getuid(),
-        gid=os.getgid(), groups=[], state=ChainState.ACTIVE, reason="", script=SCRIPT,
-        script_sha256=hashlib.sha256(SCRIPT).hexdigest(), script_path="inline",
-        chdir=str(jobdir), export="NONE", environment={}, sbatch_args=[], partition="gpu",
-        time_limit_s=60, nodes=1, gpus_per_node=1, gres="gpu:1", segments_target=2,
-        until_file=None, trained_s=0, next_index=0, policy="", rejections=0,
-    )  # fmt: skip
-    register_chain(store, chain, int(time.time()), first_intent=False)
+    chain = one_minute_chain(store, jobdir, "e2e", "gpu", gpus=1)
     client = CliSlurmClient(timeout=60.0)
     d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg))
-    deadline = time.monotonic() + 420
-    try:
-        while time.monotonic() < deadline:
-            report = d.cycle(int(time.time()))
-            assert report.slurm_reads in (0, 2)
-            with store.sessions() as s:
-                c = s.get(Chain, chain.id)
-                assert c is not None
-                if c.state is not ChainState.ACTIVE:
-                    break
-            time.sleep(5)
-    finally:
-        with store.sessions() as s:
-            live = [g.job_id for g in s.scalars(select(Segment).where(Segment.finished.is_(False)))]
-        if live:
-            client.cancel(live)
+    run_until_done(d, store, chain.id, client)
     with store.sessions() as s:
         c = s.get(Chain, chain.id)
         segs = list(s.scalars(select(Segment).order_by(Segment.index)))
@@ -123,35 +134,13 @@ def test_revoked_presubmission_on_real_slurm(tmp_path: Path, jobdir: Path) -> No
         slurm=SlurmSection(timeout_s=60),
         policy=PolicySection(default="fixed-lead", lead_s=50),
     )  # fmt: skip
-    chain = Chain(
-        id=new_chain_id(), name="revoke", cluster="", owner="root", uid=os.getuid(),
-        gid=os.getgid(), groups=[], state=ChainState.ACTIVE, reason="", script=SCRIPT,
-        script_sha256=hashlib.sha256(SCRIPT).hexdigest(), script_path="inline",
-        chdir=str(jobdir), export="NONE", environment={}, sbatch_args=[], partition="debug",
-        time_limit_s=60, nodes=1, gpus_per_node=4, gres="gpu:4", segments_target=2,
-        until_file=None, trained_s=0, next_index=0, policy="", rejections=0,
-    )  # fmt: skip
-    register_chain(store, chain, int(time.time()), first_intent=False)
+    chain = one_minute_chain(store, jobdir, "revoke", "debug", gpus=4)
     client = CliSlurmClient(timeout=60.0)
     policy = RevokeOnce(50)
     d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg),
                policies={"fixed-lead": policy})  # fmt: skip
     started = int(time.time())
-    deadline = time.monotonic() + 420
-    try:
-        while time.monotonic() < deadline:
-            d.cycle(int(time.time()))
-            with store.sessions() as s:
-                c = s.get(Chain, chain.id)
-                assert c is not None
-                if c.state is not ChainState.ACTIVE:
-                    break
-            time.sleep(5)
-    finally:
-        with store.sessions() as s:
-            live = [g.job_id for g in s.scalars(select(Segment).where(Segment.finished.is_(False)))]
-        if live:
-            client.cancel(live)
+    run_until_done(d, store, chain.id, client)
     with store.sessions() as s:
         c = s.get(Chain, chain.id)
         segs = list(s.scalars(select(Segment).where(Segment.chain_id == chain.id)

@@ -157,18 +157,25 @@ def test_a_started_successor_is_never_cancelled(tmp_path: Path) -> None:
     assert d.metrics.value("mirage_revocations_total") == 0
 
 
-def test_crash_before_the_hold_finishes_the_revocation_after_restart(tmp_path: Path) -> None:
-    store, sim, chain, cfg, _policy, first = setup(tmp_path, until=3100, sim=CrashySim(
-        make_sim().sim), busy=3500)  # fmt: skip
+def crashed_at(tmp_path: Path, point: str, busy: int = 3300) -> tuple:  # type: ignore[type-arg]
+    """A daemon pre-submits at 3000 and is killed at ``point`` of its revocation at 3060."""
+    store, sim, chain, cfg, _policy, first = setup(
+        tmp_path, until=3100, sim=CrashySim(make_sim().sim), busy=busy
+    )
     run_cycles([first], sim, 0, 3000)
     sim.advance_to(3060)
-    sim.crash = "hold"
+    sim.crash = point
     try:
         first.cycle(3060)
     except Crash:
         pass
     else:
         raise AssertionError("the cycle should have crashed")
+    return store, sim, chain, cfg
+
+
+def test_crash_before_the_hold_finishes_the_revocation_after_restart(tmp_path: Path) -> None:
+    store, sim, chain, cfg = crashed_at(tmp_path, "hold", busy=3500)
     marked = segments_of(store, chain.id)[1]
     assert marked.revoke_at == 3060  # the intent was committed before the hold
     # the restarted daemon's policy no longer wants to revoke: the intent is still honoured
@@ -184,17 +191,7 @@ def test_crash_before_the_hold_finishes_the_revocation_after_restart(tmp_path: P
 def test_predecessor_ending_first_keeps_the_held_successor(tmp_path: Path) -> None:
     """A crash between the hold and the scancel, and the predecessor ends before the daemon
     is back: the successor (held, still pending) is released and kept, not replaced."""
-    store, sim, chain, cfg, _policy, first = setup(tmp_path, until=3100, sim=CrashySim(
-        make_sim().sim))  # fmt: skip
-    run_cycles([first], sim, 0, 3000)
-    sim.advance_to(3060)
-    sim.crash = "cancel"
-    try:
-        first.cycle(3060)
-    except Crash:
-        pass
-    else:
-        raise AssertionError("the cycle should have crashed")
+    store, sim, chain, cfg = crashed_at(tmp_path, "cancel")
     held = segments_of(store, chain.id)[1]
     assert sim.queue().by_id()[held.job_id].reason == "JobHeldUser"
     second = Daemon(store, sim, config=cfg, holder="B", policies={"fixed-lead": Revoker(600, 0)})
