@@ -83,8 +83,10 @@ class CountingClient(SlurmClient):
     def queue(self) -> QueueSnapshot:
         return self._call("queue", self.inner.queue)
 
-    def accounting(self, start: int, end: int | None = None) -> list[SlurmJob]:
-        return self._call("accounting", lambda: self.inner.accounting(start, end))
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        return self._call("accounting", lambda: self.inner.accounting(start, end, every_state))
 
     def start_estimates(self) -> dict[str, StartEstimate]:
         return self._call("start_estimates", self.inner.start_estimates)
@@ -98,8 +100,8 @@ class CountingClient(SlurmClient):
     def submit(self, request: SubmitRequest) -> str:
         return self._call("submit", lambda: self.inner.submit(request))
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        self._call("cancel", lambda: self.inner.cancel(job_ids))
+    def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
+        self._call("cancel", lambda: self.inner.cancel(job_ids, pending_only))
 
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
         self._call("signal", lambda: self.inner.signal(job_id, signal, batch_only))
