@@ -395,9 +395,10 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
 )
 @click.option(
     "--policy",
-    type=click.Choice(["fixed-lead", "reactive"]),
+    type=click.Choice(["fixed-lead", "reactive", "rf", "xgb", "dqn", "pg"]),
     default=None,
-    help="Demo: the daemon's policy (default: the configuration's).",
+    help="Demo: the daemon's policy (default: the configuration's). A trained one is read "
+    "from the configuration's models_dir and cluster (default: models/ls6).",
 )
 @click.option("--lead", "lead_s", type=int, default=None, help="Demo: fixed-lead's lead, seconds.")
 @click.option(
@@ -610,12 +611,16 @@ def _run_demo(
     from rich.console import Console
 
     from mirage.daemon.simdemo import render, run_demo
+    from mirage.learn.artifacts import ModelError
 
     spec = _demo_spec(cfg, profile_name, trace, nodes, args)
     # the view goes to stderr under --json, so that stdout is only the JSON
     view = Console(stderr=as_json)
     click.echo(_demo_intro(spec, nodes), err=True)
-    out = run_demo(spec, cfg, view)
+    try:
+        out = run_demo(spec, cfg, view)
+    except ModelError as exc:  # a trained policy asked for, and not there or not loadable
+        raise click.ClickException(str(exc)) from exc
     if as_json:
         _echo_json(out)
         return
@@ -661,6 +666,8 @@ def _demo_spec(
         time_limit_s=limit,
         policy=args.policy or cfg.policy.default,
         lead_s=cfg.policy.lead_s if args.lead_s is None else args.lead_s,
+        models_dir=cfg.policy.models_dir or "models",
+        model_cluster=cfg.policy.cluster or "ls6",
         start=start,
     )
 

@@ -37,6 +37,7 @@ from sqlalchemy import select
 
 from mirage.daemon.config import Config, PolicySection
 from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.revoke import REVOKED
 from mirage.daemon.store import (
     Chain,
     ChainState,
@@ -45,6 +46,7 @@ from mirage.daemon.store import (
     Submission,
     new_chain_id,
 )
+from mirage.learn.artifacts import POLICIES as LEARNED
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
 from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
@@ -75,6 +77,8 @@ class DemoSpec:
     time_limit_s: int = 2 * HOUR
     policy: str = "fixed-lead"
     lead_s: int = 900
+    models_dir: str = ""  # a trained policy: <models_dir>/<model_cluster>/<policy>/
+    model_cluster: str = ""
     start: int | None = None  # replay instant the chains are registered at; None: busiest
     max_sim_s: int = 14 * 86400  # give up after this much simulated time
     alpha: float = DEFAULT_ALPHA
@@ -210,12 +214,13 @@ class RunResult:
     transitions: dict[tuple[str, int], Transition]  # (chain name, successor index k+1)
     presubmitted: dict[tuple[str, int], bool]
     chains: dict[str, dict[str, Any]]  # name -> state, segments run, trained_s
-    jobs_per_segment: dict[tuple[str, int], int]  # Slurm jobs per (chain, index)
+    jobs_per_segment: dict[tuple[str, int], int]  # Slurm jobs per (chain, index), not revoked
     cycles: int = 0
     max_reads_per_cycle: int = 0
     wall_s: float = 0.0
     simulated_s: int = 0
     finished: bool = False
+    revoked: int = 0  # pre-submissions revoked (cancelled while pending)
 
 
 class View(Protocol):
@@ -224,7 +229,8 @@ class View(Protocol):
 
 def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     """The user's configuration, with the demo's policy (the database is the demo's)."""
-    pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive")
+    pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive",
+                        models_dir=spec.models_dir, cluster=spec.model_cluster)  # fmt: skip
     cap = max(base.daemon.max_submits_per_cycle, spec.chains)
     daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)
     return dataclasses.replace(base, daemon=daemon, policy=pol)
@@ -242,7 +248,10 @@ def run_chains(
     for k in range(spec.chains):  # no intent: the daemon submits segment 1 at its first cycle
         register_chain(store, demo_chain(spec, k + 1, owner), start, first_intent=False)
     cfg = daemon_config(base, spec, policy)
-    daemon = Daemon(store, client, config=cfg, profile=spec.profile)
+    # a trained policy normalises its features by the profile it was trained on (beside
+    # the models), as in `mirage evaluate`: the replay's nodes are shrunk to load it
+    learned = policy in LEARNED
+    daemon = Daemon(store, client, config=cfg, profile=None if learned else spec.profile)
     result = RunResult(policy, {}, {}, {}, {})
     ended: set[str] = set()
     t, started = start, time.perf_counter()
@@ -285,6 +294,11 @@ def collect(store: Store, result: RunResult) -> None:
                 key = (names[sub.chain_id], sub.index)
                 result.jobs_per_segment[key] = result.jobs_per_segment.get(key, 0) + 1
         segs = s.scalars(select(Segment).order_by(Segment.chain_id, Segment.index)).all()
+    for g in segs:  # a revoked pre-submission was replaced, never run: not a second job
+        if g.outcome == REVOKED:
+            result.revoked += 1
+            result.jobs_per_segment[(names[g.chain_id], g.index)] -= 1
+    segs = [g for g in segs if g.outcome != REVOKED]
     by_key = {(names[g.chain_id], g.index): g for g in segs}
     for (name, k), succ in sorted(by_key.items()):
         pred = by_key.get((name, k - 1))
@@ -330,6 +344,7 @@ def _run_summary(r: RunResult) -> dict[str, Any]:
         "max_slurm_reads_per_cycle": r.max_reads_per_cycle,
         "chains": r.chains,
         "max_jobs_per_segment": max(r.jobs_per_segment.values(), default=0),
+        "revoked": r.revoked,
     }
 
 
@@ -558,7 +573,9 @@ def verdict(out: dict[str, Any]) -> str:
         how = "higher than reactive: on this replay the policy does worse"
     else:
         how = "the same as reactive"
+    revoked = out["runs"]["policy"].get("revoked", 0)
     return (
         f"mean J per transition: {name} {_dur(a)} ({pol['transitions']} transitions), "
         f"reactive {_dur(b)} ({base['transitions']}): {how}"
+        + (f"; {revoked} pre-submission(s) revoked while pending" if revoked else "")
     )

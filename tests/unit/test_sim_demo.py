@@ -134,3 +134,27 @@ def test_demo_needs_sim_backend_and_trace() -> None:
     res = CliRunner().invoke(main, ["daemon", "--demo-chains", "2"])
     assert res.exit_code != 0
     assert "--demo-chains needs --backend sim and --trace" in res.output
+
+
+def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
+    """The daemon runs the committed ls6 xgb model on the simulated cluster, unchanged."""
+
+    def config(name: str, models: Path) -> Path:
+        path = tmp_path / name
+        path.write_text(f'[daemon]\nstate_dir = "/x"\n[policy]\nmodels_dir = "{models}"\n')
+        return path
+
+    cfg = config("mirage.toml", REPO / "models")
+    args = ["daemon", "--config", str(cfg), "--backend", "sim", "--trace", TRACE,
+            "--profile", PROFILE, "--nodes", "70", "--demo-chains", str(CHAINS),
+            "--segments", str(SEGMENTS), "--time-limit", "1:00:00"]  # fmt: skip
+    res = CliRunner().invoke(main, [*args, "--policy", "xgb", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    check_demo(out, CHAINS, SEGMENTS)
+    assert out["setup"]["policy"] == "xgb" and out["runs"]["policy"]["revoked"] >= 0
+    assert any(r["policy"]["presubmitted"] for r in out["transitions"] if r["policy"])
+    empty = config("empty.toml", tmp_path)
+    at = args.index("--config") + 1
+    missing = CliRunner().invoke(main, [*args[:at], str(empty), *args[at + 1 :], "--policy", "dqn"])
+    assert missing.exit_code == 1 and "metadata.json" in missing.output  # a clear error
