@@ -821,7 +821,9 @@ class Daemon:
             return f"{pcfg.fallback} (fallback: {name} needs the whole queue)", fb
         return name, policy
 
-    def _estimate(self, request: SubmitRequest) -> StartEstimate:
+    def estimate(self, request: SubmitRequest) -> StartEstimate:
+        """Slurm's start estimate for ``request`` (``sbatch --test-only``), within what is
+        left of this cycle's ``test_only_per_cycle``; none once it is spent."""
         if self._test_only_left <= 0:
             return StartEstimate(None, None)
         self._test_only_left -= 1
@@ -856,7 +858,7 @@ class Daemon:
                 now=now,
                 snapshot=snapshot,
                 profile=profile,  # type: ignore[arg-type]
-                estimate_start=self._estimate,
+                estimate_start=self.estimate,
             )
             policy.observe(ctx)
             pend = [w.pending for w in group if w.pending is not None]
@@ -898,7 +900,7 @@ class Daemon:
                 break
             if w.chain.slurm_estimate_for == w.index:
                 continue
-            est = self._estimate(build_request(w.chain, "mg" + "0" * 16, w.time_limit))
+            est = self.estimate(build_request(w.chain, "mg" + "0" * 16, w.time_limit))
             w.chain.slurm_estimate = est.start
             w.chain.slurm_estimate_for = w.index
 

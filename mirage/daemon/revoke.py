@@ -133,7 +133,9 @@ def act(
             continue
         ask.setdefault(label, (policy, []))[1].append(c)
     for label, (policy, group) in ask.items():
-        ctx = DecisionContext(now=now, snapshot=snapshot, profile=d.profile)  # type: ignore[arg-type]
+        # as for decide: Slurm's estimate where the cycle's --test-only budget allows
+        ctx = DecisionContext(now=now, snapshot=snapshot, profile=d.profile,  # type: ignore[arg-type]
+                              estimate_start=d.estimate)  # fmt: skip
         answers = policy.revoke(ctx, [c.pending for c in group])
         for c, yes in zip(group, answers, strict=True):
             if yes:
