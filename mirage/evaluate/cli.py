@@ -185,10 +185,9 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     methods: list[str],
     kw: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    from mirage.evaluate.harness import BASELINES, LEARNED, ORACLE, Walker, tune
-    from mirage.evaluate.harness import evaluate as run_methods
+    from mirage.evaluate.harness import BASELINES, LEARNED, ORACLE, SELECTED, Walker
     from mirage.evaluate.probes import generate
-    from mirage.evaluate.report import plots, render, render_head_to_head, to_json
+    from mirage.evaluate.report import plots, render, to_json
     from mirage.evaluate.stats import head_to_head, level_counts, table
     from mirage.learn.dataset import generate_features
     from mirage.profile.schema import load_profile
@@ -207,27 +206,27 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
             times = times[: kw["max_samples"]]
         samples = _generate(generate, setting, times, kw)
         queue = None
-        if kw["learned"] and (split.name == "test" or rolling):
+        # learned policies' decision rows: on the test split, and on the tuning split
+        # where it tunes them (rolling) or chooses among methods (selected)
+        if kw["learned"] and (split.name == "test" or rolling or SELECTED in methods):
             queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
         walkers[split.name] = Walker(samples, protocol, profile, part.name, queue)
         queues[split.name] = (samples, queue)
     tuned_params: Any  # one set of constants, or one per block
     tuned_scores: Any
+    selection: dict[str, Any] | None = None
     if rolling:
         rolled = _rolling(walkers["test"], queues, protocol, profile, part.name, splits[1],
                           methods, kw)  # fmt: skip
         results, tuned_params, tuned_scores = rolled.results, rolled.blocks, None
         cover: dict[str, float | None] = dict(rolled.coverage)
     else:
-        tuned = tune(walkers["tune"], methods, protocol.alpha)
-        results = run_methods(
-            walkers["test"], methods, tuned.params, protocol.alpha, learned=kw["learned"]
-        )
-        tuned_params, tuned_scores = tuned.params, tuned.scores
+        results, tuned_params, tuned_scores, selection = _tune_once(walkers, methods, protocol, kw)
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
     baselines = [m for m in BASELINES if m != ORACLE]
     h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
+    picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
@@ -247,18 +246,50 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "levels": level_counts(results),
         "tuned": tuned_params,
         "tuning_scores_mean_J_s": tuned_scores,
+        **({"selected": selection} if selection else {}),
         "table": to_json(tab),
         "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
+        "selected_head_to_head": {level: h.as_dict() for level, h in picked.items()},
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     stated = {m: c for m, c in cover.items() if c is not None}
-    text = render(tab, title) + (render_head_to_head(h2h) if h2h else "")
     if stated:
         entry["interval_coverage_90"] = stated
+    return render(tab, title) + _comparisons(h2h, picked, stated), entry
+
+
+def _comparisons(h2h: Any, picked: Any, stated: dict[str, float]) -> str:
+    """The text after a load's table: head to head (best learned, selected), coverage."""
+    from mirage.evaluate.report import render_head_to_head
+
+    text = render_head_to_head(h2h) if h2h else ""
+    if picked:
+        text += render_head_to_head(picked, "the method selected on the tuning split")
+    if stated:
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
         text += ", ".join(f"{m} {c:.0%}" for m, c in stated.items())
-    return text, entry
+    return text
+
+
+def _tune_once(
+    walkers: dict[str, Any], methods: list[str], protocol: Protocol, kw: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """The default protocol: constants tuned on the tuning split, every method run on the
+    test split; ``selected`` (if asked) is the method of least J on the tuning split.
+    Returns the results, the constants, their tuning scores and the selection."""
+    from mirage.evaluate.harness import SELECTED, select, tune
+    from mirage.evaluate.harness import evaluate as run_methods
+
+    plain = [m for m in methods if m != SELECTED]
+    tuned = tune(walkers["tune"], plain, protocol.alpha)
+    learned = kw["learned"]
+    results = run_methods(walkers["test"], plain, tuned.params, protocol.alpha, learned=learned)
+    if SELECTED not in methods:
+        return results, tuned.params, tuned.scores, None
+    chosen, scores = select(walkers["tune"], plain, tuned.params, protocol.alpha, learned)
+    results[SELECTED] = results[chosen]
+    return results, tuned.params, tuned.scores, {"chosen": chosen, "tune_mean_J_h": scores}
 
 
 def _rolling(  # noqa: PLR0917 - one call site

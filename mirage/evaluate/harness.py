@@ -255,7 +255,12 @@ GRIDS: dict[str, list[float]] = {
 }
 BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
 LEARNED = ("rf", "xgb", "dqn", "pg")  # trained by `mirage train`, loaded from models/
-METHODS = BASELINES + LEARNED
+#: Not a policy of its own: whichever of the other methods (the oracle excepted) had the
+#: least mean J on the tuning split, judged on the test split. What an admin would deploy
+#: after `mirage train`, chosen without seeing the test split; "the best learned policy"
+#: of a table is picked on the test split, this is not.
+SELECTED = "selected"
+METHODS = BASELINES + LEARNED + (SELECTED,)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -293,6 +298,24 @@ def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
         params[m] = min(grid, key=lambda g: (by[g], grid.index(g)))
         scores[m] = {repr(g): v for g, v in by.items()}
     return Tuned(params=params, scores=scores)
+
+
+def select(
+    walker: Walker,
+    methods: Sequence[str],
+    params: Mapping[str, float],
+    alpha: float,
+    learned: Mapping[str, BatchedPolicy] | None = None,
+) -> tuple[str, dict[str, float]]:
+    """The method of least mean J on ``walker`` (a tuning split) among ``methods`` (the
+    oracle and :data:`SELECTED` aside; ties to the earlier in ``methods``), and every
+    candidate's mean J (hours)."""
+    cands = [m for m in methods if m not in (ORACLE, SELECTED)]
+    if not cands:
+        raise ValueError("nothing to select from")
+    res = evaluate(walker, cands, params, alpha, learned)
+    scores = {m: float(o.cost(alpha).mean()) / HOUR for m, o in res.items()}
+    return min(cands, key=lambda m: (scores[m], cands.index(m))), scores
 
 
 def evaluate(

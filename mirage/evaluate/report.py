@@ -50,9 +50,9 @@ def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "")
     return "\n".join(lines)
 
 
-def render_head_to_head(h2h: Mapping[str, HeadToHead]) -> str:
-    """One line per level: best learned vs best baseline, the paired difference."""
-    lines = ["\nbest learned against best non-oracle baseline (paired difference of mean J, h):"]
+def render_head_to_head(h2h: Mapping[str, HeadToHead], who: str = "best learned") -> str:
+    """One line per level: ``who`` vs the best baseline, the paired difference."""
+    lines = [f"\n{who} against best non-oracle baseline (paired difference of mean J, h):"]
     for level, h in h2h.items():
         lines.append(f"  [{level}] {h.learned} - {h.baseline}: {_fmt(h.diff)}  {h.verdict}")
     return "\n".join(lines)

@@ -18,7 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker, evaluate, tune
+from mirage.evaluate.harness import (
+    SELECTED,
+    BatchedPolicy,
+    Outcomes,
+    Walker,
+    evaluate,
+    select,
+    tune,
+)
 
 if TYPE_CHECKING:
     from mirage.learn.dataset import Dataset
@@ -99,10 +107,15 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
                 "lengthen the tuning window"
             )
         hist = history.subset(past)
-        tuned = tune(hist, methods, alpha)
+        plain = [m for m in methods if m != SELECTED]
+        tuned = tune(hist, plain, alpha)
         models = _recalibrate_all(learned, hist, alpha)
         block = test.subset(here)
-        res = evaluate(block, methods, tuned.params, alpha, learned=models)
+        res = evaluate(block, plain, tuned.params, alpha, learned=models)
+        chosen = None
+        if SELECTED in methods:  # the method of least J on this block's history
+            chosen, _scores = select(hist, plain, tuned.params, alpha, models)
+            res[SELECTED] = res[chosen]
         for m in methods:
             parts[m].append(res[m])
         rows = sum(len(x) for x in block.matrices) if block.queue is not None else 0
@@ -120,6 +133,7 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
                 "tune_samples": len(past),
                 "tuned": tuned.params,
                 "learned": {m: _constants(p) for m, p in models.items()},
+                **({"selected": chosen} if chosen else {}),
             }
         )
     return Rolling(
@@ -142,7 +156,10 @@ def _recalibrate_all(
     return {m: recalibrated(p, rows, alpha) for m, p in learned.items()}
 
 
-def _constants(policy: object) -> dict[str, float]:
-    """A learned policy's decision constants, for the report."""
-    names = ("act", "band_s", "quiet_act", "quiet_band_s", "interval_pad", "margin")
-    return {n: float(getattr(policy, n)) for n in names if hasattr(policy, n)}
+def _constants(policy: object) -> dict[str, float | None]:
+    """A learned policy's decision constants, for the report (a revocation margin of
+    None: never revokes)."""
+    names = ("act", "band_s", "quiet_act", "quiet_band_s", "interval_pad", "margin",
+             "revoke_margin_h", "revoke_margin")  # fmt: skip
+    values = {n: getattr(policy, n) for n in names if hasattr(policy, n)}
+    return {n: None if v is None else float(v) for n, v in values.items()}

@@ -218,3 +218,30 @@ def _revocation(slurm: CliSlurmClient, jobdir: Path, running: str) -> None:
     assert held.state is JobState.PENDING and held.reason in HELD_REASONS
     slurm.cancel([pending], pending_only=True)
     wait_for(slurm, pending, lambda j: j.state is JobState.CANCELLED, what="revoked")
+
+
+def test_show_partitions_nodes_config(slurm: CliSlurmClient) -> None:
+    parts = {p["PartitionName"]: p for p in slurm.show("partition")}
+    assert parts["gpu"]["MaxTime"] == "2-00:00:00"
+    assert parts["debug"]["MaxTime"] == "01:00:00"
+    nodes = slurm.show("node")
+    assert len(nodes) >= 4 and all(n["Gres"] == "gpu:a100:4" for n in nodes)
+    (config,) = slurm.show("config")
+    assert config["AccountingStoreFlags"] == "job_comment"
+    assert "bf_window=2880" in config["SchedulerParameters"]
+
+
+def test_zz_timeout_reaches_sacct(timeout_job: tuple[str, int], slurm: CliSlurmClient) -> None:
+    """Last in the module: the job was submitted at module start; TIMEOUT comes ~90 s later."""
+    job_id, submitted = timeout_job
+    deadline = time.monotonic() + 240
+    found: SlurmJob | None = None
+    while time.monotonic() < deadline:
+        found = {j.job_id: j for j in slurm.accounting(submitted - 5)}.get(job_id)
+        if found is not None and found.state.is_finished:
+            break
+        time.sleep(3)
+    assert found is not None
+    assert found.state is JobState.TIMEOUT, found
+    assert found.time_limit == 60
+    assert found.elapsed is not None and found.elapsed >= 60

@@ -89,15 +89,23 @@ def test_a_block_tunes_only_on_samples_over_before_it_starts() -> None:
 
 
 def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: Path) -> None:
-    """A single block whose window is exactly the tuning split reproduces `evaluate`."""
-    plain = CliRunner().invoke(main, _rolling_args(tmp_path))
-    one = CliRunner().invoke(main, _rolling_args(tmp_path, "--recalibrate-every-days", "4",
-                                                 "--recalibrate-window-days", "4"))  # fmt: skip
+    """A single block whose window is exactly the tuning split reproduces `evaluate`, the
+    method selected on the tuning split included."""
+    pick = ("--policies", "reactive,fixed-lead,running-average,qbets,oracle,selected")
+    plain = CliRunner().invoke(main, _rolling_args(tmp_path, *pick))
+    week = ("--recalibrate-every-days", "4", "--recalibrate-window-days", "4")
+    one = CliRunner().invoke(main, _rolling_args(tmp_path, *week, *pick))
     assert plain.exit_code == 0 and one.exit_code == 0, plain.output + one.output
     a, b = (json.loads(r.output)["loads"]["2"] for r in (plain, one))
     assert b["tuned"][0]["tuned"] == a["tuned"]
     assert b["tuned"][0]["tune_samples"] == a["samples"]["tune"]
     assert b["table"] == a["table"]
+    chosen = a["selected"]["chosen"]
+    assert b["tuned"][0]["selected"] == chosen != "oracle"
+    scores = a["selected"]["tune_mean_J_h"]
+    assert "oracle" not in scores and scores[chosen] == min(scores.values())
+    assert a["table"]["selected"] == a["table"][chosen]  # judged on the test split as itself
+    assert a["selected_head_to_head"]["all"]["learned"] == "selected"
 
 
 def test_rolling_recalibration_without_history_is_a_clear_error(tmp_path: Path) -> None:

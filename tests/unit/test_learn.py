@@ -302,16 +302,19 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
     for kind in ("rf", "xgb", "dqn", "pg"):
         assert table[kind]["all"]["mean_J_h"]["value"] >= oracle - 1e-9
     # weekly-style rolling recalibration: the forecasters' constants re-tuned per block
+    at = args.index("--policies") + 1
+    picked = [*args[:at], "reactive,rf,xgb,dqn,pg,oracle,selected", *args[at + 1 :]]
     rolled = CliRunner().invoke(main, [
-        *args, "--json", "--recalibrate-every-days", "1.5", "--recalibrate-window-days", "130",
+        *picked, "--json", "--recalibrate-every-days", "1.5", "--recalibrate-window-days", "130",
     ])  # fmt: skip
     assert rolled.exit_code == 0, rolled.output
     entry = json.loads(rolled.output)["loads"]["2"]
     assert len(entry["tuned"]) == 2
     for block in entry["tuned"]:
         assert set(block["learned"]["rf"]) == {"act", "band_s", "quiet_act", "quiet_band_s",
-                                               "interval_pad"}  # fmt: skip
-        assert set(block["learned"]["pg"]) == {"margin"}  # the agents' one constant
+                                               "interval_pad", "revoke_margin_h"}  # fmt: skip
+        assert set(block["learned"]["pg"]) == {"margin", "revoke_margin"}  # the agents'
+        assert block["selected"] in ("reactive", "rf", "xgb", "dqn", "pg")  # never the oracle
     assert set(entry["interval_coverage_90"]) == {"rf", "xgb"}
     assert entry["table"]["rf"]["all"]["mean_J_h"]["n"] == table["rf"]["all"]["mean_J_h"]["n"]
     # a model of another feature version is refused with a clear error
