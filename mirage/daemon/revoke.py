@@ -86,9 +86,10 @@ def settle(d: Daemon, s: Session, seg: Segment, now: int) -> bool:
                         job_id=seg.job_id, index=seg.index))  # fmt: skip
         return True
     if state is not None and state not in (JobState.PENDING, JobState.UNKNOWN):
-        # it started before the hold: the successor after all. Undo the hold (priority 0)
+        # it started before the hold: the successor after all. Undo the hold (priority 0,
+        # shown as a held reason on the running job) if it took
         chain = s.get(Chain, seg.chain_id)
-        if state is JobState.RUNNING and chain is not None:
+        if state is JobState.RUNNING and seg.reason in HELD_REASONS and chain is not None:
             try:
                 d.action_clients(chain).release([seg.job_id])
             except SlurmError as exc:  # still marked: tried again next cycle

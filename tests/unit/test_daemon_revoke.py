@@ -6,6 +6,7 @@ simulator plays Slurm (``hold`` refuses a job that no longer pends, as scontrol 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from mirage.daemon.revoke import REVOKED, cancel
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.policy.base import MAX_REVOCATIONS, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
-from mirage.slurm.types import JobState, SubmitRequest
+from mirage.sim import Simulation
+from mirage.slurm.types import JobState, QueueSnapshot, SubmitRequest
 from tests.unit.test_daemon_support import (
     Crash,
     FaultySim,
@@ -62,6 +64,34 @@ class CrashySim(FaultySim):
             self.crash = ""
             raise Crash("killed between the hold and the scancel")
         super().cancel(job_ids, pending_only)
+
+
+class HoldsRunning(FaultySim):
+    """Holds a running job as Slurm 22.05 does: accepted, and squeue shows it running
+    with a held reason (priority 0) until it is released."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        self.held_running: set[str] = set()
+        self.released: list[str] = []
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        running = {j.job_id for j in super().queue().jobs if j.state is JobState.RUNNING}
+        self.held_running |= set(job_ids) & running
+        super().hold(job_ids)
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        self.released.extend(job_ids)
+        self.held_running -= set(job_ids)
+        super().release(job_ids)
+
+    def queue(self) -> QueueSnapshot:
+        snap = super().queue()
+        jobs = tuple(
+            dataclasses.replace(j, reason="JobHeldUser") if j.job_id in self.held_running else j
+            for j in snap.jobs
+        )
+        return dataclasses.replace(snap, jobs=jobs)
 
 
 def segments_of(store: Store, chain_id: str) -> list[Segment]:
@@ -133,7 +163,7 @@ def test_a_started_successor_is_never_cancelled(tmp_path: Path) -> None:
     """The race: the successor starts between the poll and the revocation. The hold does
     not stop it, ``scancel --state=PENDING`` leaves it running, and the next poll releases
     and un-marks it."""
-    store, sim = make_store(tmp_path), make_sim()
+    store, sim = make_store(tmp_path), HoldsRunning(make_sim().sim)
     sim.handoff_exits = True
     chain = make_chain(store, segments=2, limit=3600)
     d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600))
@@ -151,6 +181,7 @@ def test_a_started_successor_is_never_cancelled(tmp_path: Path) -> None:
     assert chain_state(store, chain.id).state is ChainState.COMPLETED
     segs = segments_of(store, chain.id)
     assert segs[1].revoke_at is None and segs[1].outcome == "CONTINUE"
+    assert sim.released == [succ.job_id]  # the hold that took on the running job, undone
     k = kinds(store)
     assert k.index("revoke.intent") < k.index("revoke") < k.index("revoke.too_late")
     assert REVOKED not in [g.outcome for g in segs]
