@@ -93,9 +93,14 @@ class NodePlan:
     breakpoint when ``count`` nodes of its partition each keep at least that much free over
     the whole run (an exclusive job needs nodes with nothing else on them); candidate
     starts are only breakpoints (a later start inside a segment never fits better).
+
+    The rows live in buffers with spare capacity: every reservation adds up to two
+    breakpoints, and reallocating both arrays at each (``numpy.insert``) was a quarter of
+    the backfill time on days-deep queues of shared nodes. A new row shifts the rows after
+    it in place; the buffers double when full.
     """
 
-    __slots__ = ("best_fit", "ccap", "cpus", "gcap", "gpus", "times")
+    __slots__ = ("_c", "_g", "_t", "best_fit", "ccap", "gcap", "times")
 
     def __init__(
         self,
@@ -114,9 +119,10 @@ class NodePlan:
         rel = [(max(t, now), holds) for t, holds in releases]
         times = sorted({t for t, _ in rel} | {now})
         row = {t: k for k, t in enumerate(times)}
-        n = len(gpus_free)
-        dg = np.zeros((len(times), n), dtype=np.int64)
-        dc = np.zeros((len(times), n), dtype=np.int64)
+        n, m = len(gpus_free), len(times)
+        cap = 2 * m + 16  # room for the reservations of one backfill pass, usually
+        dg = np.zeros((cap, n), dtype=np.int64)
+        dc = np.zeros((cap, n), dtype=np.int64)
         dg[0] = gpus_free
         dc[0] = cpus_free
         for t, holds in rel:
@@ -124,12 +130,25 @@ class NodePlan:
             for node, g, c in holds:
                 dg[k, node] += g
                 dc[k, node] += c
+        np.cumsum(dg[:m], axis=0, out=dg[:m])
+        np.cumsum(dc[:m], axis=0, out=dc[:m])
         self.times = times
-        self.gpus = np.cumsum(dg, axis=0)
-        self.cpus = np.cumsum(dc, axis=0)
+        self._g, self._c = dg, dc
+        self._t = np.zeros(cap, dtype=np.int64)
+        self._t[:m] = times
         self.gcap = np.asarray(gpus_cap, dtype=np.int64)
         self.ccap = np.asarray(cpus_cap, dtype=np.int64)
         self.best_fit = best_fit
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """Free GPUs per segment and node (a view: rows ``0 .. len(times) - 1``)."""
+        return self._g[: len(self.times)]
+
+    @property
+    def cpus(self) -> np.ndarray:
+        """Free CPUs per segment and node (a view)."""
+        return self._c[: len(self.times)]
 
     def earliest(
         self,
@@ -144,50 +163,68 @@ class NodePlan:
     ) -> tuple[int, tuple[int, ...]] | None:
         """Earliest (start, chosen nodes) >= ``not_before`` (node choice: ``best_fit``)."""
         i0 = self._split(not_before)
-        t = np.asarray(self.times, dtype=np.int64)
-        g, c = self.gpus[:, nodes], self.cpus[:, nodes]
+        m = len(self.times)
+        # only the segments from not_before on: those are the candidate starts and all
+        # a run from them can overlap
+        starts = self._t[i0:m]
+        g, c = self._g[i0:m][:, nodes], self._c[i0:m][:, nodes]
         if exclusive:
             ok = (g == self.gcap[nodes]) & (c == self.ccap[nodes])
         else:
             ok = (g >= gpus) & (c >= cpus)
-        bad = np.zeros((len(t) + 1, len(nodes)), dtype=np.int64)
-        np.cumsum(~ok, axis=0, out=bad[1:])
-        starts = t[i0:]
-        # segments k .. ends-1 are those a run from times[k] overlaps
-        ends = np.searchsorted(t, starts + duration, side="left")
-        fits = bad[ends] == bad[i0 : len(t)]
-        counts = fits.sum(axis=1)
-        rows = np.flatnonzero(counts >= count)
-        if rows.size == 0:
+        # ufunc and array methods, not numpy's module functions: this runs once per
+        # pending job per backfill pass, on small arrays, where those wrappers' cost shows
+        bad = np.zeros((m - i0 + 1, len(nodes)), dtype=np.int64)
+        (~ok).cumsum(axis=0, out=bad[1:])
+        # segments r .. ends-1 (from i0) are those a run from starts[r] overlaps
+        ends = starts.searchsorted(starts + duration, side="left")
+        fits = bad[ends] == bad[:-1]
+        enough = np.add.reduce(fits, axis=1) >= count
+        r = int(enough.argmax())
+        if not enough[r]:
             return None
-        r = int(rows[0])
-        ok = np.flatnonzero(fits[r])
+        idx = fits[r].nonzero()[0]
         if self.best_fit and not exclusive:
-            free = self.cpus[i0 + r, nodes[ok]]
-            ok = np.sort(ok[np.lexsort((nodes[ok], free))[:count]])
-        chosen = nodes[ok[:count]]
-        return int(starts[r]), tuple(int(x) for x in chosen)
+            free = self._c[i0 + r, nodes[idx]]
+            idx = np.sort(idx[np.lexsort((nodes[idx], free))[:count]])
+        chosen = nodes[idx[:count]]
+        return int(starts[r]), tuple(chosen.tolist())
 
     def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:
         """Take each hold's GPUs and CPUs away from its node over [start, end)."""
         a = self._split(start)
         b = self._split(end)
+        gb, cb = self._g, self._c
         for node, g, c in holds:
-            self.gpus[a:b, node] -= g
-            self.cpus[a:b, node] -= c
+            gb[a:b, node] -= g
+            cb[a:b, node] -= c
 
     def busy_now(self, nodes: np.ndarray) -> bool:
         """No node of ``nodes`` has a free CPU at the planning instant (nothing can start)."""
-        return not bool((self.cpus[0, nodes] > 0).any())
+        return not bool((self._c[0, nodes] > 0).any())
 
     def _split(self, t: int) -> int:
+        """Make ``t`` a breakpoint and return its segment index."""
         times = self.times
         i = bisect_right(times, t) - 1
         if i < 0:
             raise ValueError(f"{t} is before the planning instant {times[0]}")
         if times[i] == t:
             return i
+        m = len(times)
+        if m == len(self._t):
+            self._grow()
         times.insert(i + 1, t)
-        self.gpus = np.insert(self.gpus, i + 1, self.gpus[i], axis=0)
-        self.cpus = np.insert(self.cpus, i + 1, self.cpus[i], axis=0)
+        for buf in (self._g, self._c):
+            buf[i + 2 : m + 1] = buf[i + 1 : m]  # numpy copies overlapping slices safely
+            buf[i + 1] = buf[i]
+        tb = self._t
+        tb[i + 2 : m + 1] = tb[i + 1 : m]
+        tb[i + 1] = t
         return i + 1
+
+    def _grow(self) -> None:
+        m = len(self._t)
+        self._g = np.concatenate([self._g, np.zeros_like(self._g)])
+        self._c = np.concatenate([self._c, np.zeros_like(self._c)])
+        self._t = np.concatenate([self._t, np.zeros(m, dtype=np.int64)])

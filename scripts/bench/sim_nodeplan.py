@@ -1,0 +1,133 @@
+"""Shared-node backfill planning (``NodePlan``): buffered rows vs reallocation per split.
+
+    .venv/bin/python scripts/bench/sim_nodeplan.py [--trace PATH] [--profile PATH]
+        [--nodes 18] [--at 2013-03-20T00:00:00] [--hours 24] [--steps 4]
+
+CERIT-SC's 2013 log on its calibrated profile (jobs share 80-CPU nodes, queues days deep
+in March): the replay runs to ``--at``, then each variant, from a fork of that same state,
+(a) replays ``--hours`` further and (b) runs ``--steps`` probe steps as ``mirage
+evaluate`` does (a 48-h successor submitted every 30 min, each fork run until it starts).
+Variants: ``buffered`` (``NodePlan`` as shipped: rows in buffers with spare capacity) and
+``insert`` (the same class reallocating its arrays with ``numpy.insert`` at every new
+breakpoint, as before). Both must give every job the same start and estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mirage.evaluate.probes import chain_spec, load_setting_jobs
+from mirage.evaluate.protocol import Protocol, Setting, Split
+from mirage.sim import Simulation, engine
+from mirage.sim.plan import NodePlan
+
+REPO = Path(__file__).resolve().parents[2]
+CERIT = REPO.parent / "shared" / "traces" / "cerit_wagap_2013" / "wagap-2013.swf.gz"
+
+
+class InsertNodePlan(NodePlan):
+    """The previous row strategy: reallocate every array at each new breakpoint."""
+
+    __slots__ = ()
+
+    def _split(self, t: int) -> int:
+        times = self.times
+        i = bisect_right(times, t) - 1
+        if i < 0:
+            raise ValueError(f"{t} is before the planning instant {times[0]}")
+        if times[i] == t:
+            return i
+        m = len(times)
+        times.insert(i + 1, t)
+        self._g = np.insert(self._g[:m], i + 1, self._g[i], axis=0)
+        self._c = np.insert(self._c[:m], i + 1, self._c[i], axis=0)
+        self._t = np.insert(self._t[:m], i + 1, t)
+        return i + 1
+
+
+VARIANTS: dict[str, type[NodePlan]] = {"buffered": NodePlan, "insert": InsertNodePlan}
+
+
+def outcome(sim: Simulation) -> list[tuple[int | None, int | None]]:
+    return [(v.start, v.estimate) for v in sim.all_jobs()]
+
+
+def probe_steps(base: Simulation, steps: int) -> list[int | None]:
+    """Successor starts (one whole node, 48 h) submitted every 30 min, each in a fork."""
+    spec = chain_spec(base, Protocol(), "succ")
+    sim, starts = base.fork(), []
+    for k in range(steps):
+        sim.run_until(base.now + k * 1800)
+        fork = sim.fork()
+        job = fork.add_job(dataclasses.replace(spec, submit=fork.now))
+        starts.append(fork.run_until_started(job, until=fork.now + 5 * 86400))
+    return starts
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--trace", default=str(CERIT))
+    ap.add_argument("--profile", default=str(REPO / "models" / "cerit" / "profile.toml"))
+    ap.add_argument("--nodes", type=int, default=18)
+    ap.add_argument("--at", default="2013-03-20T00:00:00", help="UTC")
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--steps", type=int, default=4)
+    args = ap.parse_args()
+    if not Path(args.trace).exists():
+        sys.exit(f"needs the CERIT trace ({args.trace}): ../shared/traces, or --trace")
+    at = int(datetime.fromisoformat(args.at).replace(tzinfo=UTC).timestamp())
+    setting = Setting(
+        trace=args.trace,
+        profile=args.profile,
+        nodes=args.nodes,
+        load=1.0,
+        split=Split("bench", 0, at + int(args.hours * 3600) + 7 * 86400),
+        protocol=Protocol(),
+    )
+    profile, jobs = load_setting_jobs(setting)
+    base = Simulation(profile, start_time=min(j.submit for j in jobs), track_estimates=True)
+    base.add_jobs_skipping_invalid(jobs)
+    warm, _ = timed(lambda: base.run_until(at))
+    pending = sum(1 for v in base.all_jobs() if v.state is not None and v.state.name == "PENDING")
+    print(f"{len(jobs)} jobs, replay to {args.at}: {warm:.1f} s; {pending} pending then")
+    results: dict[str, tuple[float, float, object]] = {}
+    for name, cls in VARIANTS.items():
+        setattr(engine, "NodePlan", cls)  # noqa: B010 - the engine builds its plans by this name
+        try:
+            fork = base.fork()
+            t_replay, _ = timed(partial(fork.run_until, at + int(args.hours * 3600)))
+            t_probe, starts = timed(lambda: probe_steps(base, args.steps))
+            results[name] = (t_replay, t_probe, (outcome(fork), starts))
+        finally:
+            setattr(engine, "NodePlan", NodePlan)  # noqa: B010
+    same = results["buffered"][2] == results["insert"][2]
+    print(f"{'variant':<10} {'replay ' + str(args.hours) + ' h (s)':>18} {'probe steps (s)':>16}")
+    for name, (t_replay, t_probe, _) in results.items():
+        print(f"{name:<10} {t_replay:>18.2f} {t_probe:>16.2f}")
+    b, i = results["buffered"], results["insert"]
+    print(f"insert / buffered: replay x{i[0] / b[0]:.2f}, probe steps x{i[1] / b[1]:.2f}")
+    print(f"same starts and estimates: {same}")
+    if not same:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
