@@ -211,17 +211,21 @@ class NodePlan:
             raise ValueError(f"{t} is before the planning instant {times[0]}")
         if times[i] == t:
             return i
-        m = len(times)
+        self._insert_row(i + 1, t)
+        return i + 1
+
+    def _insert_row(self, k: int, t: int) -> None:
+        """Breakpoint ``t`` as row ``k``, with what row ``k - 1`` has free."""
+        m = len(self.times)
         if m == len(self._t):
             self._grow()
-        times.insert(i + 1, t)
+        self.times.insert(k, t)
         for buf in (self._g, self._c):
-            buf[i + 2 : m + 1] = buf[i + 1 : m]  # numpy copies overlapping slices safely
-            buf[i + 1] = buf[i]
+            buf[k + 1 : m + 1] = buf[k:m]  # numpy copies overlapping slices safely
+            buf[k] = buf[k - 1]
         tb = self._t
-        tb[i + 2 : m + 1] = tb[i + 1 : m]
-        tb[i + 1] = t
-        return i + 1
+        tb[k + 1 : m + 1] = tb[k:m]
+        tb[k] = t
 
     def _grow(self) -> None:
         m = len(self._t)

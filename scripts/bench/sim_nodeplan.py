@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import sys
 import time
-from bisect import bisect_right
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -42,19 +41,12 @@ class InsertNodePlan(NodePlan):
 
     __slots__ = ()
 
-    def _split(self, t: int) -> int:
-        times = self.times
-        i = bisect_right(times, t) - 1
-        if i < 0:
-            raise ValueError(f"{t} is before the planning instant {times[0]}")
-        if times[i] == t:
-            return i
-        m = len(times)
-        times.insert(i + 1, t)
-        self._g = np.insert(self._g[:m], i + 1, self._g[i], axis=0)
-        self._c = np.insert(self._c[:m], i + 1, self._c[i], axis=0)
-        self._t = np.insert(self._t[:m], i + 1, t)
-        return i + 1
+    def _insert_row(self, k: int, t: int) -> None:
+        m = len(self.times)
+        self.times.insert(k, t)
+        self._g = np.insert(self._g[:m], k, self._g[k - 1], axis=0)
+        self._c = np.insert(self._c[:m], k, self._c[k - 1], axis=0)
+        self._t = np.insert(self._t[:m], k, t)
 
 
 VARIANTS: dict[str, type[NodePlan]] = {"buffered": NodePlan, "insert": InsertNodePlan}
