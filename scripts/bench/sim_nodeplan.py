@@ -5,8 +5,9 @@
 
 CERIT-SC's 2013 log on its calibrated profile (jobs share 80-CPU nodes, queues days deep
 in March): the replay runs to ``--at``, then each variant, from a fork of that same state,
-(a) replays ``--hours`` further and (b) runs ``--steps`` probe steps as ``mirage
-evaluate`` does (a 48-h successor submitted every 30 min, each fork run until it starts).
+(a) replays ``--hours`` further and (b) probes one sample as ``mirage evaluate`` does
+(``probe_sample``: a 48-h predecessor, then a successor submitted at ``--steps`` + 1
+decision points over its run, each in a fork run until it starts).
 Variants: ``buffered`` (``NodePlan`` as shipped: rows in buffers with spare capacity) and
 ``insert`` (the same class reallocating its arrays with ``numpy.insert`` at every new
 breakpoint, as before). Both must give every job the same start and estimate.
@@ -15,7 +16,6 @@ breakpoint, as before). Both must give every job the same start and estimate.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -27,10 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mirage.evaluate.probes import chain_spec, load_setting_jobs
+from mirage.evaluate.probes import SampleResult, load_setting_jobs, probe_sample
 from mirage.evaluate.protocol import Protocol, Setting, Split
 from mirage.sim import Simulation, engine
 from mirage.sim.plan import NodePlan
+from mirage.slurm.types import JobState
 
 REPO = Path(__file__).resolve().parents[2]
 CERIT = REPO.parent / "shared" / "traces" / "cerit_wagap_2013" / "wagap-2013.swf.gz"
@@ -56,18 +57,6 @@ def outcome(sim: Simulation) -> list[tuple[int | None, int | None]]:
     return [(v.start, v.estimate) for v in sim.all_jobs()]
 
 
-def probe_steps(base: Simulation, steps: int) -> list[int | None]:
-    """Successor starts (one whole node, 48 h) submitted every 30 min, each in a fork."""
-    spec = chain_spec(base, Protocol(), "succ")
-    sim, starts = base.fork(), []
-    for k in range(steps):
-        sim.run_until(base.now + k * 1800)
-        fork = sim.fork()
-        job = fork.add_job(dataclasses.replace(spec, submit=fork.now))
-        starts.append(fork.run_until_started(job, until=fork.now + 5 * 86400))
-    return starts
-
-
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn()
@@ -81,7 +70,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=18)
     ap.add_argument("--at", default="2013-03-20T00:00:00", help="UTC")
     ap.add_argument("--hours", type=float, default=24.0)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4, help="decision steps over the 48-h run")
     args = ap.parse_args()
     if not Path(args.trace).exists():
         sys.exit(f"needs the CERIT trace ({args.trace}): ../shared/traces, or --trace")
@@ -95,10 +84,12 @@ def main() -> None:
         protocol=Protocol(),
     )
     profile, jobs = load_setting_jobs(setting)
+    limit = Protocol().time_limit_s
+    protocol = Protocol(step_s=-(-limit // args.steps))
     base = Simulation(profile, start_time=min(j.submit for j in jobs), track_estimates=True)
     base.add_jobs_skipping_invalid(jobs)
     warm, _ = timed(lambda: base.run_until(at))
-    pending = sum(1 for v in base.all_jobs() if v.state is not None and v.state.name == "PENDING")
+    pending = sum(1 for v in base.all_jobs() if v.state is JobState.PENDING)
     print(f"{len(jobs)} jobs, replay to {args.at}: {warm:.1f} s; {pending} pending then")
     results: dict[str, tuple[float, float, object]] = {}
     for name, cls in VARIANTS.items():
@@ -106,16 +97,18 @@ def main() -> None:
         try:
             fork = base.fork()
             t_replay, _ = timed(partial(fork.run_until, at + int(args.hours * 3600)))
-            t_probe, starts = timed(lambda: probe_steps(base, args.steps))
+            t_probe, probe = timed(partial(probe_sample, base, protocol))
+            assert isinstance(probe, SampleResult)
+            starts = (probe.succ_start.tolist(), probe.estimate.tolist())
             results[name] = (t_replay, t_probe, (outcome(fork), starts))
         finally:
             setattr(engine, "NodePlan", NodePlan)  # noqa: B010
     same = results["buffered"][2] == results["insert"][2]
-    print(f"{'variant':<10} {'replay ' + str(args.hours) + ' h (s)':>18} {'probe steps (s)':>16}")
+    print(f"{'variant':<10} {'replay ' + str(args.hours) + ' h (s)':>18} {'probe (s)':>10}")
     for name, (t_replay, t_probe, _) in results.items():
-        print(f"{name:<10} {t_replay:>18.2f} {t_probe:>16.2f}")
+        print(f"{name:<10} {t_replay:>18.2f} {t_probe:>10.2f}")
     b, i = results["buffered"], results["insert"]
-    print(f"insert / buffered: replay x{i[0] / b[0]:.2f}, probe steps x{i[1] / b[1]:.2f}")
+    print(f"insert / buffered: replay x{i[0] / b[0]:.2f}, probe x{i[1] / b[1]:.2f}")
     print(f"same starts and estimates: {same}")
     if not same:
         sys.exit(1)
