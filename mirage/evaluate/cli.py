@@ -185,10 +185,18 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     methods: list[str],
     kw: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    from mirage.evaluate.harness import BASELINES, LEARNED, ORACLE, SELECTED, Walker
+    from mirage.evaluate.harness import (
+        BASELINES,
+        LEARNED,
+        REFERENCES,
+        RUNTIME_ORACLE,
+        SELECTED,
+        Walker,
+    )
     from mirage.evaluate.probes import generate
     from mirage.evaluate.report import plots, render, to_json
     from mirage.evaluate.stats import head_to_head, level_counts, table
+    from mirage.evaluate.whatif import generate_no_arrivals
     from mirage.learn.dataset import generate_features
     from mirage.profile.schema import load_profile
 
@@ -210,8 +218,13 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         # where it tunes them (rolling) or chooses among methods (selected)
         if kw["learned"] and (split.name == "test" or rolling or SELECTED in methods):
             queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
-        walkers[split.name] = Walker(samples, protocol, profile, part.name, queue)
-        queues[split.name] = (samples, queue)
+        noarr = None
+        if RUNTIME_ORACLE in methods:
+            noarr = [c.start for c in _generate(generate_no_arrivals, setting, times, kw)]
+        walkers[split.name] = Walker(
+            samples, protocol, profile, part.name, queue, no_arrivals=noarr
+        )
+        queues[split.name] = (samples, queue, noarr)
     tuned_params: Any  # one set of constants, or one per block
     tuned_scores: Any
     selection: dict[str, Any] | None = None
@@ -224,7 +237,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         results, tuned_params, tuned_scores, selection = _tune_once(walkers, methods, protocol, kw)
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
-    baselines = [m for m in BASELINES if m != ORACLE]
+    baselines = [m for m in BASELINES if m not in REFERENCES]
     h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
     picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
@@ -306,9 +319,11 @@ def _rolling(  # noqa: PLR0917 - one call site
     from mirage.evaluate.harness import Walker
     from mirage.evaluate.rolling import blocks, run_rolling
 
-    (s_tune, q_tune), (s_test, q_test) = queues["tune"], queues["test"]
+    (s_tune, q_tune, n_tune), (s_test, q_test, n_test) = queues["tune"], queues["test"]
     queue = None if q_tune is None or q_test is None else [*q_tune, *q_test]
-    history = Walker([*s_tune, *s_test], protocol, profile, partition, queue)
+    noarr = None if n_tune is None or n_test is None else [*n_tune, *n_test]
+    history = Walker([*s_tune, *s_test], protocol, profile, partition, queue,
+                     no_arrivals=noarr)  # fmt: skip
     # the test samples are history's last ones: share their contexts and matrices
     first_test = len(history.samples) - len(test.samples)
     test = history.subset(range(first_test, len(history.samples)))

@@ -32,6 +32,11 @@ from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
 HOUR = 3600
 ORACLE = "oracle"
+#: Knows the true run times of every job queued or running, not future arrivals
+#: (:mod:`mirage.evaluate.whatif`); a reference like the oracle, never a baseline to beat.
+RUNTIME_ORACLE = "runtime-oracle"
+#: Methods that see what no deployed policy can: left out of comparisons and selection.
+REFERENCES = (ORACLE, RUNTIME_ORACLE)
 
 
 @dataclass
@@ -172,12 +177,17 @@ class Walker:
         profile: ClusterProfile,
         partition: str,
         queue: Sequence[np.ndarray] | None = None,
+        *,
+        no_arrivals: Sequence[np.ndarray] | None = None,
     ) -> None:
-        """``queue``: per sample (of ``samples``, usable or not) its recorded queue features."""
+        """``queue``: per sample (of ``samples``, usable or not) its recorded queue features;
+        ``no_arrivals``: per sample its no-arrival starts (:mod:`mirage.evaluate.whatif`),
+        which only the runtime oracle reads."""
         keep = [i for i, s in enumerate(samples) if s.ok]
         self.samples = [samples[i] for i in keep]
         self.protocol = protocol
         self.queue = None if queue is None else [queue[i] for i in keep]
+        self.no_arrivals = None if no_arrivals is None else [no_arrivals[i] for i in keep]
         self.ctxs = [
             contexts(s, profile, partition, None if self.queue is None else self.queue[i])
             for i, s in enumerate(self.samples)
@@ -191,6 +201,7 @@ class Walker:
         out.samples = [self.samples[i] for i in keep]
         out.protocol, out.profile = self.protocol, self.profile
         out.queue = None if self.queue is None else [self.queue[i] for i in keep]
+        out.no_arrivals = None if self.no_arrivals is None else [self.no_arrivals[i] for i in keep]
         out.ctxs = [self.ctxs[i] for i in keep]
         out.pending = [self.pending[i] for i in keep]
         if self.queue is not None:
@@ -244,6 +255,19 @@ class Walker:
     def oracle(self, alpha: float) -> Outcomes:
         return outcomes_at(self.samples, [oracle_step(s, alpha) for s in self.samples])
 
+    def runtime_oracle(self, margin_s: float) -> Outcomes:
+        """The reference that knows every present job's run time (see :data:`RUNTIME_ORACLE`)."""
+        from mirage.evaluate.whatif import runtime_oracle_step
+
+        if self.no_arrivals is None:
+            raise ValueError("the runtime oracle needs the recorded no-arrival starts")
+        steps = []
+        for s, start in zip(self.samples, self.no_arrivals, strict=True):
+            if len(start) != len(s.steps):
+                raise ValueError(f"sample {s.t}: no-arrival curve does not match the probe")
+            steps.append(runtime_oracle_step(start, s.planned_end, margin_s))
+        return outcomes_at(self.samples, steps)
+
 
 # ---- the methods and their tuning ----------------------------------------------------
 
@@ -252,15 +276,19 @@ GRIDS: dict[str, list[float]] = {
     "fixed-lead": [h * HOUR for h in (0, 1 / 6, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24, 36, 47)],
     "running-average": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0],
     "qbets": [0.25, 0.5, 0.75, 0.9, 0.95],
+    # the runtime oracle's margin (s): submit when no-arrival start + margin >= the end
+    RUNTIME_ORACLE: [h * HOUR for h in (-2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6)],
 }
 BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
+#: Opt-in (``--policies …,runtime-oracle``): its what-if probes cost about as much again.
+EXTRA_REFERENCES = (RUNTIME_ORACLE,)
 LEARNED = ("rf", "xgb", "dqn", "pg")  # trained by `mirage train`, loaded from models/
-#: Not a policy of its own: whichever of the other methods (the oracle excepted) had the
+#: Not a policy of its own: whichever of the other methods (the references excepted) had the
 #: least mean J on the tuning split, judged on the test split. What an admin would deploy
 #: after `mirage train`, chosen without seeing the test split; "the best learned policy"
 #: of a table is picked on the test split, this is not.
 SELECTED = "selected"
-METHODS = BASELINES + LEARNED + (SELECTED,)
+METHODS = BASELINES + EXTRA_REFERENCES + LEARNED + (SELECTED,)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -294,7 +322,7 @@ def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
         grid = GRIDS.get(m)
         if not grid:
             continue
-        by = {g: float(walker.run(factory(m, g)).cost(alpha).mean()) for g in grid}
+        by = {g: float(_run_plain(walker, m, g).cost(alpha).mean()) for g in grid}
         params[m] = min(grid, key=lambda g: (by[g], grid.index(g)))
         scores[m] = {repr(g): v for g, v in by.items()}
     return Tuned(params=params, scores=scores)
@@ -308,9 +336,9 @@ def select(
     learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> tuple[str, dict[str, float]]:
     """The method of least mean J on ``walker`` (a tuning split) among ``methods`` (the
-    oracle and :data:`SELECTED` aside; ties to the earlier in ``methods``), and every
+    :data:`REFERENCES` and :data:`SELECTED` aside; ties to the earlier in ``methods``), and every
     candidate's mean J (hours)."""
-    cands = [m for m in methods if m not in (ORACLE, SELECTED)]
+    cands = [m for m in methods if m not in (*REFERENCES, SELECTED)]
     if not cands:
         raise ValueError("nothing to select from")
     res = evaluate(walker, cands, params, alpha, learned)
@@ -334,8 +362,15 @@ def evaluate(
                 raise ValueError(f"no trained {m} model given")
             out[m] = walker.run_batched(learned[m])
         else:
-            out[m] = walker.run(factory(m, params.get(m)))
+            out[m] = _run_plain(walker, m, params.get(m))
     return out
+
+
+def _run_plain(walker: Walker, method: str, param: float | None) -> Outcomes:
+    """A baseline (or the runtime oracle) with its constant."""
+    if method == RUNTIME_ORACLE:
+        return walker.runtime_oracle(param if param is not None else 0.0)
+    return walker.run(factory(method, param))
 
 
 def replace_protocol(protocol: Protocol, **changes: object) -> Protocol:

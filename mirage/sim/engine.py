@@ -1209,6 +1209,17 @@ class Simulation:
             self._pool_sync(i)
             self._changed()
 
+    def drop_future_submits(self) -> int:
+        """Forget every job whose submission is still to come (a what-if: "no job
+        arrives after now"); returns how many. They stay in the job table, never
+        submitted (state None), so job ids do not shift. Meant for forks."""
+        now = self.now
+        kept = [e for e in self.heap if e[1] != SUBMIT or e[0] <= now]
+        dropped = len(self.heap) - len(kept)
+        heapq.heapify(kept)
+        self.heap = kept
+        return dropped
+
     def update_time_limit(self, job_id: str, seconds: int) -> None:
         i = self._index(job_id)
         if self.state[i] not in (None, PENDING):

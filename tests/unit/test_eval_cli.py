@@ -90,8 +90,10 @@ def test_a_block_tunes_only_on_samples_over_before_it_starts() -> None:
 
 def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: Path) -> None:
     """A single block whose window is exactly the tuning split reproduces `evaluate`, the
-    method selected on the tuning split included."""
-    pick = ("--policies", "reactive,fixed-lead,running-average,qbets,oracle,selected")
+    method selected on the tuning split included; the runtime oracle, a reference, is
+    tuned like the baselines but never selected nor compared against."""
+    pick = ("--policies",
+            "reactive,fixed-lead,running-average,qbets,oracle,runtime-oracle,selected")  # fmt: skip
     plain = CliRunner().invoke(main, _rolling_args(tmp_path, *pick))
     week = ("--recalibrate-every-days", "4", "--recalibrate-window-days", "4")
     one = CliRunner().invoke(main, _rolling_args(tmp_path, *week, *pick))
@@ -104,8 +106,14 @@ def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: P
     assert b["tuned"][0]["selected"] == chosen != "oracle"
     scores = a["selected"]["tune_mean_J_h"]
     assert "oracle" not in scores and scores[chosen] == min(scores.values())
+    assert "runtime-oracle" not in scores and "runtime-oracle" in a["tuned"]
     assert a["table"]["selected"] == a["table"][chosen]  # judged on the test split as itself
     assert a["selected_head_to_head"]["all"]["learned"] == "selected"
+    assert a["selected_head_to_head"]["all"]["baseline"] not in ("oracle", "runtime-oracle")
+    oracle, runtime = (
+        a["table"][m]["all"]["mean_J_h"]["value"] for m in ("oracle", "runtime-oracle")
+    )
+    assert oracle <= runtime  # the oracle picks each sample's best step
 
 
 def test_rolling_recalibration_without_history_is_a_clear_error(tmp_path: Path) -> None:

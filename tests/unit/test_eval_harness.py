@@ -24,17 +24,21 @@ SMALL = Protocol(time_limit_s=4 * H, step_s=30 * 60, every_s=12 * H, window_s=10
                  warmup_s=12 * H)  # fmt: skip
 
 
+def scenario_sim() -> Simulation:
+    sim = Simulation(TWO, start_time=0)
+    sim.add_job(JobSpec(submit=0, run=50 * H, time_limit=50 * H, nodes=1, partition="gpu"))
+    sim.add_job(JobSpec(submit=H, run=10 * H, time_limit=10 * H, nodes=2, partition="gpu"))
+    sim.run_until(0)
+    return sim
+
+
 def scenario() -> SampleResult:
     """2 nodes. A 1-node job runs 0-50 h; the predecessor (1 node, 48 h) starts at 0; at
     1 h a 2-node, 10 h job queues and gets a reservation at 50 h. A successor submitted
     at the predecessor's end cannot backfill (48 h would delay that reservation): it
     starts at 60 h, a 12 h gap. Submitted before 1 h, it is older than the 2-node job
     and takes the predecessor's node at 48 h: no gap."""
-    sim = Simulation(TWO, start_time=0)
-    sim.add_job(JobSpec(submit=0, run=50 * H, time_limit=50 * H, nodes=1, partition="gpu"))
-    sim.add_job(JobSpec(submit=H, run=10 * H, time_limit=10 * H, nodes=2, partition="gpu"))
-    sim.run_until(0)
-    return probe_sample(sim, Protocol(step_s=30 * 60))
+    return probe_sample(scenario_sim(), Protocol(step_s=30 * 60))
 
 
 def test_reactive_gap_and_oracle_on_hand_made_scenario() -> None:
@@ -48,6 +52,34 @@ def test_reactive_gap_and_oracle_on_hand_made_scenario() -> None:
     assert res[ORACLE].cost()[0] == 0.0 and res[ORACLE].step[0] == 1
     assert res["fixed-lead"].gap[0] == 12 * H  # an hour ahead is too late here
     assert r.estimate[-1] == 60 * H  # Slurm's estimate at the end matches the outcome
+
+
+def test_runtime_oracle_on_hand_made_scenario() -> None:
+    """Without arrivals, a successor submitted before the 2-node job exists starts at
+    48 h; from 1 h on, that job is there and the successor starts at 60 h whatever comes
+    later. The runtime oracle sees those starts: with margin 0 it submits at once (no
+    gap); with a margin that nothing reaches it waits for the end (reactive's 12 h gap).
+    It is a reference: never the selected method."""
+    from mirage.evaluate.harness import RUNTIME_ORACLE, select
+    from mirage.evaluate.whatif import no_arrival_curve
+
+    protocol = Protocol(step_s=30 * 60)
+    r = scenario()
+    curve = no_arrival_curve(scenario_sim(), protocol)
+    assert curve.pred_start == r.pred_start and len(curve.start) == len(r.steps)
+    assert list(curve.start[:3]) == [48 * H, 48 * H, 60 * H]
+    assert np.all(curve.start[2:] == 60 * H)
+    walker = Walker([r], protocol, TWO, "gpu", no_arrivals=[curve.start])
+    res = evaluate(walker, ["reactive", RUNTIME_ORACLE], {RUNTIME_ORACLE: 0.0}, 0.5)
+    assert res[RUNTIME_ORACLE].step[0] == 0 and res[RUNTIME_ORACLE].cost()[0] == 0.0
+    late = evaluate(walker, [RUNTIME_ORACLE], {RUNTIME_ORACLE: -13.0 * H}, 0.5)
+    assert late[RUNTIME_ORACLE].gap[0] == 12 * H
+    tuned = tune(walker, [RUNTIME_ORACLE], 0.5)
+    assert late[RUNTIME_ORACLE].cost()[0] > 0 and tuned.params[RUNTIME_ORACLE] >= 0
+    chosen, scores = select(walker, ["reactive", RUNTIME_ORACLE], tuned.params, 0.5)
+    assert chosen == "reactive" and RUNTIME_ORACLE not in scores
+    with pytest.raises(ValueError, match="no-arrival"):
+        evaluate(Walker([r], protocol, TWO, "gpu"), [RUNTIME_ORACLE], {}, 0.5)
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,24 @@ def test_parent_changes_do_not_leak_into_fork() -> None:
     reference = fresh()
     reference.run()
     assert outcome(child) == outcome(reference)
+
+
+def test_dropping_future_submits_replays_only_the_jobs_already_there() -> None:
+    """A what-if fork without arrivals schedules exactly the jobs submitted by then, as a
+    fresh simulation given only those jobs would (same ids, same starts and ends)."""
+    cut = 40_000
+    parent = fresh()
+    parent.run_until(cut)
+    child = parent.fork()
+    later = sum(1 for s in workload() if s.submit > cut)
+    assert later > 0
+    assert child.drop_future_submits() == later
+    child.run()
+    early = Simulation(toy_profile(8))
+    early.add_jobs([s for s in workload() if s.submit <= cut])
+    early.run()
+    got = {j: (s, e) for j, s, e in outcome(child) if s is not None}
+    assert got == {j: (s, e) for j, s, e in outcome(early)}
+    assert all(v.state is None for v in child.all_jobs()[len(got) :])
+    parent.run()  # the parent still gets every job
+    assert all(v.start is not None for v in parent.all_jobs())

@@ -1,0 +1,113 @@
+"""No-arrival what-if probes: how far run-time knowledge alone could take a policy.
+
+The oracle knows everything about the future. To tell how much of the gap between a
+learned policy and the oracle is the run times of jobs already in the system (unknown to
+Slurm, which plans with time limits) and how much is jobs not yet submitted, this records,
+at every decision step ``tau_k`` of a sample (the same base world and steps as
+:func:`mirage.evaluate.probes.probe_sample`), when the successor would start if it were
+submitted at ``tau_k`` *and no other job arrived after* ``tau_k``, every job already
+queued or running keeping its true run time: a fork of the base world at ``tau_k`` with
+its future submissions dropped (:meth:`~mirage.sim.engine.Simulation.drop_future_submits`).
+
+The ``runtime-oracle`` reference of :mod:`mirage.evaluate.harness` submits at the first
+step where that start plus a tuned margin reaches the planned end. No deployed policy can
+see those run times: like the oracle it is a reference, never a baseline to beat, and it
+is left out of the head-to-head comparisons and of ``selected``.
+
+Records are cached beside the probes (``<cache>/<setting key>/<t>.noarr.npz``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mirage.evaluate.probes import Progress, Recorder, chain_spec, record_all
+from mirage.evaluate.protocol import Protocol, Setting
+from mirage.sim.engine import Simulation
+
+
+@dataclass
+class NoArrivalCurve:
+    """A sample's no-arrival successor start at each decision step (-1: did not start
+    within the window, or the sample is unusable)."""
+
+    t: int
+    pred_start: int  # -1: the predecessor did not start (as in the probe)
+    start: np.ndarray  # int64 (K+1,)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, meta=np.array([self.t, self.pred_start]), start=self.start)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> NoArrivalCurve:
+        with np.load(path) as z:
+            t, s = (int(x) for x in z["meta"])
+            return cls(t=t, pred_start=s, start=z["start"])
+
+
+def no_arrival_curve(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:
+    """The curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
+    t = sim.now
+    base = sim.fork()
+    spec = chain_spec(base, protocol, "pred")
+    pred = base.add_job(spec)
+    s = base.run_until_started(pred, until=t + protocol.window_s)
+    cap = None if s is None else s + protocol.window_s
+    if s is None or cap is None or s + protocol.time_limit_s >= cap:
+        return NoArrivalCurve(t, -1, np.zeros(0, dtype=np.int64))
+    end = s + protocol.time_limit_s
+    steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
+    out = np.empty(len(steps), dtype=np.int64)
+    for k, tau in enumerate(steps):
+        base.run_until(tau)
+        fork = base.fork()
+        fork.drop_future_submits()
+        job = fork.add_job(dataclasses.replace(spec, submit=tau, name="succ"))
+        start = fork.run_until_started(job, until=cap)
+        out[k] = -1 if start is None else start
+    return NoArrivalCurve(t, int(s), out)
+
+
+def _record(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:
+    return no_arrival_curve(sim, protocol)
+
+
+NO_ARRIVALS: Recorder[NoArrivalCurve] = Recorder(".noarr.npz", _record, NoArrivalCurve.load)
+
+
+def generate_no_arrivals(
+    setting: Setting,
+    times: Sequence[int],
+    *,
+    cache: str | None = None,
+    n_jobs: int = 1,
+    dask_address: str | None = None,
+    progress: Progress | None = None,
+) -> list[NoArrivalCurve]:
+    """The no-arrival curves of every sample of ``times`` (in order), cached, in parallel."""
+    return record_all(
+        setting,
+        times,
+        NO_ARRIVALS,
+        cache=cache,
+        n_jobs=n_jobs,
+        dask_address=dask_address,
+        progress=progress,
+    )
+
+
+def runtime_oracle_step(start: np.ndarray, planned_end: int, margin_s: float) -> int:
+    """The first step whose no-arrival start plus ``margin_s`` reaches the planned end
+    (the last step, the reactive submission, if none does before it). A successor that
+    would not start within the window even then (-1) is late: submit."""
+    last = len(start) - 1
+    head = start[:last]
+    hit = np.flatnonzero((head < 0) | (head + margin_s >= planned_end))
+    return int(hit[0]) if hit.size else last
