@@ -1,0 +1,77 @@
+"""The runtime oracle at its most generous: its margin picked per load level on the test
+split itself (not on the tuning split as `mirage evaluate` does), with the harness's
+bootstrap intervals. How much of reactive's J could a policy remove that knew every
+present job's run time but nothing of later arrivals?
+
+    .venv/bin/python scripts/runtime-oracle-levels.py [LOAD ...]   (ls6; default 1 1.05)
+
+Reads the probe cache (out/probe-cache) and records the no-arrival curves it lacks (about
+2 minutes per load at 1 and 1.05 on 2 cores; hours at 1.13).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.harness import GRIDS, ORACLE, RUNTIME_ORACLE, Outcomes, Walker, evaluate
+from mirage.evaluate.probes import generate
+from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
+from mirage.evaluate.stats import MIN_N, load_levels, table
+from mirage.evaluate.whatif import generate_no_arrivals
+from mirage.profile.schema import load_profile
+from mirage.trace.readers import load_trace
+
+CACHE = "out/probe-cache"
+
+
+def walker(load: float) -> Walker:
+    profile_name = default_profile("ls6")
+    profile = load_profile(profile_name)
+    trace = default_trace("ls6")
+    if trace is None:
+        raise SystemExit("no ls6 trace found")
+    df = load_trace(trace).jobs
+    first, last = int(df["submit"].min()), int(df["submit"].max())
+    split = default_splits("ls6", profile.timezone, first, last)["test"]
+    part = profile.partition(None)
+    assert part.nodes is not None
+    setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, Protocol())
+    times = sample_times(split, setting.protocol, first)
+    probes = generate(setting, times, cache=CACHE, n_jobs=2)
+    curves = generate_no_arrivals(setting, times, cache=CACHE, n_jobs=2)
+    return Walker(probes, setting.protocol, profile, part.name,
+                  no_arrivals=[c.start for c in curves])  # fmt: skip
+
+
+def best_margin(w: Walker, mask: np.ndarray) -> tuple[float, Outcomes]:
+    runs = {g: w.runtime_oracle(g) for g in GRIDS[RUNTIME_ORACLE]}
+    g = min(runs, key=lambda m: float(runs[m].cost()[mask].mean()))
+    return g, runs[g]
+
+
+def main() -> None:
+    for load in [float(a) for a in sys.argv[1:]] or [1.0, 1.05]:
+        w = walker(load)
+        ref = evaluate(w, ["reactive", ORACLE], {}, 0.5)
+        levels = load_levels(ref["reactive"].gap)
+        for level in ("low", "medium", "heavy", "all"):
+            mask = np.ones(levels.size, bool) if level == "all" else levels == level
+            if level != "all" and mask.sum() < MIN_N:
+                continue
+            g, ro = best_margin(w, mask)
+            tab = table({**ref, RUNTIME_ORACLE: ro}, 0.5, boot=2000)
+            j, cut = tab[RUNTIME_ORACLE][level]["mean_J_h"], tab[RUNTIME_ORACLE][level]["removed"]
+            orc = tab[ORACLE][level]["removed"]
+            print(
+                f"load {load:g} {level:6s} n={int(mask.sum()):3d} margin {g / 3600:+.1f} h: "
+                f"J {j.value:.2f} [{j.lo:.2f}, {j.hi:.2f}] h, removed {cut.value:.0%} "
+                f"[{cut.lo:.0%}, {cut.hi:.0%}]; oracle removes {orc.value:.0%} "
+                f"[{orc.lo:.0%}, {orc.hi:.0%}]"
+            )
+
+
+if __name__ == "__main__":
+    main()
