@@ -152,8 +152,10 @@ def load_model(kind: str, path: Path) -> Any:
 
 #: Margins (in the agent's score units) that tuning and recalibration choose among. DQN's
 #: score is Q(submit) - Q(wait) in reward units (REWARD_SCALE hours each); PPO's is the
-#: logit difference of its two actions. 0 is the agent as trained.
-MARGINS = (-8.0, -4.0, -2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: logit difference of its two actions. 0 is the agent as trained. Widened to +-64 where
+#: CERIT's re-tuned pg sat at -8, then at -16 (now inside).
+_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+MARGINS = (*(-m for m in reversed(_STEPS)), 0.0, *_STEPS)
 #: Revocation margins (same units; None: never revoke) that tuning chooses among.
 REVOKE_MARGINS: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25)
 

@@ -35,8 +35,11 @@ HOUR = 3600.0
 
 #: Band grid for the forecasters (hours added to the predicted wait quantile). The deep
 #: negative bands let the rule fall back to (almost) reactive submission where the
-#: forecasts are far off scale, as a model moved to another cluster's waits may be.
-BANDS_H = (-48.0, -24.0, -12.0, -6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: forecasts are far off scale, as a model moved to another cluster's waits may be; the
+#: wide positive ones let it submit at the predecessor's start in queues deeper than the
+#: forecasts (CERIT's), up to 48 h, where a 48-hour chain's rule saturates.
+BANDS_H = (-48.0, -24.0, -12.0, -6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0,
+           16.0, 24.0, 48.0)  # fmt: skip
 
 Progress = Callable[[str, int, int], None]
 
