@@ -3,10 +3,11 @@ split itself (not on the tuning split as `mirage evaluate` does), with the harne
 bootstrap intervals. How much of reactive's J could a policy remove that knew every
 present job's run time but nothing of later arrivals?
 
-    .venv/bin/python scripts/runtime-oracle-levels.py [LOAD ...]   (ls6; default 1 1.05)
+    .venv/bin/python scripts/runtime-oracle-levels.py [LOAD[:EVERY_H] ...]
+    (ls6; default 1 1.05; the README's 1.13 figures are for 1.13:12, one sample every 12 h)
 
 Reads the probe cache (out/probe-cache) and records the no-arrival curves it lacks (about
-2 minutes per load at 1 and 1.05 on 2 cores; hours at 1.13).
+2 minutes per load at 1 and 1.05 on 2 cores; about 25 minutes at 1.13:12).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from mirage.trace.readers import load_trace
 CACHE = "out/probe-cache"
 
 
-def walker(load: float) -> Walker:
+def walker(load: float, every_h: float) -> Walker:
     profile_name = default_profile("ls6")
     profile = load_profile(profile_name)
     trace = default_trace("ls6")
@@ -38,7 +39,8 @@ def walker(load: float) -> Walker:
     split = default_splits("ls6", profile.timezone, first, last)["test"]
     part = profile.partition(None)
     assert part.nodes is not None
-    setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, Protocol())
+    protocol = Protocol(every_s=int(every_h * 3600))
+    setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
     times = sample_times(split, setting.protocol, first)
     probes = generate(setting, times, cache=CACHE, n_jobs=2)
     curves = generate_no_arrivals(setting, times, cache=CACHE, n_jobs=2)
@@ -53,8 +55,10 @@ def best_margin(w: Walker, mask: np.ndarray) -> tuple[float, Outcomes]:
 
 
 def main() -> None:
-    for load in [float(a) for a in sys.argv[1:]] or [1.0, 1.05]:
-        w = walker(load)
+    for arg in sys.argv[1:] or ["1", "1.05"]:
+        load_s, _, every_s = arg.partition(":")
+        load = float(load_s)
+        w = walker(load, float(every_s or 4))
         ref = evaluate(w, ["reactive", ORACLE], {}, 0.5)
         levels = load_levels(ref["reactive"].gap)
         for level in ("low", "medium", "heavy", "all"):

@@ -109,6 +109,28 @@ class SampleResult:
             )
 
 
+@dataclass
+class StepRecord:
+    """A per-sample record of one array over the decision steps, cached beside the probes
+    (``<t><suffix>``): subclasses add that array as their third field, named by ``FIELD``."""
+
+    FIELD: typing.ClassVar[str]
+    t: int
+    pred_start: int  # -1: the predecessor did not start (as in the probe)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        meta = np.array([self.t, self.pred_start])
+        np.savez_compressed(tmp, meta=meta, **{self.FIELD: getattr(self, self.FIELD)})
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> typing.Self:
+        with np.load(path) as z:
+            t, s = (int(x) for x in z["meta"])
+            return cls(t, s, z[cls.FIELD])  # type: ignore[call-arg]
+
+
 def _empty(t: int, protocol: Protocol) -> SampleResult:
     z = np.zeros(0, dtype=np.int64)
     return SampleResult(

@@ -22,34 +22,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from mirage.evaluate.probes import Progress, Recorder, chain_spec, record_all
+from mirage.evaluate.probes import Progress, Recorder, StepRecord, chain_spec, record_all
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.sim.engine import Simulation
 
 
 @dataclass
-class NoArrivalCurve:
+class NoArrivalCurve(StepRecord):
     """A sample's no-arrival successor start at each decision step (-1: did not start
-    within the window, or the sample is unusable)."""
+    within the window; empty: the sample is unusable)."""
 
-    t: int
-    pred_start: int  # -1: the predecessor did not start (as in the probe)
+    FIELD = "start"
     start: np.ndarray  # int64 (K+1,)
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, meta=np.array([self.t, self.pred_start]), start=self.start)
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> NoArrivalCurve:
-        with np.load(path) as z:
-            t, s = (int(x) for x in z["meta"])
-            return cls(t=t, pred_start=s, start=z["start"])
 
 
 def no_arrival_curve(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:

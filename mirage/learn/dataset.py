@@ -21,12 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from mirage.evaluate.harness import curve_cost, pending_of
-from mirage.evaluate.probes import Progress, Recorder, SampleResult, chain_spec, record_all
+from mirage.evaluate.probes import (
+    Progress,
+    Recorder,
+    SampleResult,
+    StepRecord,
+    chain_spec,
+    record_all,
+)
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.learn.decision import DECISION_NAMES, estimate_columns
 from mirage.policy.base import PendingTransition
@@ -41,23 +47,11 @@ HOUR = 3600.0
 
 
 @dataclass
-class FeatureCurve:
+class FeatureCurve(StepRecord):
     """The queue features of one sample at each of its decision steps."""
 
-    t: int
-    pred_start: int  # -1: the predecessor did not start (as in the probe)
+    FIELD = "queue"
     queue: np.ndarray  # float64 (K+1, len(QUEUE_FEATURE_NAMES))
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, meta=np.array([self.t, self.pred_start]), queue=self.queue)
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> FeatureCurve:
-        with np.load(path) as z:
-            t, s = (int(x) for x in z["meta"])
-            return cls(t=t, pred_start=s, queue=z["queue"])
 
 
 def feature_curve(sim: Simulation, protocol: Protocol) -> FeatureCurve:
