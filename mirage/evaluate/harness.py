@@ -286,7 +286,8 @@ GRIDS: dict[str, list[float]] = {
     RUNTIME_ORACLE: [h * HOUR for h in (-2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6)],
 }
 BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
-#: Opt-in (``--policies …,runtime-oracle``): its what-if probes cost about as much again.
+#: Opt-in (``--policies …,runtime-oracle``): its what-if probes cost about half as much
+#: again as the outcome probes.
 EXTRA_REFERENCES = (RUNTIME_ORACLE,)
 LEARNED = ("rf", "xgb", "dqn", "pg")  # trained by `mirage train`, loaded from models/
 #: Not a policy of its own: whichever of the other methods (the references excepted) had the

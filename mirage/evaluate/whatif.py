@@ -46,10 +46,9 @@ def no_arrival_curve(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:
     spec = chain_spec(base, protocol, "pred")
     pred = base.add_job(spec)
     s = base.run_until_started(pred, until=t + protocol.window_s)
-    cap = None if s is None else s + protocol.window_s
-    if s is None or cap is None or s + protocol.time_limit_s >= cap:
+    if s is None or protocol.time_limit_s >= protocol.window_s:  # as probe_sample: unusable
         return NoArrivalCurve(t, -1, np.zeros(0, dtype=np.int64))
-    end = s + protocol.time_limit_s
+    cap, end = s + protocol.window_s, s + protocol.time_limit_s
     steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
     out = np.empty(len(steps), dtype=np.int64)
     for k, tau in enumerate(steps):
