@@ -7,7 +7,7 @@ present job's run time but nothing of later arrivals?
     (ls6; default 1 1.05; the README's 1.13 figures are for 1.13:12, one sample every 12 h)
 
 Reads the probe cache (out/probe-cache) and records the no-arrival curves it lacks (about
-2 minutes per load at 1 and 1.05 on 2 cores; about 25 minutes at 1.13:12).
+2 minutes per load at 1 and 1.05 on 2 cores; about 20 minutes at 1.13:12).
 """
 
 from __future__ import annotations
