@@ -18,10 +18,10 @@ import numpy as np
 
 from mirage.evaluate.cli import default_profile, default_trace
 from mirage.evaluate.harness import GRIDS, ORACLE, RUNTIME_ORACLE, Outcomes, Walker, evaluate
-from mirage.evaluate.probes import generate
+from mirage.evaluate.probes import generate, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.stats import MIN_N, load_levels, table
-from mirage.evaluate.whatif import generate_no_arrivals
+from mirage.evaluate.whatif import NO_ARRIVALS
 from mirage.profile.schema import load_profile
 from mirage.trace.readers import load_trace
 
@@ -43,7 +43,7 @@ def walker(load: float, every_h: float) -> Walker:
     setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
     times = sample_times(split, setting.protocol, first)
     probes = generate(setting, times, cache=CACHE, n_jobs=2)
-    curves = generate_no_arrivals(setting, times, cache=CACHE, n_jobs=2)
+    curves = record_all(setting, times, NO_ARRIVALS, cache=CACHE, n_jobs=2)
     return Walker(probes, setting.protocol, profile, part.name,
                   no_arrivals=[c.start for c in curves])  # fmt: skip
 

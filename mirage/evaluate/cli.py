@@ -193,11 +193,11 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         SELECTED,
         Walker,
     )
-    from mirage.evaluate.probes import generate
+    from mirage.evaluate.probes import PROBES
     from mirage.evaluate.report import plots, render, to_json
     from mirage.evaluate.stats import head_to_head, level_counts, table
-    from mirage.evaluate.whatif import generate_no_arrivals
-    from mirage.learn.dataset import generate_features
+    from mirage.evaluate.whatif import NO_ARRIVALS
+    from mirage.learn.dataset import FEATURES
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -212,15 +212,15 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         times = sample_times(split, protocol, first)
         if kw["max_samples"]:
             times = times[: kw["max_samples"]]
-        samples = _generate(generate, setting, times, kw)
+        samples = _generate(PROBES, setting, times, kw)
         queue = None
         # learned policies' decision rows: on the test split, and on the tuning split
         # where it tunes them (rolling) or chooses among methods (selected)
         if kw["learned"] and (split.name == "test" or rolling or SELECTED in methods):
-            queue = [c.queue for c in _generate(generate_features, setting, times, kw)]
+            queue = [c.queue for c in _generate(FEATURES, setting, times, kw)]
         noarr = None
         if RUNTIME_ORACLE in methods:
-            noarr = [c.start for c in _generate(generate_no_arrivals, setting, times, kw)]
+            noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
         walkers[split.name] = Walker(
             samples, protocol, profile, part.name, queue, no_arrivals=noarr
         )
@@ -356,8 +356,12 @@ def _day(t: int) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
-def _generate(generate: Any, setting: Setting, times: list[int], kw: dict[str, Any]) -> Any:
+def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) -> Any:
+    """Every sample's record of ``rec`` (probes, feature or no-arrival curves): cached,
+    in parallel or on the Dask cluster, with a progress bar."""
     from rich.progress import Progress
+
+    from mirage.evaluate.probes import record_all
 
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"probes {setting.split.name}", total=len(times))
@@ -365,14 +369,14 @@ def _generate(generate: Any, setting: Setting, times: list[int], kw: dict[str, A
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        extra = {"dask_address": kw["dask_address"]} if generate.__name__ == "generate" else {}
-        return generate(
+        return record_all(
             setting,
             times,
+            rec,
             cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"],
+            dask_address=kw["dask_address"],
             progress=progress,
-            **extra,
         )
 
 

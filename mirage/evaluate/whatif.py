@@ -14,19 +14,19 @@ step where that start plus a tuned margin reaches the planned end. No deployed p
 see those run times: like the oracle it is a reference, never a baseline to beat, and it
 is left out of the head-to-head comparisons and of ``selected``.
 
-Records are cached beside the probes (``<cache>/<setting key>/<t>.noarr.npz``).
+Records (:data:`NO_ARRIVALS`, for :func:`mirage.evaluate.probes.record_all`) are cached
+beside the probes (``<cache>/<setting key>/<t>.noarr.npz``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mirage.evaluate.probes import Progress, Recorder, StepRecord, chain_spec, record_all
-from mirage.evaluate.protocol import Protocol, Setting
+from mirage.evaluate.probes import Recorder, StepRecord, chain_spec
+from mirage.evaluate.protocol import Protocol
 from mirage.sim.engine import Simulation
 
 
@@ -66,27 +66,6 @@ def _record(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:
 
 
 NO_ARRIVALS: Recorder[NoArrivalCurve] = Recorder(".noarr.npz", _record, NoArrivalCurve.load)
-
-
-def generate_no_arrivals(
-    setting: Setting,
-    times: Sequence[int],
-    *,
-    cache: str | None = None,
-    n_jobs: int = 1,
-    dask_address: str | None = None,
-    progress: Progress | None = None,
-) -> list[NoArrivalCurve]:
-    """The no-arrival curves of every sample of ``times`` (in order), cached, in parallel."""
-    return record_all(
-        setting,
-        times,
-        NO_ARRIVALS,
-        cache=cache,
-        n_jobs=n_jobs,
-        dask_address=dask_address,
-        progress=progress,
-    )
 
 
 def runtime_oracle_step(start: np.ndarray, planned_end: int, margin_s: float) -> int:
