@@ -191,21 +191,44 @@ def _estimate(base: Simulation, spec: JobSpec) -> int:
     return -1 if start is None else int(start)
 
 
-def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:
-    """The outcome curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
-    t = sim.now
+@dataclass
+class BaseWorld:
+    """A sample's base world, which every per-sample record replays: the replay forked at
+    the sample time with the predecessor added and run until it started (``sim``), the
+    predecessor's request (the successor's, renamed and resubmitted), its start, the
+    decision steps (the last one its planned end) and the end of the sample's window."""
+
+    sim: Simulation
+    spec: JobSpec
+    pred_start: int
+    steps: list[int]
+    cap: int
+
+
+def base_world(sim: Simulation, protocol: Protocol) -> BaseWorld | None:
+    """The base world of the sample at ``sim.now`` (``sim`` itself is not changed); None
+    when the sample is unusable (the predecessor did not start within a window, or the
+    window cannot hold its run)."""
     base = sim.fork()
     spec = chain_spec(base, protocol, "pred")
     pred = base.add_job(spec)
-    s = base.run_until_started(pred, until=t + protocol.window_s)
-    if s is None:
-        return _empty(t, protocol)
-    cap = s + protocol.window_s
-    if s + protocol.time_limit_s >= cap:
-        return _empty(t, protocol)
+    s = base.run_until_started(pred, until=sim.now + protocol.window_s)
+    if s is None or protocol.time_limit_s >= protocol.window_s:
+        return None
     end = s + protocol.time_limit_s
+    steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
+    return BaseWorld(base, spec, s, steps, s + protocol.window_s)
+
+
+def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:
+    """The outcome curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
+    t = sim.now
+    world = base_world(sim, protocol)
+    if world is None:
+        return _empty(t, protocol)
+    base, spec, s, cap, end = world.sim, world.spec, world.pred_start, world.cap, world.steps[-1]
     k_steps = protocol.steps
-    steps = np.array([min(end, s + k * protocol.step_s) for k in range(k_steps + 1)], np.int64)
+    steps = np.array(world.steps, np.int64)
     succ = np.empty(k_steps + 1, dtype=np.int64)
     cens = np.zeros(k_steps + 1, dtype=bool)
     est = np.empty(k_steps + 1, dtype=np.int64)

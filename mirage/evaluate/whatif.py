@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mirage.evaluate.probes import Recorder, StepRecord, chain_spec
+from mirage.evaluate.probes import Recorder, StepRecord, base_world
 from mirage.evaluate.protocol import Protocol
 from mirage.sim.engine import Simulation
 
@@ -41,24 +41,19 @@ class NoArrivalCurve(StepRecord):
 
 def no_arrival_curve(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:
     """The curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
-    t = sim.now
-    base = sim.fork()
-    spec = chain_spec(base, protocol, "pred")
-    pred = base.add_job(spec)
-    s = base.run_until_started(pred, until=t + protocol.window_s)
-    if s is None or protocol.time_limit_s >= protocol.window_s:  # as probe_sample: unusable
-        return NoArrivalCurve(t, -1, np.zeros(0, dtype=np.int64))
-    cap, end = s + protocol.window_s, s + protocol.time_limit_s
-    steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
-    out = np.empty(len(steps), dtype=np.int64)
-    for k, tau in enumerate(steps):
+    world = base_world(sim, protocol)
+    if world is None:
+        return NoArrivalCurve(sim.now, -1, np.zeros(0, dtype=np.int64))
+    base = world.sim
+    out = np.empty(len(world.steps), dtype=np.int64)
+    for k, tau in enumerate(world.steps):
         base.run_until(tau)
         fork = base.fork()
         fork.drop_future_submits()
-        job = fork.add_job(dataclasses.replace(spec, submit=tau, name="succ"))
-        start = fork.run_until_started(job, until=cap)
+        job = fork.add_job(dataclasses.replace(world.spec, submit=tau, name="succ"))
+        start = fork.run_until_started(job, until=world.cap)
         out[k] = -1 if start is None else start
-    return NoArrivalCurve(t, int(s), out)
+    return NoArrivalCurve(sim.now, world.pred_start, out)
 
 
 def _record(sim: Simulation, protocol: Protocol) -> NoArrivalCurve:

@@ -30,7 +30,7 @@ from mirage.evaluate.probes import (
     Recorder,
     SampleResult,
     StepRecord,
-    chain_spec,
+    base_world,
     record_all,
 )
 from mirage.evaluate.protocol import Protocol, Setting
@@ -62,22 +62,16 @@ def feature_curve(sim: Simulation, protocol: Protocol) -> FeatureCurve:
     """
     from mirage.policy.features import queue_features
 
-    t = sim.now
-    base = sim.fork()
-    spec = chain_spec(base, protocol, "pred")
-    pred = base.add_job(spec)
-    s = base.run_until_started(pred, until=t + protocol.window_s)
-    empty = np.zeros((0, len(QUEUE_FEATURE_NAMES)))
-    if s is None or s + protocol.time_limit_s >= s + protocol.window_s:
-        return FeatureCurve(t, -1, empty)
-    end = s + protocol.time_limit_s
-    steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
+    world = base_world(sim, protocol)
+    if world is None:
+        return FeatureCurve(sim.now, -1, np.zeros((0, len(QUEUE_FEATURE_NAMES))))
+    base = world.sim
     client = SimSlurmClient(base)
-    rows = np.empty((len(steps), len(QUEUE_FEATURE_NAMES)))
-    for k, tau in enumerate(steps):
+    rows = np.empty((len(world.steps), len(QUEUE_FEATURE_NAMES)))
+    for k, tau in enumerate(world.steps):
         base.run_until(tau)
-        rows[k] = queue_features(client.queue(), base.profile, spec.partition, tau)
-    return FeatureCurve(t, int(s), rows)
+        rows[k] = queue_features(client.queue(), base.profile, world.spec.partition, tau)
+    return FeatureCurve(sim.now, world.pred_start, rows)
 
 
 def _record_features(sim: Simulation, protocol: Protocol) -> FeatureCurve:
