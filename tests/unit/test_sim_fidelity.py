@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -125,6 +126,20 @@ def test_submit_request() -> None:
     }
     shared = fid.submit_request(job, "n", "/tmp/w", exclusive=False)
     assert "--exclusive" not in shared.extra_args
+    assert not any(a.startswith("--begin") for a in shared.extra_args)
+
+
+def test_submit_request_begin_is_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sbatch reads an absolute --begin in the machine's local time zone
+    monkeypatch.setenv("TZ", "Europe/Prague")
+    time.tzset()
+    try:
+        job = fid.FidelityJob("j00", 0, 1, 2, 4, 60, 8)
+        req = fid.submit_request(job, "n", "/tmp/w", begin=1_764_200_000)  # 23:33:20 UTC
+        assert "--begin=2025-11-27T00:33:20" in req.extra_args
+    finally:
+        monkeypatch.undo()  # the zone as it was, then re-read it
+        time.tzset()
 
 
 LOG = """\
