@@ -30,8 +30,10 @@ never silently falls back to a default. Durations are seconds (``_s``).
     submit_timeout_s = 60          # sbatch (a timeout makes the submission UNKNOWN)
 
     [policy]
-    default = "fixed-lead"         # "reactive", "fixed-lead", or a trained "rf", "xgb", "dqn", "pg"
+    default = "fixed-lead"         # "reactive", "fixed-lead", "lookahead" (needs the profile),
+                                   # or a trained "rf", "xgb", "dqn", "pg"
     lead_s = 900                   # fixed-lead: submit this long before the planned end
+    lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
     fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
     models_dir = ""                # trained policies: <models_dir>/<cluster>/<policy>/ ("" = none)
     cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
@@ -95,6 +97,7 @@ class SlurmSection:
 class PolicySection:
     default: str = "fixed-lead"
     lead_s: int = 900
+    lookahead_margin_s: int = 0
     fallback: str = "reactive"
     models_dir: str = ""
     cluster: str = ""
@@ -170,7 +173,7 @@ def _check(cfg: Config, source: str) -> None:
     if d.backoff_max_s < d.poll_interval_s:
         raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
     from mirage.learn.artifacts import POLICIES as LEARNED
-    from mirage.policy.simple import POLICY_NAMES
+    from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
 
     p = cfg.policy
     valid = (*POLICY_NAMES, *LEARNED)
@@ -179,13 +182,15 @@ def _check(cfg: Config, source: str) -> None:
             raise ConfigError(
                 f"{source} [policy]: unknown policy {name!r}; valid: {', '.join(valid)}"
             )
-        if name in LEARNED and not (p.models_dir and p.cluster):
+        if name in (*LEARNED, *PROFILE_POLICIES) and not (p.models_dir and p.cluster):
             raise ConfigError(
-                f"{source} [policy]: the trained policy {name!r} needs models_dir and cluster"
+                f"{source} [policy]: {name!r} needs models_dir and cluster (the cluster "
+                "profile: <models_dir>/<cluster>/profile.toml)"
             )
-    if p.fallback in LEARNED:
+    if p.fallback in (*LEARNED, *PROFILE_POLICIES):
         raise ConfigError(
-            f"{source} [policy]: fallback must be a baseline ({', '.join(POLICY_NAMES)})"
+            f"{source} [policy]: fallback must be one of "
+            f"{', '.join(n for n in POLICY_NAMES if n not in PROFILE_POLICIES)}"
         )
 
 

@@ -177,7 +177,7 @@ class Daemon:
         # trained models are loaded (and version-checked) once, at start: a model that does
         # not fit this code stops the daemon with its reason instead of deciding wrongly
         loaded = build_policies(pcfg)
-        if self.profile is None and any(lp.kind == "learned" for lp in loaded.values()):
+        if self.profile is None and any(lp.kind != "baseline" for lp in loaded.values()):
             self.profile = learned_profile(pcfg)
         self.policies: dict[str, Policy] = {n: lp.policy for n, lp in loaded.items()}
         self.policies.update(policies or {})
@@ -201,6 +201,7 @@ class Daemon:
         cursor = store.get_value(CURSOR_KEY)
         self._last_ok_poll: int | None = int(cursor) if cursor else None
         self._test_only_left = 0
+        self._warmed = False  # the policies' accounting history read (see _warmup)
         self.last_report: CycleReport | None = None
         self._fault = _fault_from_env()
 
@@ -236,8 +237,9 @@ class Daemon:
         polled = self._poll(now, report)
         if polled is None:
             return
-        snapshot, records = polled
+        snapshot, records, accounting = polled
         report.acted = True
+        self._observe(now, snapshot, accounting)
         with self.store.sessions() as s:
             wants, revocable = self._reconcile(s, now, records, report)
             s.commit()
@@ -280,7 +282,7 @@ class Daemon:
 
     def _poll(
         self, now: int, report: CycleReport
-    ) -> tuple[QueueSnapshot, dict[str, SlurmJob]] | None:
+    ) -> tuple[QueueSnapshot, dict[str, SlurmJob], list[SlurmJob]] | None:
         since = self._since(now)
         t0 = time.perf_counter()
         try:
@@ -321,7 +323,7 @@ class Daemon:
         self.store.set_value(CURSOR_KEY, str(now))
         records: dict[str, SlurmJob] = {j.job_id: j for j in accounting}
         records.update((j.job_id, j) for j in snapshot.jobs)  # the controller is current
-        return snapshot, records
+        return snapshot, records, accounting
 
     # ---- reconcile ---------------------------------------------------------------------
 
@@ -812,6 +814,40 @@ class Daemon:
 
     # ---- decide ------------------------------------------------------------------------
 
+    def _warmup(self, now: int, policies: list[Policy]) -> list[SlurmJob]:
+        """Once, at the first good poll: the accounting history the policies ask for
+        (``warmup_s``), in one extra ``sacct``; a failure is logged and tried again."""
+        span = max((int(getattr(p, "warmup_s", 0)) for p in policies), default=0)
+        if span <= 0:
+            self._warmed = True
+            return []
+        self.metrics.slurm_commands.labels("sacct").inc()
+        try:
+            history = self.client.accounting(now - span, every_state=True)
+        except SlurmError as exc:
+            log.warning("reading %d days of accounting for the policy failed: %s",
+                        span // 86400, exc)  # fmt: skip
+            return []
+        self._warmed = True
+        log.info("policy warm-up: %d accounting records since %d", len(history), now - span)
+        return history
+
+    def _observe(self, now: int, snapshot: QueueSnapshot, accounting: list[SlurmJob]) -> None:
+        """Every policy sees every cycle's poll, chains or not (``lookahead`` learns run
+        times from the accounting records)."""
+        policies = list({id(p): p for p in self.policies.values()}.values())
+        if not self._warmed:
+            accounting = [*self._warmup(now, policies), *accounting]
+        for policy in policies:
+            policy.observe(
+                DecisionContext(
+                    now=now,
+                    snapshot=snapshot,
+                    profile=self.profile,  # type: ignore[arg-type]
+                    accounting=accounting,
+                )
+            )
+
     def policy_for(self, partition: str | None) -> tuple[str, Policy]:
         pcfg = self.config.policy
         name = pcfg.partitions.get(partition or "", pcfg.default)
@@ -860,7 +896,6 @@ class Daemon:
                 profile=profile,  # type: ignore[arg-type]
                 estimate_start=self.estimate,
             )
-            policy.observe(ctx)
             pend = [w.pending for w in group if w.pending is not None]
             decisions = policy.decide(ctx, pend)
             report.decisions += len(decisions)

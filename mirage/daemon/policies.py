@@ -15,14 +15,14 @@ from pathlib import Path
 
 from mirage.daemon.config import PolicySection
 from mirage.policy.base import Policy
-from mirage.policy.simple import make_policy
+from mirage.policy.simple import PROFILE_POLICIES, make_policy
 from mirage.profile.schema import ClusterProfile
 
 
 @dataclass(frozen=True)
 class LoadedPolicy:
     policy: Policy
-    kind: str  # "baseline" or "learned"
+    kind: str  # "baseline", "learned" or "model" (``lookahead``: needs the profile too)
     created: str = ""  # a trained model's creation time (UTC ISO), "" for baselines
     created_at: float = 0.0  # the same, epoch seconds (0 for baselines)
 
@@ -32,7 +32,8 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
     from mirage.learn.artifacts import POLICIES, load_policy
 
     if name not in POLICIES:
-        return LoadedPolicy(make_policy(name, lead_s=cfg.lead_s), "baseline")
+        policy = make_policy(name, lead_s=cfg.lead_s, margin_s=cfg.lookahead_margin_s)
+        return LoadedPolicy(policy, "model" if name in PROFILE_POLICIES else "baseline")
     policy, meta = load_policy(Path(cfg.models_dir) / cfg.cluster / name)
     return LoadedPolicy(policy, "learned", meta.created, meta.created_epoch() or 0.0)
 

@@ -188,16 +188,13 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     from mirage.evaluate.harness import (
         BASELINES,
         LEARNED,
+        LOOKAHEAD,
         REFERENCES,
-        RUNTIME_ORACLE,
         SELECTED,
         Walker,
     )
-    from mirage.evaluate.probes import PROBES
     from mirage.evaluate.report import plots, render, to_json
     from mirage.evaluate.stats import head_to_head, level_counts, table
-    from mirage.evaluate.whatif import NO_ARRIVALS
-    from mirage.learn.dataset import FEATURES
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -212,19 +209,15 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         times = sample_times(split, protocol, first)
         if kw["max_samples"]:
             times = times[: kw["max_samples"]]
-        samples = _generate(PROBES, setting, times, kw)
-        queue = None
         # learned policies' decision rows: on the test split, and on the tuning split
         # where it tunes them (rolling) or chooses among methods (selected)
-        if kw["learned"] and (split.name == "test" or rolling or SELECTED in methods):
-            queue = [c.queue for c in _generate(FEATURES, setting, times, kw)]
-        noarr = None
-        if RUNTIME_ORACLE in methods:
-            noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
+        rows = bool(kw["learned"]) and (split.name == "test" or rolling or SELECTED in methods)
+        recorded = _records(setting, times, methods, rows, kw)
         walkers[split.name] = Walker(
-            samples, protocol, profile, part.name, queue, no_arrivals=noarr
-        )
-        queues[split.name] = (samples, queue, noarr)
+            recorded[0], protocol, profile, part.name, recorded[1],
+            no_arrivals=recorded[2], lookahead=recorded[3],
+        )  # fmt: skip
+        queues[split.name] = recorded
     tuned_params: Any  # one set of constants, or one per block
     tuned_scores: Any
     selection: dict[str, Any] | None = None
@@ -240,6 +233,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     baselines = [m for m in BASELINES if m not in REFERENCES]
     h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
     picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
+    ahead_h2h = head_to_head(results, protocol.alpha, [LOOKAHEAD], baselines, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
@@ -263,22 +257,51 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "table": to_json(tab),
         "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
         "selected_head_to_head": {level: h.as_dict() for level, h in picked.items()},
+        **(
+            {"lookahead_head_to_head": {level: h.as_dict() for level, h in ahead_h2h.items()}}
+            if ahead_h2h
+            else {}
+        ),
         "plots": [str(p) for p in pngs],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     stated = {m: c for m, c in cover.items() if c is not None}
     if stated:
         entry["interval_coverage_90"] = stated
-    return render(tab, title) + _comparisons(h2h, picked, stated), entry
+    return render(tab, title) + _comparisons(h2h, picked, stated, ahead_h2h), entry
 
 
-def _comparisons(h2h: Any, picked: Any, stated: dict[str, float]) -> str:
-    """The text after a load's table: head to head (best learned, selected), coverage."""
+def _records(
+    setting: Setting, times: list[int], methods: list[str], rows: bool, kw: dict[str, Any]
+) -> tuple[list[Any], list[Any] | None, list[Any] | None, list[Any] | None]:
+    """A split's recorded samples: the probes, the queue features (``rows``), and the
+    no-arrival and look-ahead curves where a method asked for reads them."""
+    from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
+    from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
+    from mirage.evaluate.probes import PROBES
+    from mirage.evaluate.whatif import NO_ARRIVALS
+    from mirage.learn.dataset import FEATURES
+
+    samples = _generate(PROBES, setting, times, kw)
+    queue = [c.queue for c in _generate(FEATURES, setting, times, kw)] if rows else None
+    noarr = ahead = None
+    if RUNTIME_ORACLE in methods:
+        noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
+    if LOOKAHEAD in methods:
+        ahead = [c.start for c in _generate(LOOKAHEAD_CURVES, setting, times, kw)]
+    return samples, queue, noarr, ahead
+
+
+def _comparisons(h2h: Any, picked: Any, stated: dict[str, float], ahead: Any) -> str:
+    """The text after a load's table: head to head (best learned, selected, look-ahead),
+    coverage."""
     from mirage.evaluate.report import render_head_to_head
 
     text = render_head_to_head(h2h) if h2h else ""
     if picked:
         text += render_head_to_head(picked, "the method selected on the tuning split")
+    if ahead:
+        text += render_head_to_head(ahead, "lookahead")
     if stated:
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
         text += ", ".join(f"{m} {c:.0%}" for m, c in stated.items())
@@ -319,11 +342,15 @@ def _rolling(  # noqa: PLR0917 - one call site
     from mirage.evaluate.harness import Walker
     from mirage.evaluate.rolling import blocks, run_rolling
 
-    (s_tune, q_tune, n_tune), (s_test, q_test, n_test) = queues["tune"], queues["test"]
+    (s_tune, q_tune, n_tune, a_tune), (s_test, q_test, n_test, a_test) = (
+        queues["tune"],
+        queues["test"],
+    )
     queue = None if q_tune is None or q_test is None else [*q_tune, *q_test]
     noarr = None if n_tune is None or n_test is None else [*n_tune, *n_test]
+    ahead = None if a_tune is None or a_test is None else [*a_tune, *a_test]
     history = Walker([*s_tune, *s_test], protocol, profile, partition, queue,
-                     no_arrivals=noarr)  # fmt: skip
+                     no_arrivals=noarr, lookahead=ahead)  # fmt: skip
     # the test samples are history's last ones: share their contexts and matrices
     first_test = len(history.samples) - len(test.samples)
     test = history.subset(range(first_test, len(history.samples)))

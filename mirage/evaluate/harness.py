@@ -35,6 +35,9 @@ ORACLE = "oracle"
 #: Knows the true run times of every job queued or running, not future arrivals
 #: (:mod:`mirage.evaluate.whatif`); a reference like the oracle, never a baseline to beat.
 RUNTIME_ORACLE = "runtime-oracle"
+#: The look-ahead policy (:mod:`mirage.policy.lookahead`, curves by
+#: :mod:`mirage.evaluate.lookahead`).
+LOOKAHEAD = "lookahead"
 #: Methods that see what no deployed policy can: left out of comparisons and selection.
 REFERENCES = (ORACLE, RUNTIME_ORACLE)
 
@@ -179,15 +182,21 @@ class Walker:
         queue: Sequence[np.ndarray] | None = None,
         *,
         no_arrivals: Sequence[np.ndarray] | None = None,
+        lookahead: Sequence[np.ndarray] | None = None,
     ) -> None:
         """``queue``: per sample (of ``samples``, usable or not) its recorded queue features;
         ``no_arrivals``: per sample its no-arrival starts (:mod:`mirage.evaluate.whatif`),
-        which only the runtime oracle reads."""
+        which only the runtime oracle reads; ``lookahead``: per sample its look-ahead starts
+        (:mod:`mirage.evaluate.lookahead`), for the ``lookahead`` policy."""
         keep = [i for i, s in enumerate(samples) if s.ok]
         self.samples = [samples[i] for i in keep]
         self.protocol = protocol
         self.queue = None if queue is None else [queue[i] for i in keep]
-        self.no_arrivals = None if no_arrivals is None else [no_arrivals[i] for i in keep]
+        self.curves: dict[str, list[np.ndarray]] = {
+            m: [c[i] for i in keep]
+            for m, c in ((RUNTIME_ORACLE, no_arrivals), (LOOKAHEAD, lookahead))
+            if c is not None
+        }
         self.ctxs = [
             contexts(s, profile, partition, None if self.queue is None else self.queue[i])
             for i, s in enumerate(self.samples)
@@ -201,7 +210,7 @@ class Walker:
         out.samples = [self.samples[i] for i in keep]
         out.protocol, out.profile = self.protocol, self.profile
         out.queue = None if self.queue is None else [self.queue[i] for i in keep]
-        out.no_arrivals = None if self.no_arrivals is None else [self.no_arrivals[i] for i in keep]
+        out.curves = {m: [c[i] for i in keep] for m, c in self.curves.items()}
         out.ctxs = [self.ctxs[i] for i in keep]
         out.pending = [self.pending[i] for i in keep]
         if self.queue is not None:
@@ -257,14 +266,21 @@ class Walker:
 
     def runtime_oracle(self, margin_s: float) -> Outcomes:
         """The reference that knows every present job's run time (see :data:`RUNTIME_ORACLE`)."""
+        return self.curve_rule(RUNTIME_ORACLE, margin_s)
+
+    def curve_rule(self, method: str, margin_s: float) -> Outcomes:
+        """A method that submits at the first step whose recorded start (its curve: the
+        runtime oracle's no-arrival starts, or the look-ahead's) plus ``margin_s`` reaches
+        the planned end."""
         from mirage.evaluate.whatif import runtime_oracle_step
 
-        if self.no_arrivals is None:
-            raise ValueError("the runtime oracle needs the recorded no-arrival starts")
+        curves = self.curves.get(method)
+        if curves is None:
+            raise ValueError(f"{method} needs its recorded start curves")
         steps = []
-        for s, start in zip(self.samples, self.no_arrivals, strict=True):
+        for s, start in zip(self.samples, curves, strict=True):
             if len(start) != len(s.steps):
-                raise ValueError(f"sample {s.t}: no-arrival curve does not match the probe")
+                raise ValueError(f"sample {s.t}: {method} curve does not match the probe")
             steps.append(runtime_oracle_step(start, s.planned_end, margin_s))
         return outcomes_at(self.samples, steps)
 
@@ -284,18 +300,24 @@ GRIDS: dict[str, list[float]] = {
     "qbets": [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999],
     # the runtime oracle's margin (s): submit when no-arrival start + margin >= the end
     RUNTIME_ORACLE: [h * HOUR for h in (-2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6)],
+    # the look-ahead's margin (s), likewise
+    LOOKAHEAD: [h * HOUR for h in (-8, -4, -2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6, 8)],
 }
 BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
 #: Opt-in (``--policies …,runtime-oracle``): its what-if probes cost about half as much
 #: again as the outcome probes.
 EXTRA_REFERENCES = (RUNTIME_ORACLE,)
 LEARNED = ("rf", "xgb", "dqn", "pg")  # trained by `mirage train`, loaded from models/
+#: Model-based, opt-in (``--policies …,lookahead``): its curves cost about 0.1 s a step.
+MODEL_BASED = (LOOKAHEAD,)
+#: Methods decided by a recorded start curve and a tuned margin (:meth:`Walker.curve_rule`).
+CURVE_RULES = (RUNTIME_ORACLE, LOOKAHEAD)
 #: Not a policy of its own: whichever of the other methods (the references excepted) had the
 #: least mean J on the tuning split, judged on the test split. What an admin would deploy
 #: after `mirage train`, chosen without seeing the test split; "the best learned policy"
 #: of a table is picked on the test split, this is not.
 SELECTED = "selected"
-METHODS = BASELINES + EXTRA_REFERENCES + LEARNED + (SELECTED,)
+METHODS = BASELINES + EXTRA_REFERENCES + LEARNED + MODEL_BASED + (SELECTED,)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -374,9 +396,9 @@ def evaluate(
 
 
 def _run_plain(walker: Walker, method: str, param: float | None) -> Outcomes:
-    """A baseline (or the runtime oracle) with its constant."""
-    if method == RUNTIME_ORACLE:
-        return walker.runtime_oracle(param if param is not None else 0.0)
+    """A baseline (or a curve rule) with its constant."""
+    if method in CURVE_RULES:
+        return walker.curve_rule(method, param if param is not None else 0.0)
     return walker.run(factory(method, param))
 
 

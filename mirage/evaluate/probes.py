@@ -196,13 +196,15 @@ class BaseWorld:
     """A sample's base world, which every per-sample record replays: the replay forked at
     the sample time with the predecessor added and run until it started (``sim``), the
     predecessor's request (the successor's, renamed and resubmitted), its start, the
-    decision steps (the last one its planned end) and the end of the sample's window."""
+    decision steps (the last one its planned end), the end of the sample's window and the
+    predecessor's job id."""
 
     sim: Simulation
     spec: JobSpec
     pred_start: int
     steps: list[int]
     cap: int
+    pred_id: str = ""  # the predecessor's job id in ``sim``
 
 
 def base_world(sim: Simulation, protocol: Protocol) -> BaseWorld | None:
@@ -217,7 +219,7 @@ def base_world(sim: Simulation, protocol: Protocol) -> BaseWorld | None:
         return None
     end = s + protocol.time_limit_s
     steps = [min(end, s + k * protocol.step_s) for k in range(protocol.steps + 1)]
-    return BaseWorld(base, spec, s, steps, s + protocol.window_s)
+    return BaseWorld(base, spec, s, steps, s + protocol.window_s, pred)
 
 
 def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:

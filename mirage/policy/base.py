@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
-from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
+from mirage.slurm.types import QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ class DecisionContext:
     profile: ClusterProfile
     estimate_start: Callable[[SubmitRequest], StartEstimate] | None = None
     history: WaitHistory | None = None  # recent waits (sacct), for wait-based baselines
+    # This step's accounting records (``sacct -a``, overlapping windows), for policies that
+    # learn from finished jobs (``lookahead``'s run times)
+    accounting: Sequence[SlurmJob] | None = None
     # The queue features of ``snapshot`` per partition, when already computed from it (the
     # evaluation harness records them in the simulator instead of whole snapshots).
     queue_rows: Mapping[str, np.ndarray] | None = None

@@ -5,7 +5,8 @@
 - ``fixed-lead``: submits once ``now >= planned_end - lead_s``.
 
 The full baseline set (Slurm's estimate, running average, QBETS, oracle) lives in
-``mirage.policy.baselines``.
+``mirage.policy.baselines``; ``lookahead`` (:mod:`mirage.policy.lookahead`) is made here too,
+so that the daemon can run it by name.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from collections.abc import Sequence
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 
-POLICY_NAMES = ("reactive", "fixed-lead")
+POLICY_NAMES = ("reactive", "fixed-lead", "lookahead")
+#: Policies that read the queue against the cluster profile's node counts (the daemon loads
+#: the profile beside the trained models), so they cannot be the fallback.
+PROFILE_POLICIES = ("lookahead",)
 
 
 class ReactivePolicy(Policy):
@@ -47,10 +51,14 @@ class FixedLeadPolicy(Policy):
         return out
 
 
-def make_policy(name: str, *, lead_s: int = 900) -> Policy:
-    """A policy by its configured name."""
+def make_policy(name: str, *, lead_s: int = 900, margin_s: int = 0) -> Policy:
+    """A policy by its configured name (``margin_s``: the look-ahead's margin)."""
     if name == "reactive":
         return ReactivePolicy()
     if name == "fixed-lead":
         return FixedLeadPolicy(lead_s)
+    if name == "lookahead":
+        from mirage.policy.lookahead import LookaheadPolicy
+
+        return LookaheadPolicy(margin_s)
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

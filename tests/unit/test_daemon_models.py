@@ -81,9 +81,13 @@ def test_a_mismatched_model_stops_the_daemon_with_its_reason(tmp_path: Path) -> 
 def test_config_needs_models_dir_for_a_trained_policy() -> None:
     with pytest.raises(ConfigError, match="needs models_dir"):
         config_from_dict({"policy": {"default": "xgb"}})
-    with pytest.raises(ConfigError, match="fallback must be a baseline"):
+    with pytest.raises(ConfigError, match=r"fallback must be one of reactive, fixed-lead$"):
         config_from_dict({"policy": {"fallback": "rf", "models_dir": "/m", "cluster": "c"}})
-    with pytest.raises(ConfigError, match="valid: reactive, fixed-lead, rf, xgb, dqn, pg"):
+    with pytest.raises(ConfigError, match="fallback must be one of"):
+        config_from_dict({"policy": {"fallback": "lookahead", "models_dir": "/m", "cluster": "c"}})
+    with pytest.raises(ConfigError, match="'lookahead' needs models_dir and cluster"):
+        config_from_dict({"policy": {"default": "lookahead"}})
+    with pytest.raises(ConfigError, match="valid: reactive, fixed-lead, lookahead, rf, xgb"):
         config_from_dict({"policy": {"default": "magic"}})
 
 
@@ -95,3 +99,37 @@ def test_missing_profile_beside_models_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="profile"):
         Daemon(make_store(tmp_path), make_sim(), config=learned_config(models))
     shutil.rmtree(models)
+
+
+def test_lookahead_policy_in_the_daemon_learns_run_times_from_sacct(tmp_path: Path) -> None:
+    """``default = "lookahead"``: built by name, reads the profile beside the models, sees
+    every cycle's accounting (another user's jobs included) and decides the chain."""
+    from mirage.policy.lookahead import LookaheadPolicy
+    from mirage.sim.workload import JobSpec
+
+    models = tmp_path / "models"
+    (models / "toy").mkdir(parents=True)
+    (models / "toy" / "profile.toml").write_text(profile_to_toml(toy_profile(4)), "utf-8")
+    store, sim = make_store(tmp_path), make_sim()
+    # ann's jobs ask for 2 h and run 20 min
+    sim.sim.add_jobs(
+        JobSpec(submit=k * 1800, run=1200, time_limit=7200, nodes=1, partition="gpu", user="ann")
+        for k in range(8)
+    )
+    chain = make_chain(store, segments=2, limit=3600)
+    policy = PolicySection(default="lookahead", models_dir=str(models), cluster="toy")
+    d = Daemon(store, sim, config=Config(daemon=make_config().daemon, policy=policy))
+    la = d.policies["lookahead"]
+    assert isinstance(la, LookaheadPolicy) and d.profile is not None
+    run_cycles([d], sim, 0, 4 * 3600)
+    assert la.runtimes.predict("ann", 7200) == 1200
+    row = next(r for r in status(store, 4 * 3600, None)["chains"] if r["id"] == chain.id)
+    assert row["policy"] == "lookahead" and row["state"] == "COMPLETED"
+    # a restarted daemon reads the history once (warmup_s) and knows ann's runs at once
+    again = Daemon(store, sim, config=Config(daemon=make_config().daemon, policy=policy))
+    sim.advance_to(5 * 3600)
+    report = again.cycle(5 * 3600)
+    assert report.acted and report.slurm_reads == 2  # the cycle's squeue and sacct
+    restarted = again.policies["lookahead"]
+    assert isinstance(restarted, LookaheadPolicy)
+    assert restarted.runtimes.predict("ann", 7200) == 1200

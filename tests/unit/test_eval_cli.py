@@ -91,9 +91,10 @@ def test_a_block_tunes_only_on_samples_over_before_it_starts() -> None:
 def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: Path) -> None:
     """A single block whose window is exactly the tuning split reproduces `evaluate`, the
     method selected on the tuning split included; the runtime oracle, a reference, is
-    tuned like the baselines but never selected nor compared against."""
-    pick = ("--policies",
-            "reactive,fixed-lead,running-average,qbets,oracle,runtime-oracle,selected")  # fmt: skip
+    tuned like the baselines but never selected nor compared against; the look-ahead, a
+    policy, is tuned, a candidate, and compared head to head."""
+    pick = ("--policies", "reactive,fixed-lead,running-average,qbets,oracle,runtime-oracle,"
+            "lookahead,selected")  # fmt: skip
     plain = CliRunner().invoke(main, _rolling_args(tmp_path, *pick))
     week = ("--recalibrate-every-days", "4", "--recalibrate-window-days", "4")
     one = CliRunner().invoke(main, _rolling_args(tmp_path, *week, *pick))
@@ -114,6 +115,10 @@ def test_one_block_tuned_on_the_tuning_split_is_the_plain_evaluation(tmp_path: P
         a["table"][m]["all"]["mean_J_h"]["value"] for m in ("oracle", "runtime-oracle")
     )
     assert oracle <= runtime  # the oracle picks each sample's best step
+    assert "lookahead" in scores and "lookahead" in a["tuned"]
+    ahead = a["lookahead_head_to_head"]["all"]
+    assert ahead["learned"] == "lookahead" and ahead["baseline"] != "runtime-oracle"
+    assert b["lookahead_head_to_head"] == a["lookahead_head_to_head"]
 
 
 def test_rolling_recalibration_without_history_is_a_clear_error(tmp_path: Path) -> None:

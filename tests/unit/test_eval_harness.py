@@ -78,7 +78,7 @@ def test_runtime_oracle_on_hand_made_scenario() -> None:
     assert late[RUNTIME_ORACLE].cost()[0] > 0 and tuned.params[RUNTIME_ORACLE] >= 0
     chosen, scores = select(walker, ["reactive", RUNTIME_ORACLE], tuned.params, 0.5)
     assert chosen == "reactive" and RUNTIME_ORACLE not in scores
-    with pytest.raises(ValueError, match="no-arrival"):
+    with pytest.raises(ValueError, match="runtime-oracle needs its recorded start curves"):
         evaluate(Walker([r], protocol, TWO, "gpu"), [RUNTIME_ORACLE], {}, 0.5)
 
 

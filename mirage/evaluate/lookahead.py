@@ -1,0 +1,95 @@
+"""Look-ahead curves: what :class:`~mirage.policy.lookahead.LookaheadPolicy` sees, per step.
+
+At every decision step ``tau_k`` of a sample (the base world and steps of
+:func:`mirage.evaluate.probes.probe_sample`) this records the look-ahead start of the
+successor: :func:`~mirage.policy.lookahead.lookahead_starts` on the simulator's ``squeue``
+snapshot (:class:`~mirage.sim.backend.SimSlurmClient`), the same function the daemon calls
+on the real one. Run times are predicted from the jobs that finished before ``tau_k``
+(:class:`~mirage.policy.lookahead.RunTimes`, fed in end order, as a daemon that has been
+running a while knows them; each through :meth:`RunTimes.add`, which
+:meth:`RunTimes.observe` calls on accounting records).
+
+The ``lookahead`` method of :mod:`mirage.evaluate.harness` submits at the first step where
+that start plus a margin tuned on the tuning split reaches the planned end. Unlike the
+runtime oracle it is a deployable policy: it is a candidate of ``selected`` and compared
+head to head with the baselines. Records (:data:`LOOKAHEAD_CURVES`) are cached beside the
+probes (``<cache>/<setting key>/<t>.lookahead-v1.npz``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mirage.evaluate.probes import Recorder, StepRecord, base_world
+from mirage.evaluate.protocol import Protocol
+from mirage.policy.lookahead import Request, RunTimes, lookahead_starts
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.engine import Simulation
+
+#: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
+LOOKAHEAD_VERSION = 1
+
+
+@dataclass
+class LookaheadCurve(StepRecord):
+    """A sample's look-ahead successor start at each decision step (empty: unusable)."""
+
+    FIELD = "start"
+    start: np.ndarray  # int64 (K+1,)
+
+
+class _Finished:
+    """Feeds a :class:`RunTimes` with the simulation's jobs as they finish, in end order."""
+
+    def __init__(self, sim: Simulation, runtimes: RunTimes) -> None:
+        self.sim = sim
+        self.runtimes = runtimes
+        self.done = 0
+        self.active: set[int] = set()
+        self.catch_up(first=True)
+
+    def catch_up(self, first: bool = False) -> None:
+        sim = self.sim
+        now_active = set(sim.running) | set(sim.pending)
+        if first:
+            gone = [i for i in range(len(sim.specs)) if sim.end[i] is not None]
+        else:
+            gone = [i for i in self.active - now_active if sim.end[i] is not None]
+        self.active = now_active
+        for i in sorted(gone, key=lambda i: (sim.end[i] or 0, i)):
+            start, end = sim.start[i], sim.end[i]
+            if start is None or end is None or sim.state[i] is None:
+                continue  # cancelled before it started
+            self.runtimes.add(sim.specs[i].user, end - start, sim.limit[i])
+
+
+def lookahead_curve(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
+    """The curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
+    world = base_world(sim, protocol)
+    if world is None:
+        return LookaheadCurve(sim.now, -1, np.zeros(0, dtype=np.int64))
+    base, spec = world.sim, world.spec
+    client = SimSlurmClient(base)
+    req = Request(spec.partition, spec.nodes, spec.gpus, int(spec.time_limit or 0))
+    base.run_until(world.steps[0])
+    runtimes = RunTimes()
+    feed = _Finished(base, runtimes)
+    out = np.empty(len(world.steps), dtype=np.int64)
+    for k, tau in enumerate(world.steps):
+        base.run_until(tau)
+        feed.catch_up()
+        (out[k],) = lookahead_starts(
+            client.queue(), base.profile, tau, runtimes, [req], to_limit={world.pred_id}
+        )
+    return LookaheadCurve(sim.now, world.pred_start, out)
+
+
+def _record(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
+    return lookahead_curve(sim, protocol)
+
+
+LOOKAHEAD_CURVES: Recorder[LookaheadCurve] = Recorder(
+    f".lookahead-v{LOOKAHEAD_VERSION}.npz", _record, LookaheadCurve.load
+)

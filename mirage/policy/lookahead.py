@@ -1,0 +1,313 @@
+"""Look-ahead: simulate the present queue forward with predicted run times.
+
+Slurm plans with time limits; most jobs end well before theirs, so its start estimate for
+a new job is late on a busy cluster (the ``slurm-estimate`` baseline). The runtime oracle
+of :mod:`mirage.evaluate.whatif` showed that knowing the true run times of the jobs already
+queued or running would take a policy to the oracle at heavy load. This is the deployable
+counterpart: run times are *predicted* from history, and the successor's start is read
+from a simulation of the present queue alone (no later arrivals).
+
+- :class:`RunTimes`: recent run/limit ratios of finished jobs, per user (the last
+  :attr:`RunTimes.per_user`) and overall (the last :attr:`RunTimes.overall`), fed from
+  accounting records (``sacct -a``, what the daemon polls; in the simulator the same
+  records from :class:`~mirage.sim.backend.SimSlurmClient`). A job's predicted run is
+  the median of ``ratio x limit`` over its user's ratios (the overall ones while the user
+  has fewer than :attr:`RunTimes.min_user`) that exceed its elapsed time; its limit when
+  none does.
+- :func:`lookahead_starts`: builds a :class:`~mirage.sim.engine.Simulation` of the cluster
+  profile from one queue snapshot (``squeue``): every running job from now for its
+  predicted remaining run (its remaining limit as the limit backfill plans with; the
+  chains' own running segments run to their limits), then the
+  competing pending jobs in the order of their priority, then the request, and runs it
+  until the request starts. Pending jobs that cannot compete yet (held, waiting on a
+  dependency or a begin time) are left out, as are jobs of partitions not in the profile.
+  Requests of the same shape share one simulation.
+- :class:`LookaheadPolicy` (``lookahead``): submit once the simulated start plus a margin
+  (tuned on the tuning split, like the baselines' constants) reaches the planned end.
+
+Everything comes from what the daemon sees, so the evaluation harness calls the same
+functions on :class:`~mirage.sim.backend.SimSlurmClient` snapshots and records
+(:mod:`mirage.evaluate.lookahead`).
+
+Priority order: the snapshot's ``priority`` values where all competing jobs have one
+(squeue's, the controller's own), else eligible time (age). The request goes last: a new
+job has age 0, and its other factors are unknown until it is submitted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.features import PENDING_STATES, RUNNING_STATES, is_competing, task_count
+from mirage.profile.schema import ClusterProfile
+from mirage.sim.engine import Simulation
+from mirage.sim.workload import JobSpec
+from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
+
+HOUR = 3600
+#: A job with no time limit (INFINITE) is predicted and planned with this one.
+UNLIMITED_PLAN_S = 48 * HOUR
+#: The simulation stops here at the latest: a request not started by then starts "late".
+HORIZON_S = 14 * 24 * HOUR
+#: Finished states whose run time says how long jobs of the user run.
+RUN_STATES = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.OUT_OF_MEMORY}
+)
+
+
+class RunTimes:
+    """Recent run/limit ratios of finished jobs, per user and overall."""
+
+    def __init__(
+        self, per_user: int = 20, overall: int = 2000, min_user: int = 3, seen: int = 200_000
+    ) -> None:
+        self.per_user = per_user
+        self.overall = overall
+        self.min_user = min_user
+        self._seen_max = seen
+        self._user: dict[str, deque[float]] = {}
+        self._all: deque[float] = deque(maxlen=overall)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def add(self, user: str, run_s: int, limit_s: int) -> None:
+        """One finished job's run time (capped at its limit)."""
+        if limit_s <= 0:
+            return
+        r = min(1.0, max(0.0, run_s / limit_s))
+        self._user.setdefault(user, deque(maxlen=self.per_user)).append(r)
+        self._all.append(r)
+
+    def observe(self, jobs: Iterable[SlurmJob]) -> int:
+        """Add the finished jobs of ``jobs`` not seen before (by job id), in end order;
+        returns how many were added. Accounting windows overlap: each job counts once."""
+        fresh = [
+            j
+            for j in jobs
+            if j.state in RUN_STATES
+            and j.start is not None
+            and j.end is not None
+            and j.time_limit is not None
+            and j.job_id not in self._seen
+        ]
+        fresh.sort(key=lambda j: (j.end or 0, j.job_id))
+        for j in fresh:
+            self._seen[j.job_id] = None
+            self.add(j.user, (j.end or 0) - (j.start or 0), j.time_limit or 0)
+        while len(self._seen) > self._seen_max:
+            self._seen.popitem(last=False)
+        return len(fresh)
+
+    def ratios(self, user: str) -> np.ndarray:
+        u = self._user.get(user)
+        if u is not None and len(u) >= self.min_user:
+            return np.fromiter(u, dtype=float)
+        return np.fromiter(self._all, dtype=float) if self._all else np.ones(1)
+
+    def predict(self, user: str, limit_s: int, elapsed_s: int = 0) -> int:
+        """Predicted whole run time (s) of a job of ``user`` with ``limit_s`` that has run
+        ``elapsed_s`` so far: the median of the runs its history allows that exceed
+        ``elapsed_s``; the limit when none does."""
+        runs = self.ratios(user) * limit_s
+        ok = runs[runs > elapsed_s]
+        return int(limit_s) if ok.size == 0 else max(1, math.ceil(float(np.median(ok))))
+
+    def predict_job(self, job: SlurmJob, now: int) -> int:
+        """:meth:`predict` for a queued or running job of a snapshot taken at ``now``."""
+        elapsed = max(0, now - job.start) if job.start is not None else 0
+        running = job.state in RUNNING_STATES
+        return self.predict(job.user, plan_limit(job), elapsed if running else 0)
+
+
+def plan_limit(job: SlurmJob) -> int:
+    """The job's time limit, or :data:`UNLIMITED_PLAN_S` without one."""
+    return job.time_limit if job.time_limit else UNLIMITED_PLAN_S
+
+
+@dataclass(frozen=True)
+class Request:
+    """The successor's request: the shape a simulation is shared by."""
+
+    partition: str
+    nodes: int
+    gpus: int
+    time_limit: int
+
+    @classmethod
+    def of(cls, p: PendingTransition) -> Request:
+        return cls(p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit)
+
+
+class _RankedSimulation(Simulation):
+    """A simulation whose pending order is fixed: the order jobs were added in."""
+
+    def priority(self, i: int) -> int:
+        return 0 if self.held[i] else len(self.specs) - i
+
+
+def _spec(job: SlurmJob, profile: ClusterProfile, now: int, run: int, limit: int) -> JobSpec:
+    part = profile.partition(job.partition)
+    # whole nodes when it holds every CPU of its nodes (or says nothing finer)
+    whole = job.cpus <= 0 or job.cpus >= job.nodes * part.cpus_per_node
+    return JobSpec(
+        submit=now,
+        run=max(1, run),
+        time_limit=max(1, limit),
+        nodes=max(1, job.nodes),
+        partition=part.name,
+        gpus=0 if whole else job.gpus,
+        cpus=0 if whole else job.cpus,
+        exclusive=whole,
+        user=job.user,
+        name=job.job_id,
+    )
+
+
+def _first_partition(job: SlurmJob, names: set[str]) -> str | None:
+    for name in job.partition.split(","):
+        if name in names:
+            return name
+    return None
+
+
+def queue_specs(
+    snapshot: QueueSnapshot,
+    profile: ClusterProfile,
+    now: int,
+    runtimes: RunTimes,
+    to_limit: Collection[str] = (),
+) -> list[JobSpec]:
+    """The snapshot's running and competing pending jobs as specs submitted at ``now``:
+    running first (by start), then pending in priority order, with predicted runs; the
+    jobs of ``to_limit`` (chain segments: they train until their limit) run to their limit."""
+    names = {p.name for p in profile.partitions}
+    running: list[tuple[int, JobSpec]] = []
+    pending: list[tuple[SlurmJob, JobSpec]] = []
+    for listed in snapshot.jobs:
+        part = _first_partition(listed, names)
+        if part is None:
+            continue
+        job = listed if part == listed.partition else replace(listed, partition=part)
+        limit = plan_limit(job)
+        if job.state in RUNNING_STATES and job.start is not None:
+            elapsed = max(0, now - job.start)
+            if job.state is JobState.COMPLETING:
+                run = 1  # ending now
+            else:
+                whole = limit if job.job_id in to_limit else runtimes.predict_job(job, now)
+                run = whole - elapsed
+            running.append((job.start, _spec(job, profile, now, run, limit - elapsed)))
+        elif job.state in PENDING_STATES and is_competing(job, now):
+            spec = _spec(job, profile, now, runtimes.predict_job(job, now), limit)
+            pending.extend((job, spec) for _ in range(task_count(job)))
+    running.sort(key=lambda x: x[0])
+    return [s for _, s in running] + [s for _, s in _priority_order(pending)]
+
+
+def _id_order(job: SlurmJob) -> tuple[int, str]:
+    """Submission order: the job id's leading number ("123", "9_[3-5]")."""
+    digits = re.match(r"\d+", job.job_id)
+    return (int(digits[0]) if digits else 0, job.job_id)
+
+
+def _priority_order(pending: list[tuple[SlurmJob, JobSpec]]) -> list[tuple[SlurmJob, JobSpec]]:
+    """Highest priority first, ties by job id (as Slurm sorts its queue); by eligible time
+    (age) when some job shows no priority."""
+    if all(j.priority is not None for j, _ in pending):
+        return sorted(pending, key=lambda x: (-(x[0].priority or 0), _id_order(x[0])))
+    return sorted(pending, key=lambda x: (x[0].eligible or x[0].submit or 0, _id_order(x[0])))
+
+
+def request_spec(req: Request, profile: ClusterProfile, now: int) -> JobSpec:
+    part = profile.partition(req.partition)
+    whole = req.gpus <= 0 or req.gpus >= req.nodes * part.gpus_per_node
+    return JobSpec(
+        submit=now,
+        run=req.time_limit,
+        time_limit=req.time_limit,
+        nodes=req.nodes,
+        partition=part.name,
+        gpus=0 if whole else req.gpus,
+        cpus=0,
+        exclusive=whole,
+        user="mirage-lookahead",
+        name="request",
+    )
+
+
+def lookahead_starts(
+    snapshot: QueueSnapshot,
+    profile: ClusterProfile,
+    now: int,
+    runtimes: RunTimes,
+    requests: Sequence[Request],
+    *,
+    to_limit: Collection[str] = (),
+    horizon_s: int = HORIZON_S,
+) -> list[int]:
+    """Simulated start of each request if submitted alone at ``now`` with no later
+    arrivals (``now + horizon_s`` when it would not start by then); ``to_limit``: the ids
+    of running jobs known to run to their limit (the chains' running segments)."""
+    specs = queue_specs(snapshot, profile, now, runtimes, to_limit)
+    out: dict[Request, int] = {}
+    for req in dict.fromkeys(requests):
+        sim = _RankedSimulation(profile, start_time=now, track_estimates=False)
+        sim.add_jobs_skipping_invalid(specs)
+        job = sim.add_job(request_spec(req, profile, now))
+        start = sim.run_until_started(job, until=now + horizon_s)
+        out[req] = now + horizon_s if start is None else start
+    return [out[r] for r in requests]
+
+
+class LookaheadPolicy(Policy):
+    """Submit once the look-ahead start plus ``margin_s`` reaches the planned end.
+
+    ``runtimes`` learns from the accounting records of each decision step
+    (``ctx.accounting``); :meth:`observe` feeds it.
+    """
+
+    name = "lookahead"
+    #: The daemon reads this much accounting history once at start (one extra ``sacct``),
+    #: so that a restarted daemon predicts run times from the first cycle on.
+    warmup_s = 14 * 24 * HOUR
+
+    def __init__(self, margin_s: int = 0, runtimes: RunTimes | None = None) -> None:
+        self.margin_s = margin_s
+        self.runtimes = runtimes if runtimes is not None else RunTimes()
+
+    def observe(self, ctx: DecisionContext) -> None:
+        if ctx.accounting is not None:
+            self.runtimes.observe(ctx.accounting)
+        self.runtimes.observe(ctx.snapshot.jobs)
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        starts = lookahead_starts(
+            ctx.snapshot,
+            ctx.profile,
+            ctx.now,
+            self.runtimes,
+            [Request.of(p) for p in pending],
+            to_limit={p.pred_job_id for p in pending},
+        )
+        out = []
+        for p, start in zip(pending, starts, strict=True):
+            out.append(
+                Decision(
+                    submit=start + self.margin_s >= p.planned_end,
+                    predicted_start=max(start, p.planned_end),
+                    reason=(
+                        f"lookahead: would start {start - ctx.now} s from now "
+                        f"(margin {self.margin_s} s, {len(self.runtimes)} runs known)"
+                    ),
+                )
+            )
+        return out
