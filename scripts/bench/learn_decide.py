@@ -1,12 +1,16 @@
 """One batched decision for many chains, per trained policy (target: 1,000 chains in 1 s).
 
     .venv/bin/python scripts/bench/learn_decide.py [--models models/ls6] [--chains 1000]
+        [--trace FILE --nodes N --days D]
 
-Replays the bundled ls6 slice to its busiest moment (of its first month), takes the
+Replays the bundled ls6 slice to its busiest moment (of its first month; with the full
+trace, ``--nodes 70 --days 60`` finds a queue of 1.13's depth), takes the
 simulated cluster's ``squeue``-shaped snapshot, and times ``policy.decide`` on ``--chains`` pending
 transitions in one call (features from the snapshot, one model call), for every trained
-policy found under ``--models`` and for the fixed-lead baseline beside them. Prints the
-median of ``--repeat`` calls and the ratio to the target.
+policy found under ``--models`` and for the fixed-lead baseline beside them, and for the
+look-ahead (run times learned from every job finished by then; one simulation of the
+queue per distinct request shape: once with every chain asking for the same shape, once
+with ten shapes). Prints the median of ``--repeat`` calls and the ratio to the target.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -22,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mirage.learn.artifacts import POLICIES, ModelError, load_policy
 from mirage.policy.base import DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import FixedLead
+from mirage.policy.lookahead import LookaheadPolicy, RunTimes
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
@@ -33,21 +39,31 @@ H = 3600
 TARGET_S = 1.0
 
 
-def busy_context(profile_path: str, trace: str) -> tuple[DecisionContext, int]:
+def busy_context(
+    profile_path: str, trace: str, nodes: int | None = None, days: int = 30
+) -> tuple[DecisionContext, int, RunTimes]:
     profile = load_profile(profile_path)
+    if nodes is not None:  # a smaller cluster: a busier queue (70 of ls6's 79 is load 1.13)
+        part = profile.partition(None)
+        sized = replace(part, nodes=nodes)
+        profile = replace(
+            profile, partitions=tuple(sized if q is part else q for q in profile.partitions)
+        )
     jobs = from_table(load_trace(trace).jobs, profile).jobs
     first = min(j.submit for j in jobs)
     sim = Simulation(profile, start_time=first, track_estimates=False)
     sim.add_jobs_skipping_invalid(jobs)
     client = SimSlurmClient(sim)
     best = client.queue()
-    for k in range(1, 60):  # the busiest of the first 30 days, sampled twice a day
+    for k in range(1, 2 * days):  # the busiest of the first days, sampled twice a day
         sim.run_until(first + k * 43200)
         snap = client.queue()
         if len(snap.jobs) > len(best.jobs):
             best = snap
     ctx = DecisionContext(now=best.taken_at, snapshot=best, profile=profile)
-    return ctx, len(best.jobs)
+    runtimes = RunTimes()
+    runtimes.observe(j for j in client.accounting(first) if j.end and j.end <= best.taken_at)
+    return ctx, len(best.jobs), runtimes
 
 
 def timed(policy: Policy, ctx: DecisionContext, pending: list[PendingTransition], n: int) -> float:
@@ -67,8 +83,10 @@ def main() -> None:
     ap.add_argument("--trace", default=str(REPO / "traces" / "ls6-a100-slice.log.gz"))
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--nodes", type=int, help="the partition's node count (default: profile's)")
+    ap.add_argument("--days", type=int, default=30, help="how far to look for the busiest queue")
     args = ap.parse_args()
-    ctx, queued = busy_context(args.profile, args.trace)
+    ctx, queued, runtimes = busy_context(args.profile, args.trace, args.nodes, args.days)
     part = ctx.profile.partition(None).name
     pending = [
         PendingTransition(
@@ -83,11 +101,19 @@ def main() -> None:
             policies[kind] = load_policy(Path(args.models) / kind)[0]
         except ModelError as exc:
             print(f"{kind}: skipped ({exc})")
-    print(f"{'policy':<12}{'s/decision':>12}{'chains/s':>12}{'x target':>10}")
-    for name, policy in policies.items():
-        s = timed(policy, ctx, pending, args.repeat)
+    ahead = LookaheadPolicy(0, runtimes)
+    shapes = [replace(p, succ_time_limit=(4 + 4 * (i % 10)) * H) for i, p in enumerate(pending)]
+    runs: dict[str, tuple[Policy, list[PendingTransition]]] = {
+        **{name: (policy, pending) for name, policy in policies.items()},
+        "lookahead": (ahead, pending),
+        "lookahead/10": (ahead, shapes),
+    }
+    print(f"lookahead: {len(runtimes)} finished jobs' run times known")
+    print(f"{'policy':<14}{'s/decision':>12}{'chains/s':>12}{'x target':>10}")
+    for name, (policy, batch) in runs.items():
+        s = timed(policy, ctx, batch, args.repeat)
         verdict = "PASS" if s <= TARGET_S else "FAIL"
-        print(f"{name:<12}{s:>12.4f}{args.chains / s:>12.0f}{TARGET_S / s:>10.1f} {verdict}")
+        print(f"{name:<14}{s:>12.4f}{args.chains / s:>12.0f}{TARGET_S / s:>10.1f} {verdict}")
 
 
 if __name__ == "__main__":
