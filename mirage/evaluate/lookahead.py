@@ -13,7 +13,7 @@ The ``lookahead`` method of :mod:`mirage.evaluate.harness` submits at the first 
 that start plus a margin tuned on the tuning split reaches the planned end. Unlike the
 runtime oracle it is a deployable policy: it is a candidate of ``selected`` and compared
 head to head with the baselines. Records (:data:`LOOKAHEAD_CURVES`) are cached beside the
-probes (``<cache>/<setting key>/<t>.lookahead-v1.npz``).
+probes (``<cache>/<setting key>/<t>.lookahead-v<N>.npz``, N = :data:`LOOKAHEAD_VERSION`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
 
 #: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
-LOOKAHEAD_VERSION = 1
+LOOKAHEAD_VERSION = 2
 
 
 @dataclass

@@ -19,8 +19,9 @@ from a simulation of the present queue alone (no later arrivals).
   predicted remaining run (its remaining limit as the limit backfill plans with; the
   chains' own running segments run to their limits), then the
   competing pending jobs in the order of their priority, then the request, and runs it
-  until the request starts. Pending jobs that cannot compete yet (held, waiting on a
-  dependency or a begin time) are left out, as are jobs of partitions not in the profile.
+  until the request starts. Pending jobs waiting on a dependency follow the request (they
+  become eligible later), each after the jobs it waits for; held jobs and jobs waiting
+  for a begin time are left out, as are jobs of partitions not in the profile.
   Requests of the same shape share one simulation.
 - :class:`LookaheadPolicy` (``lookahead``): submit once the simulated start plus a margin
   (tuned on the tuning split, like the baselines' constants) reaches the planned end.
@@ -148,10 +149,21 @@ class Request:
 
 
 class _RankedSimulation(Simulation):
-    """A simulation whose pending order is fixed: the order jobs were added in."""
+    """A simulation whose pending order is the look-ahead's: the first ``ranked`` jobs (the
+    snapshot's, then the request) in the order they were added, above every later one
+    (dependent jobs: eligible after the request), which rank by when they became eligible,
+    as age would rank them."""
+
+    ranked = 0
+    _TOP = 2 * 10**9  # priorities stay below 2**31 (the engine's sort keys)
 
     def priority(self, i: int) -> int:
-        return 0 if self.held[i] else len(self.specs) - i
+        if self.held[i]:
+            return 0
+        if i < self.ranked:
+            return self._TOP - i
+        eligible = self.eligible_at[i]
+        return 0 if eligible is None else max(1, 10**9 - (eligible - self.now))
 
 
 def _spec(job: SlurmJob, profile: ClusterProfile, now: int, run: int, limit: int) -> JobSpec:
@@ -179,19 +191,33 @@ def _first_partition(job: SlurmJob, names: set[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class QueuePlan:
+    """A snapshot's jobs as the look-ahead simulates them, all submitted at ``now``.
+
+    ``ahead``: the running jobs (by start), then the competing pending ones in priority
+    order: all ahead of a new request. ``after``: pending jobs waiting on a dependency,
+    in submission order, with the job ids they wait for (``parents``): they become
+    eligible later than a request submitted now, so they rank below it.
+    """
+
+    ahead: list[JobSpec]
+    after: list[tuple[JobSpec, tuple[str, ...]]]
+
+
 def queue_specs(
     snapshot: QueueSnapshot,
     profile: ClusterProfile,
     now: int,
     runtimes: RunTimes,
     to_limit: Collection[str] = (),
-) -> list[JobSpec]:
-    """The snapshot's running and competing pending jobs as specs submitted at ``now``:
-    running first (by start), then pending in priority order, with predicted runs; the
-    jobs of ``to_limit`` (chain segments: they train until their limit) run to their limit."""
+) -> QueuePlan:
+    """The snapshot's jobs with predicted runs (spec names are their job ids); the jobs of
+    ``to_limit`` (chain segments: they train until their limit) run to their limit."""
     names = {p.name for p in profile.partitions}
     running: list[tuple[int, JobSpec]] = []
     pending: list[tuple[SlurmJob, JobSpec]] = []
+    waiting: list[tuple[SlurmJob, JobSpec]] = []
     for listed in snapshot.jobs:
         part = _first_partition(listed, names)
         if part is None:
@@ -209,8 +235,25 @@ def queue_specs(
         elif job.state in PENDING_STATES and is_competing(job, now):
             spec = _spec(job, profile, now, runtimes.predict_job(job, now), limit)
             pending.extend((job, spec) for _ in range(task_count(job)))
+        elif job.state in PENDING_STATES and job.reason == "Dependency" and job.dependency:
+            waiting.append((job, _spec(job, profile, now, runtimes.predict_job(job, now), limit)))
     running.sort(key=lambda x: x[0])
-    return [s for _, s in running] + [s for _, s in _priority_order(pending)]
+    waiting.sort(key=lambda x: _id_order(x[0]))
+    return QueuePlan(
+        ahead=[s for _, s in running] + [s for _, s in _priority_order(pending)],
+        after=[(s, parents(j.dependency)) for j, s in waiting],
+    )
+
+
+def parents(dependency: str) -> tuple[str, ...]:
+    """The job ids a dependency names: "afterok:12:13,afterany:9(unfulfilled)" -> 12, 13, 9
+    (squeue appends each one's status; array ids keep their job id: "7_*" -> 7)."""
+    out: list[str] = []
+    for part in re.split(r"[,?]", dependency):
+        kind, _, ids = part.partition(":")
+        if kind.startswith("after"):
+            out.extend(m[0] for x in ids.split(":") if (m := re.match(r"\d+", x)))
+    return tuple(out)
 
 
 def _id_order(job: SlurmJob) -> tuple[int, str]:
@@ -257,15 +300,30 @@ def lookahead_starts(
     """Simulated start of each request if submitted alone at ``now`` with no later
     arrivals (``now + horizon_s`` when it would not start by then); ``to_limit``: the ids
     of running jobs known to run to their limit (the chains' running segments)."""
-    specs = queue_specs(snapshot, profile, now, runtimes, to_limit)
+    plan = queue_specs(snapshot, profile, now, runtimes, to_limit)
     out: dict[Request, int] = {}
     for req in dict.fromkeys(requests):
         sim = _RankedSimulation(profile, start_time=now, track_estimates=False)
-        sim.add_jobs_skipping_invalid(specs)
+        added = sim.add_jobs_skipping_invalid(plan.ahead)
+        ids = dict(zip((s.name for s in plan.ahead), added, strict=True))
         job = sim.add_job(request_spec(req, profile, now))
+        sim.ranked = len(sim.specs)
+        _add_dependents(sim, plan.after, ids)
         start = sim.run_until_started(job, until=now + horizon_s)
         out[req] = now + horizon_s if start is None else start
     return [out[r] for r in requests]
+
+
+def _add_dependents(
+    sim: Simulation, after: list[tuple[JobSpec, tuple[str, ...]]], ids: dict[str, str]
+) -> None:
+    """Each dependent job, to start after whichever of its parents the simulation has; one
+    whose parents all left the queue is eligible now (a failed afterok shows as
+    DependencyNeverSatisfied instead, and is not in ``after``)."""
+    for spec, wanted in after:
+        known = [ids[p] for p in wanted if ids.get(p)]
+        dep = "afterany:" + ":".join(known) if known else ""
+        (ids[spec.name],) = sim.add_jobs_skipping_invalid([replace(spec, dependency=dep)])
 
 
 class LookaheadPolicy(Policy):
