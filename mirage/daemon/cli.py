@@ -395,7 +395,7 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
 )
 @click.option(
     "--policy",
-    type=click.Choice(["fixed-lead", "reactive", "rf", "xgb", "dqn", "pg"]),
+    type=click.Choice(["fixed-lead", "reactive", "lookahead", "rf", "xgb", "dqn", "pg"]),
     default=None,
     help="Demo: the daemon's policy (default: the configuration's). A trained one is read "
     "from the configuration's models_dir and cluster (default: models/ls6).",

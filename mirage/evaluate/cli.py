@@ -66,7 +66,8 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
     "--policies",
     default="reactive,fixed-lead,slurm-estimate,running-average,qbets,oracle",
     show_default=True,
-    help="Comma-separated methods.",
+    help="Comma-separated methods; also rf, xgb, dqn, pg (trained, --models), lookahead "
+    "(model-based), runtime-oracle (a reference) and selected.",
 )
 @click.option("--load", "loads", multiple=True, type=float, help="Load factor(s) (default 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
