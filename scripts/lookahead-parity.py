@@ -18,25 +18,14 @@ import sys
 import numpy as np
 
 from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.lookahead import TrueRunTimes
 from mirage.evaluate.probes import base_world, load_setting_jobs
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
-from mirage.policy.lookahead import Request, RunTimes, lookahead_starts
+from mirage.policy.lookahead import Request, lookahead_starts
 from mirage.profile.schema import load_profile
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
-from mirage.slurm.types import SlurmJob
 from mirage.trace.readers import load_trace
-
-
-class Exact(RunTimes):
-    """The simulation's own run times."""
-
-    def __init__(self, sim: Simulation) -> None:
-        super().__init__()
-        self.sim = sim
-
-    def predict_job(self, job: SlurmJob, now: int) -> int:
-        return self.sim.specs[int(job.job_id) - self.sim.first_id].run
 
 
 def main() -> None:
@@ -74,7 +63,7 @@ def main() -> None:
             truth = fork.run_until_started(job, until=tau + 14 * 86400)
             if truth is None:
                 continue
-            (start,) = lookahead_starts(client.queue(), profile, tau, Exact(base), [req],
+            (start,) = lookahead_starts(client.queue(), profile, tau, TrueRunTimes(base), [req],
                                         to_limit={world.pred_id})  # fmt: skip
             diffs.append((start - truth) / 3600)
     d = np.array(diffs)

@@ -27,6 +27,7 @@ from mirage.evaluate.protocol import Protocol
 from mirage.policy.lookahead import Request, RunTimes, lookahead_starts
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
+from mirage.slurm.types import SlurmJob
 
 #: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
 LOOKAHEAD_VERSION = 2
@@ -38,6 +39,19 @@ class LookaheadCurve(StepRecord):
 
     FIELD = "start"
     start: np.ndarray  # int64 (K+1,)
+
+
+class TrueRunTimes(RunTimes):
+    """Run times known exactly: ``sim``'s own (its jobs' ids are the snapshot's). For
+    checking the look-ahead's snapshot simulation against a fork of ``sim``
+    (``tests/unit/test_lookahead.py``, ``scripts/lookahead-parity.py``)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__()
+        self.sim = sim
+
+    def predict_job(self, job: SlurmJob, now: int) -> int:
+        return self.sim.specs[int(job.job_id) - self.sim.first_id].run
 
 
 class _Finished:

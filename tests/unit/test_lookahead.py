@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from mirage.evaluate.lookahead import TrueRunTimes
 from mirage.policy.base import DecisionContext, PendingTransition
 from mirage.policy.lookahead import (
     LookaheadPolicy,
@@ -68,17 +69,6 @@ def test_run_times_observe_counts_each_finished_job_once() -> None:
 # ---- the snapshot simulation ----------------------------------------------------------------
 
 
-class Exact(RunTimes):
-    """Run times known exactly: the simulation's own (for the parity with a fork)."""
-
-    def __init__(self, sim: Simulation) -> None:
-        super().__init__()
-        self.sim = sim
-
-    def predict_job(self, job: SlurmJob, now: int) -> int:
-        return self.sim.specs[int(job.job_id) - self.sim.first_id].run
-
-
 def busy_workload(seed: int, chained: float = 0.0) -> list[JobSpec]:
     """120 jobs; a ``chained`` share of them waits (afterany) for the job before."""
     rng = random.Random(seed)
@@ -118,7 +108,7 @@ def test_snapshot_simulation_with_exact_run_times_matches_a_fork_without_arrival
             fork.drop_future_submits()
             truth = fork.run_until_started(fork.add_job(replace(spec, submit=cut)))
             assert truth is not None
-            (start,) = lookahead_starts(snapshot, profile, cut, Exact(sim), [request])
+            (start,) = lookahead_starts(snapshot, profile, cut, TrueRunTimes(sim), [request])
             diffs.append(start - truth)
     exact = sum(d == 0 for d in diffs)
     assert len(diffs) >= 40 and exact >= 0.95 * len(diffs), diffs
