@@ -838,15 +838,14 @@ class Daemon:
         policies = list({id(p): p for p in self.policies.values()}.values())
         if not self._warmed:
             accounting = [*self._warmup(now, policies), *accounting]
+        ctx = DecisionContext(
+            now=now,
+            snapshot=snapshot,
+            profile=self.profile,  # type: ignore[arg-type]
+            accounting=accounting,
+        )
         for policy in policies:
-            policy.observe(
-                DecisionContext(
-                    now=now,
-                    snapshot=snapshot,
-                    profile=self.profile,  # type: ignore[arg-type]
-                    accounting=accounting,
-                )
-            )
+            policy.observe(ctx)
 
     def policy_for(self, partition: str | None) -> tuple[str, Policy]:
         pcfg = self.config.policy

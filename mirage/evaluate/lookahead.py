@@ -24,13 +24,13 @@ import numpy as np
 
 from mirage.evaluate.probes import Recorder, StepRecord, base_world
 from mirage.evaluate.protocol import Protocol
-from mirage.policy.lookahead import Request, RunTimes, lookahead_starts
+from mirage.policy.lookahead import RUN_STATES, Request, RunTimes, lookahead_starts
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
 from mirage.slurm.types import SlurmJob
 
 #: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
-LOOKAHEAD_VERSION = 2
+LOOKAHEAD_VERSION = 3
 
 
 @dataclass
@@ -60,7 +60,6 @@ class _Finished:
     def __init__(self, sim: Simulation, runtimes: RunTimes) -> None:
         self.sim = sim
         self.runtimes = runtimes
-        self.done = 0
         self.active: set[int] = set()
         self.catch_up(first=True)
 
@@ -74,8 +73,9 @@ class _Finished:
         self.active = now_active
         for i in sorted(gone, key=lambda i: (sim.end[i] or 0, i)):
             start, end = sim.start[i], sim.end[i]
-            if start is None or end is None or sim.state[i] is None:
-                continue  # cancelled before it started
+            # the states RunTimes.observe counts (not cancelled: the daemon skips those too)
+            if start is None or end is None or sim.state[i] not in RUN_STATES:
+                continue
             self.runtimes.add(sim.specs[i].user, end - start, sim.limit[i])
 
 
