@@ -198,3 +198,24 @@ def test_harness_lookahead_rule_tuning_and_selection() -> None:
     assert (chosen, scores["reactive"]) == (LOOKAHEAD, 12.0)
     with pytest.raises(ValueError, match="curves"):
         Walker([s], Protocol(step_s=30 * 60), TWO, "gpu").curve_rule(LOOKAHEAD, 0.0)
+
+
+def test_curve_recorder_learns_only_from_jobs_that_have_finished() -> None:
+    """The harness feeds run times as a daemon learns them: from jobs that have ended,
+    each once (a running job's end is known to the simulator, not to a daemon)."""
+    from mirage.evaluate.lookahead import _Finished
+    from mirage.policy.lookahead import RUN_STATES
+
+    sim = Simulation(toy_profile(4))
+    sim.add_jobs(busy_workload(1))
+    sim.run_until(10 * H)
+
+    def finished() -> int:
+        return sum(sim.state[i] in RUN_STATES for i in range(len(sim.specs)))
+
+    rt = RunTimes()
+    feed = _Finished(sim, rt)
+    assert sim.running and len(rt) == finished() > 0
+    sim.run_until(14 * H)
+    feed.catch_up()
+    assert len(rt) == finished()
