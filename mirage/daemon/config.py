@@ -34,6 +34,7 @@ never silently falls back to a default. Durations are seconds (``_s``).
                                    # or a trained "rf", "xgb", "dqn", "pg"
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
+    lookahead_runtime = "median"   # lookahead: run time from the user's history: median, mean, q25
     fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
     models_dir = ""                # trained policies: <models_dir>/<cluster>/<policy>/ ("" = none)
     cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
@@ -98,6 +99,7 @@ class PolicySection:
     default: str = "fixed-lead"
     lead_s: int = 900
     lookahead_margin_s: int = 0
+    lookahead_runtime: str = "median"
     fallback: str = "reactive"
     models_dir: str = ""
     cluster: str = ""
@@ -173,9 +175,14 @@ def _check(cfg: Config, source: str) -> None:
     if d.backoff_max_s < d.poll_interval_s:
         raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
     from mirage.learn.artifacts import POLICIES as LEARNED
+    from mirage.policy.lookahead import check_stat
     from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
 
     p = cfg.policy
+    try:
+        check_stat(p.lookahead_runtime)
+    except ValueError as exc:
+        raise ConfigError(f"{source} [policy]: lookahead_runtime: {exc}") from exc
     valid = (*POLICY_NAMES, *LEARNED)
     for name in [p.default, p.fallback, *p.partitions.values()]:
         if name not in valid:

@@ -231,6 +231,7 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     """The user's configuration, with the demo's policy (the database is the demo's)."""
     pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive",
                         lookahead_margin_s=base.policy.lookahead_margin_s,
+                        lookahead_runtime=base.policy.lookahead_runtime,
                         models_dir=spec.models_dir, cluster=spec.model_cluster)  # fmt: skip
     cap = max(base.daemon.max_submits_per_cycle, spec.chains)
     daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)

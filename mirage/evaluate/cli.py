@@ -104,6 +104,14 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
     help="Rolling recalibration: days of history each block is tuned on.",
 )
 @click.option(
+    "--lookahead-runtime",
+    "lookahead_stat",
+    default="median",
+    show_default=True,
+    help="lookahead: how a job's run time is predicted from its user's history "
+    "(median, mean, or a quantile such as q25).",
+)
+@click.option(
     "--models",
     "models_dir",
     default=None,
@@ -112,6 +120,7 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
     from mirage.evaluate.harness import METHODS
+    from mirage.policy.lookahead import check_stat
     from mirage.profile.schema import load_profile
     from mirage.trace.readers import load_trace
 
@@ -127,6 +136,10 @@ def evaluate(**kw: Any) -> None:
         raise click.BadParameter(f"unknown: {', '.join(bad)}; known: {', '.join(METHODS)}")
     if "reactive" not in methods:
         methods.insert(0, "reactive")  # load levels and "J removed" need it
+    try:
+        check_stat(kw["lookahead_stat"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lookahead-runtime") from exc
     kw["learned"] = _load_learned(methods, Path(kw["models_dir"] or REPO / "models" / cluster))
     protocol = Protocol(
         nodes=kw["nodes"],
@@ -156,6 +169,7 @@ def evaluate(**kw: Any) -> None:
         "profile": profile_name,
         "protocol": protocol.__dict__,
         "methods": methods,
+        "lookahead_runtime": kw["lookahead_stat"],
         "splits": {"tune": tune_split.as_dict(), "test": test_split.as_dict()},
         "loads": {},
     }
@@ -278,7 +292,7 @@ def _records(
     """A split's recorded samples: the probes, the queue features (``rows``), and the
     no-arrival and look-ahead curves where a method asked for reads them."""
     from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
-    from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
+    from mirage.evaluate.lookahead import lookahead_recorder
     from mirage.evaluate.probes import PROBES
     from mirage.evaluate.whatif import NO_ARRIVALS
     from mirage.learn.dataset import FEATURES
@@ -289,7 +303,8 @@ def _records(
     if RUNTIME_ORACLE in methods:
         noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
     if LOOKAHEAD in methods:
-        ahead = [c.start for c in _generate(LOOKAHEAD_CURVES, setting, times, kw)]
+        rec = lookahead_recorder(kw.get("lookahead_stat", "median"))
+        ahead = [c.start for c in _generate(rec, setting, times, kw)]
     return samples, queue, noarr, ahead
 
 

@@ -19,12 +19,19 @@ probes (``<cache>/<setting key>/<t>.lookahead-v<N>.npz``, N = :data:`LOOKAHEAD_V
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from mirage.evaluate.probes import Recorder, StepRecord, base_world
 from mirage.evaluate.protocol import Protocol
-from mirage.policy.lookahead import RUN_STATES, Request, RunTimes, lookahead_starts
+from mirage.policy.lookahead import (
+    RUN_STATES,
+    Request,
+    RunTimes,
+    check_stat,
+    lookahead_starts,
+)
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
 from mirage.slurm.types import SlurmJob
@@ -79,8 +86,9 @@ class _Finished:
             self.runtimes.add(sim.specs[i].user, end - start, sim.limit[i])
 
 
-def lookahead_curve(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
-    """The curve of the sample at ``sim.now`` (``sim`` itself is not changed)."""
+def lookahead_curve(sim: Simulation, protocol: Protocol, stat: str = "median") -> LookaheadCurve:
+    """The curve of the sample at ``sim.now`` (``sim`` itself is not changed); run times
+    predicted with the statistic ``stat`` (:class:`RunTimes`)."""
     world = base_world(sim, protocol)
     if world is None:
         return LookaheadCurve(sim.now, -1, np.zeros(0, dtype=np.int64))
@@ -88,7 +96,7 @@ def lookahead_curve(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
     client = SimSlurmClient(base)
     req = Request(spec.partition, spec.nodes, spec.gpus, int(spec.time_limit or 0))
     base.run_until(world.steps[0])
-    runtimes = RunTimes()
+    runtimes = RunTimes(stat=stat)
     feed = _Finished(base, runtimes)
     out = np.empty(len(world.steps), dtype=np.int64)
     for k, tau in enumerate(world.steps):
@@ -100,10 +108,16 @@ def lookahead_curve(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
     return LookaheadCurve(sim.now, world.pred_start, out)
 
 
-def _record(sim: Simulation, protocol: Protocol) -> LookaheadCurve:
-    return lookahead_curve(sim, protocol)
+def _record(sim: Simulation, protocol: Protocol, stat: str = "median") -> LookaheadCurve:
+    return lookahead_curve(sim, protocol, stat)
 
 
-LOOKAHEAD_CURVES: Recorder[LookaheadCurve] = Recorder(
-    f".lookahead-v{LOOKAHEAD_VERSION}.npz", _record, LookaheadCurve.load
-)
+def lookahead_recorder(stat: str = "median") -> Recorder[LookaheadCurve]:
+    """The recorder of curves with run times predicted by ``stat`` (cached apart per
+    statistic; a partial of a module-level function, so that workers can unpickle it)."""
+    tag = "" if check_stat(stat) == "median" else f"-{stat}"
+    suffix = f".lookahead-v{LOOKAHEAD_VERSION}{tag}.npz"
+    return Recorder(suffix, partial(_record, stat=stat), LookaheadCurve.load)
+
+
+LOOKAHEAD_CURVES: Recorder[LookaheadCurve] = lookahead_recorder()

@@ -63,12 +63,38 @@ RUN_STATES = frozenset(
 )
 
 
+#: How a job's run is predicted from the runs its history allows (:meth:`RunTimes.predict`).
+RUNTIME_STATS = ("median", "mean")
+
+
+def check_stat(stat: str) -> str:
+    """``stat`` if it names a run-time statistic ("median", "mean" or "q<percent>", e.g.
+    "q25"), else a ValueError naming the valid ones."""
+    if stat in RUNTIME_STATS or re.fullmatch(r"q([1-9]|[1-9][0-9])", stat):
+        return stat
+    raise ValueError(
+        f"unknown run-time statistic {stat!r}: use one of {', '.join(RUNTIME_STATS)} "
+        "or q1..q99 (a quantile)"
+    )
+
+
 class RunTimes:
-    """Recent run/limit ratios of finished jobs, per user and overall."""
+    """Recent run/limit ratios of finished jobs, per user and overall.
+
+    ``stat`` summarises the runs a job's history allows: the median (the default), the
+    mean (what a deep queue's wait depends on: the sum of the run times ahead) or a
+    quantile ("q25").
+    """
 
     def __init__(
-        self, per_user: int = 20, overall: int = 2000, min_user: int = 3, seen: int = 200_000
+        self,
+        per_user: int = 20,
+        overall: int = 2000,
+        min_user: int = 3,
+        seen: int = 200_000,
+        stat: str = "median",
     ) -> None:
+        self.stat = check_stat(stat)
         self.per_user = per_user
         self.overall = overall
         self.min_user = min_user
@@ -116,11 +142,18 @@ class RunTimes:
 
     def predict(self, user: str, limit_s: int, elapsed_s: int = 0) -> int:
         """Predicted whole run time (s) of a job of ``user`` with ``limit_s`` that has run
-        ``elapsed_s`` so far: the median of the runs its history allows that exceed
-        ``elapsed_s``; the limit when none does."""
+        ``elapsed_s`` so far: the statistic (``stat``) of the runs its history allows that
+        exceed ``elapsed_s``; the limit when none does."""
         runs = self.ratios(user) * limit_s
         ok = runs[runs > elapsed_s]
-        return int(limit_s) if ok.size == 0 else max(1, math.ceil(float(np.median(ok))))
+        return int(limit_s) if ok.size == 0 else max(1, math.ceil(self._summary(ok)))
+
+    def _summary(self, runs: np.ndarray) -> float:
+        if self.stat == "median":
+            return float(np.median(runs))
+        if self.stat == "mean":
+            return float(np.mean(runs))
+        return float(np.quantile(runs, int(self.stat[1:]) / 100))
 
     def predict_job(self, job: SlurmJob, now: int) -> int:
         """:meth:`predict` for a queued or running job of a snapshot taken at ``now``."""
@@ -338,9 +371,11 @@ class LookaheadPolicy(Policy):
     #: so that a restarted daemon predicts run times from the first cycle on.
     warmup_s = 14 * 24 * HOUR
 
-    def __init__(self, margin_s: int = 0, runtimes: RunTimes | None = None) -> None:
+    def __init__(
+        self, margin_s: int = 0, runtimes: RunTimes | None = None, stat: str = "median"
+    ) -> None:
         self.margin_s = margin_s
-        self.runtimes = runtimes if runtimes is not None else RunTimes()
+        self.runtimes = runtimes if runtimes is not None else RunTimes(stat=stat)
 
     def observe(self, ctx: DecisionContext) -> None:
         if ctx.accounting is not None:

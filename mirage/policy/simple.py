@@ -51,8 +51,11 @@ class FixedLeadPolicy(Policy):
         return out
 
 
-def make_policy(name: str, *, lead_s: int = 900, margin_s: int = 0) -> Policy:
-    """A policy by its configured name (``margin_s``: the look-ahead's margin)."""
+def make_policy(
+    name: str, *, lead_s: int = 900, margin_s: int = 0, runtime_stat: str = "median"
+) -> Policy:
+    """A policy by its configured name (``margin_s``, ``runtime_stat``: the look-ahead's
+    margin and run-time statistic)."""
     if name == "reactive":
         return ReactivePolicy()
     if name == "fixed-lead":
@@ -60,5 +63,5 @@ def make_policy(name: str, *, lead_s: int = 900, margin_s: int = 0) -> Policy:
     if name == "lookahead":
         from mirage.policy.lookahead import LookaheadPolicy
 
-        return LookaheadPolicy(margin_s)
+        return LookaheadPolicy(margin_s, stat=runtime_stat)
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

@@ -89,6 +89,8 @@ def test_config_needs_models_dir_for_a_trained_policy() -> None:
         config_from_dict({"policy": {"default": "lookahead"}})
     with pytest.raises(ConfigError, match="valid: reactive, fixed-lead, lookahead, rf, xgb"):
         config_from_dict({"policy": {"default": "magic"}})
+    with pytest.raises(ConfigError, match=r"lookahead_runtime: .*'average'.* median, mean or q"):
+        config_from_dict({"policy": {"lookahead_runtime": "average"}})
 
 
 def test_missing_profile_beside_models_is_a_clear_error(tmp_path: Path) -> None:
@@ -117,10 +119,13 @@ def test_lookahead_policy_in_the_daemon_learns_run_times_from_sacct(tmp_path: Pa
         for k in range(8)
     )
     chain = make_chain(store, segments=2, limit=3600)
-    policy = PolicySection(default="lookahead", models_dir=str(models), cluster="toy")
+    policy = PolicySection(
+        default="lookahead", models_dir=str(models), cluster="toy", lookahead_runtime="mean"
+    )
     d = Daemon(store, sim, config=Config(daemon=make_config().daemon, policy=policy))
     la = d.policies["lookahead"]
     assert isinstance(la, LookaheadPolicy) and d.profile is not None
+    assert la.runtimes.stat == "mean"
     run_cycles([d], sim, 0, 4 * 3600)
     assert la.runtimes.predict("ann", 7200) == 1200
     row = next(r for r in status(store, 4 * 3600, None)["chains"] if r["id"] == chain.id)

@@ -55,6 +55,28 @@ def test_run_times_per_user_median_conditional_on_elapsed() -> None:
     assert RunTimes().predict("carl", 4 * H) == 4 * H
 
 
+def test_run_times_statistics_mean_and_quantile() -> None:
+    ratios = (0.1, 0.2, 0.5, 1.0)  # runs of 1, 2, 5, 10 h for a 10 h limit
+    fitted = {}
+    for stat in ("median", "mean", "q25"):
+        rt = RunTimes(min_user=1, stat=stat)
+        for r in ratios:
+            rt.add("ann", int(r * 10 * H), 10 * H)
+        fitted[stat] = rt
+    assert fitted["median"].predict("ann", 10 * H) == int(3.5 * H)
+    assert fitted["mean"].predict("ann", 10 * H) == int(4.5 * H)
+    assert fitted["q25"].predict("ann", 10 * H) == int(1.75 * H)  # numpy's linear quantile
+    # conditional on 3 h elapsed: 5 and 10 h remain; the mean 7.5 h, the 25% point 6.25 h
+    assert fitted["mean"].predict("ann", 10 * H, elapsed_s=3 * H) == int(7.5 * H)
+    assert fitted["q25"].predict("ann", 10 * H, elapsed_s=3 * H) == int(6.25 * H)
+
+
+@pytest.mark.parametrize("stat", ["average", "q0", "q100", "25", "q2.5"])
+def test_run_times_reject_unknown_statistics(stat: str) -> None:
+    with pytest.raises(ValueError, match=r"median, mean or q1\.\.q99"):
+        RunTimes(stat=stat)
+
+
 def test_run_times_observe_counts_each_finished_job_once() -> None:
     rt = RunTimes(min_user=1)
     done = record("7", "ann", JobState.COMPLETED, start=0, end=2 * H)
