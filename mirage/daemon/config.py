@@ -35,6 +35,7 @@ never silently falls back to a default. Durations are seconds (``_s``).
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
     lookahead_runtime = "median"   # lookahead: run time from the user's history: median, mean, q25
+    lookahead_draws = 1            # lookahead: >1: median start over simulations of drawn run times
     fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
     models_dir = ""                # trained policies: <models_dir>/<cluster>/<policy>/ ("" = none)
     cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
@@ -100,6 +101,7 @@ class PolicySection:
     lead_s: int = 900
     lookahead_margin_s: int = 0
     lookahead_runtime: str = "median"
+    lookahead_draws: int = 1
     fallback: str = "reactive"
     models_dir: str = ""
     cluster: str = ""
@@ -175,7 +177,7 @@ def _check(cfg: Config, source: str) -> None:
     if d.backoff_max_s < d.poll_interval_s:
         raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
     from mirage.learn.artifacts import POLICIES as LEARNED
-    from mirage.policy.lookahead import check_stat
+    from mirage.policy.lookahead import MAX_DRAWS, check_stat
     from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
 
     p = cfg.policy
@@ -183,6 +185,8 @@ def _check(cfg: Config, source: str) -> None:
         check_stat(p.lookahead_runtime)
     except ValueError as exc:
         raise ConfigError(f"{source} [policy]: lookahead_runtime: {exc}") from exc
+    if not 1 <= p.lookahead_draws <= MAX_DRAWS:
+        raise ConfigError(f"{source} [policy]: lookahead_draws must be 1 to {MAX_DRAWS}")
     valid = (*POLICY_NAMES, *LEARNED)
     for name in [p.default, p.fallback, *p.partitions.values()]:
         if name not in valid:

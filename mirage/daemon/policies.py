@@ -33,7 +33,8 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
 
     if name not in POLICIES:
         policy = make_policy(name, lead_s=cfg.lead_s, margin_s=cfg.lookahead_margin_s,
-                             runtime_stat=cfg.lookahead_runtime)  # fmt: skip
+                             runtime_stat=cfg.lookahead_runtime,
+                             draws=cfg.lookahead_draws)  # fmt: skip
         return LoadedPolicy(policy, "model" if name in PROFILE_POLICIES else "baseline")
     policy, meta = load_policy(Path(cfg.models_dir) / cfg.cluster / name)
     return LoadedPolicy(policy, "learned", meta.created, meta.created_epoch() or 0.0)

@@ -232,6 +232,7 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive",
                         lookahead_margin_s=base.policy.lookahead_margin_s,
                         lookahead_runtime=base.policy.lookahead_runtime,
+                        lookahead_draws=base.policy.lookahead_draws,
                         models_dir=spec.models_dir, cluster=spec.model_cluster)  # fmt: skip
     cap = max(base.daemon.max_submits_per_cycle, spec.chains)
     daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)

@@ -112,6 +112,14 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
     "(median, mean, or a quantile such as q25).",
 )
 @click.option(
+    "--lookahead-draws",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),  # MAX_DRAWS
+    help="lookahead: the median start over this many simulations, each with every job's "
+    "run time drawn from its user's history (1: one simulation with --lookahead-runtime).",
+)
+@click.option(
     "--models",
     "models_dir",
     default=None,
@@ -170,6 +178,7 @@ def evaluate(**kw: Any) -> None:
         "protocol": protocol.__dict__,
         "methods": methods,
         "lookahead_runtime": kw["lookahead_stat"],
+        "lookahead_draws": kw["lookahead_draws"],
         "splits": {"tune": tune_split.as_dict(), "test": test_split.as_dict()},
         "loads": {},
     }
@@ -303,7 +312,7 @@ def _records(
     if RUNTIME_ORACLE in methods:
         noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
     if LOOKAHEAD in methods:
-        rec = lookahead_recorder(kw.get("lookahead_stat", "median"))
+        rec = lookahead_recorder(kw.get("lookahead_stat", "median"), kw.get("lookahead_draws", 1))
         ahead = [c.start for c in _generate(rec, setting, times, kw)]
     return samples, queue, noarr, ahead
 

@@ -86,9 +86,12 @@ class _Finished:
             self.runtimes.add(sim.specs[i].user, end - start, sim.limit[i])
 
 
-def lookahead_curve(sim: Simulation, protocol: Protocol, stat: str = "median") -> LookaheadCurve:
+def lookahead_curve(
+    sim: Simulation, protocol: Protocol, stat: str = "median", draws: int = 1
+) -> LookaheadCurve:
     """The curve of the sample at ``sim.now`` (``sim`` itself is not changed); run times
-    predicted with the statistic ``stat`` (:class:`RunTimes`)."""
+    predicted with the statistic ``stat`` (:class:`RunTimes`), or ``draws`` of them
+    (:func:`lookahead_starts`)."""
     world = base_world(sim, protocol)
     if world is None:
         return LookaheadCurve(sim.now, -1, np.zeros(0, dtype=np.int64))
@@ -103,21 +106,28 @@ def lookahead_curve(sim: Simulation, protocol: Protocol, stat: str = "median") -
         base.run_until(tau)
         feed.catch_up()
         (out[k],) = lookahead_starts(
-            client.queue(), base.profile, tau, runtimes, [req], to_limit={world.pred_id}
-        )
+            client.queue(), base.profile, tau, runtimes, [req], to_limit={world.pred_id},
+            draws=draws,
+        )  # fmt: skip
     return LookaheadCurve(sim.now, world.pred_start, out)
 
 
-def _record(sim: Simulation, protocol: Protocol, stat: str = "median") -> LookaheadCurve:
-    return lookahead_curve(sim, protocol, stat)
+def _record(
+    sim: Simulation, protocol: Protocol, stat: str = "median", draws: int = 1
+) -> LookaheadCurve:
+    return lookahead_curve(sim, protocol, stat, draws)
 
 
-def lookahead_recorder(stat: str = "median") -> Recorder[LookaheadCurve]:
-    """The recorder of curves with run times predicted by ``stat`` (cached apart per
-    statistic; a partial of a module-level function, so that workers can unpickle it)."""
+def lookahead_recorder(stat: str = "median", draws: int = 1) -> Recorder[LookaheadCurve]:
+    """The recorder of curves with run times predicted by ``stat``, or ``draws`` of them
+    (cached apart per setting; a partial of a module-level function, so that workers can
+    unpickle it)."""
     tag = "" if check_stat(stat) == "median" else f"-{stat}"
+    if draws > 1:
+        tag = f"-draws{draws}"
     suffix = f".lookahead-v{LOOKAHEAD_VERSION}{tag}.npz"
-    return Recorder(suffix, partial(_record, stat=stat), LookaheadCurve.load)
+    rec = partial(_record, stat=stat, draws=max(1, draws))
+    return Recorder(suffix, rec, LookaheadCurve.load)
 
 
 LOOKAHEAD_CURVES: Recorder[LookaheadCurve] = lookahead_recorder()

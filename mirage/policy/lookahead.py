@@ -37,11 +37,13 @@ job has age 0, and its other factors are unknown until it is submitted.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -63,6 +65,8 @@ RUN_STATES = frozenset(
 )
 
 
+#: At most this many simulations per request shape and decision (``draws``).
+MAX_DRAWS = 64
 #: How a job's run is predicted from the runs its history allows (:meth:`RunTimes.predict`).
 RUNTIME_STATS = ("median", "mean")
 
@@ -157,9 +161,47 @@ class RunTimes:
 
     def predict_job(self, job: SlurmJob, now: int) -> int:
         """:meth:`predict` for a queued or running job of a snapshot taken at ``now``."""
-        elapsed = max(0, now - job.start) if job.start is not None else 0
-        running = job.state in RUNNING_STATES
-        return self.predict(job.user, plan_limit(job), elapsed if running else 0)
+        return self.predict(job.user, plan_limit(job), _elapsed(job, now))
+
+    def draw(self, user: str, limit_s: int, elapsed_s: int, u: float) -> int:
+        """The ``u``-quantile (0 < u < 1) of the runs :meth:`predict` summarises: one draw
+        from the job's run-time distribution, given ``u`` uniform."""
+        runs = self.ratios(user) * limit_s
+        ok = runs[runs > elapsed_s]
+        return int(limit_s) if ok.size == 0 else max(1, math.ceil(np.quantile(ok, u)))
+
+    def drawn(self, k: int) -> Draw:
+        """Draw number ``k``: every job's run drawn from its distribution (:meth:`draw`)."""
+        return Draw(self, k)
+
+
+class RunPredictor(Protocol):
+    """What the snapshot simulation asks for: a job's predicted whole run (s)."""
+
+    def predict_job(self, job: SlurmJob, now: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One joint draw of every job's run time. A job's uniform comes from its job id and
+    ``k`` (a hash, the same in every process): the same job gets the same draw at every
+    decision step, so that successive decisions see one consistent future per draw rather
+    than fresh noise."""
+
+    runtimes: RunTimes
+    k: int
+
+    def predict_job(self, job: SlurmJob, now: int) -> int:
+        digest = hashlib.blake2b(f"{job.job_id}:{self.k}".encode(), digest_size=8).digest()
+        u = (int.from_bytes(digest, "big") + 0.5) / 2**64
+        return self.runtimes.draw(job.user, plan_limit(job), _elapsed(job, now), u)
+
+
+def _elapsed(job: SlurmJob, now: int) -> int:
+    """How long a running job has run (0 for one not running)."""
+    if job.state not in RUNNING_STATES or job.start is None:
+        return 0
+    return max(0, now - job.start)
 
 
 def plan_limit(job: SlurmJob) -> int:
@@ -242,7 +284,7 @@ def queue_specs(
     snapshot: QueueSnapshot,
     profile: ClusterProfile,
     now: int,
-    runtimes: RunTimes,
+    runtimes: RunPredictor,
     to_limit: Collection[str] = (),
 ) -> QueuePlan:
     """The snapshot's jobs with predicted runs (spec names are their job ids); the jobs of
@@ -329,10 +371,36 @@ def lookahead_starts(
     *,
     to_limit: Collection[str] = (),
     horizon_s: int = HORIZON_S,
+    draws: int = 1,
 ) -> list[int]:
     """Simulated start of each request if submitted alone at ``now`` with no later
     arrivals (``now + horizon_s`` when it would not start by then); ``to_limit``: the ids
-    of running jobs known to run to their limit (the chains' running segments)."""
+    of running jobs known to run to their limit (the chains' running segments).
+
+    ``draws`` > 1: the median start over that many simulations, each with every job's run
+    drawn from its distribution (:meth:`RunTimes.drawn`) instead of one summary per job.
+    A single summary misjudges what depends on the spread: the first of many running jobs
+    to end comes well before the earliest of their medians.
+    """
+    if draws <= 1:
+        return _starts(snapshot, profile, now, runtimes, requests, to_limit, horizon_s)
+    runs = [
+        _starts(snapshot, profile, now, runtimes.drawn(k), requests, to_limit, horizon_s)
+        for k in range(draws)
+    ]
+    # the lower median over draws: a start some draw actually gave
+    return [int(np.sort(col)[(draws - 1) // 2]) for col in zip(*runs, strict=True)]
+
+
+def _starts(  # noqa: PLR0917 - the arguments of lookahead_starts
+    snapshot: QueueSnapshot,
+    profile: ClusterProfile,
+    now: int,
+    runtimes: RunPredictor,
+    requests: Sequence[Request],
+    to_limit: Collection[str],
+    horizon_s: int,
+) -> list[int]:
     plan = queue_specs(snapshot, profile, now, runtimes, to_limit)
     out: dict[Request, int] = {}
     for req in dict.fromkeys(requests):
@@ -372,10 +440,15 @@ class LookaheadPolicy(Policy):
     warmup_s = 14 * 24 * HOUR
 
     def __init__(
-        self, margin_s: int = 0, runtimes: RunTimes | None = None, stat: str = "median"
+        self,
+        margin_s: int = 0,
+        runtimes: RunTimes | None = None,
+        stat: str = "median",
+        draws: int = 1,
     ) -> None:
         self.margin_s = margin_s
         self.runtimes = runtimes if runtimes is not None else RunTimes(stat=stat)
+        self.draws = draws
 
     def observe(self, ctx: DecisionContext) -> None:
         if ctx.accounting is not None:
@@ -390,6 +463,7 @@ class LookaheadPolicy(Policy):
             self.runtimes,
             [Request.of(p) for p in pending],
             to_limit={p.pred_job_id for p in pending},
+            draws=self.draws,
         )
         out = []
         for p, start in zip(pending, starts, strict=True):

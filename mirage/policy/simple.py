@@ -52,10 +52,15 @@ class FixedLeadPolicy(Policy):
 
 
 def make_policy(
-    name: str, *, lead_s: int = 900, margin_s: int = 0, runtime_stat: str = "median"
+    name: str,
+    *,
+    lead_s: int = 900,
+    margin_s: int = 0,
+    runtime_stat: str = "median",
+    draws: int = 1,
 ) -> Policy:
-    """A policy by its configured name (``margin_s``, ``runtime_stat``: the look-ahead's
-    margin and run-time statistic)."""
+    """A policy by its configured name (``margin_s``, ``runtime_stat``, ``draws``: the
+    look-ahead's margin, run-time statistic and simulations per decision)."""
     if name == "reactive":
         return ReactivePolicy()
     if name == "fixed-lead":
@@ -63,5 +68,5 @@ def make_policy(
     if name == "lookahead":
         from mirage.policy.lookahead import LookaheadPolicy
 
-        return LookaheadPolicy(margin_s, stat=runtime_stat)
+        return LookaheadPolicy(margin_s, stat=runtime_stat, draws=draws)
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")

@@ -91,6 +91,8 @@ def test_config_needs_models_dir_for_a_trained_policy() -> None:
         config_from_dict({"policy": {"default": "magic"}})
     with pytest.raises(ConfigError, match=r"lookahead_runtime: .*'average'.* median, mean or q"):
         config_from_dict({"policy": {"lookahead_runtime": "average"}})
+    with pytest.raises(ConfigError, match="lookahead_draws must be 1 to 64"):
+        config_from_dict({"policy": {"lookahead_draws": 0}})
 
 
 def test_missing_profile_beside_models_is_a_clear_error(tmp_path: Path) -> None:
@@ -120,12 +122,16 @@ def test_lookahead_policy_in_the_daemon_learns_run_times_from_sacct(tmp_path: Pa
     )
     chain = make_chain(store, segments=2, limit=3600)
     policy = PolicySection(
-        default="lookahead", models_dir=str(models), cluster="toy", lookahead_runtime="mean"
+        default="lookahead",
+        models_dir=str(models),
+        cluster="toy",
+        lookahead_runtime="mean",
+        lookahead_draws=3,
     )
     d = Daemon(store, sim, config=Config(daemon=make_config().daemon, policy=policy))
     la = d.policies["lookahead"]
     assert isinstance(la, LookaheadPolicy) and d.profile is not None
-    assert la.runtimes.stat == "mean"
+    assert la.runtimes.stat == "mean" and la.draws == 3
     run_cycles([d], sim, 0, 4 * 3600)
     assert la.runtimes.predict("ann", 7200) == 1200
     row = next(r for r in status(store, 4 * 3600, None)["chains"] if r["id"] == chain.id)

@@ -187,6 +187,31 @@ def test_policy_submits_when_the_simulated_start_reaches_the_planned_end() -> No
     assert (d.submit, d.predicted_start) == (True, 4 * H)
 
 
+def test_draws_see_the_first_of_many_running_jobs_end_early() -> None:
+    """Four running jobs of ann, whose runs for a 10 h limit are 1, 2, 8, 9 or 10 h: one
+    median each (8 h) says a one-node request waits 8 h; the first of four to end comes
+    far sooner, which simulations with each job's run drawn from ann's history see. Draws
+    are the same at every call (a job's uniform comes from its id)."""
+    profile = toy_profile(4)
+    jobs = tuple(record(str(i), "ann", JobState.RUNNING, start=0) for i in range(1, 5))
+    snap = QueueSnapshot(0, jobs)
+    rt = RunTimes(min_user=1)
+    for run_h in (1, 2, 8, 9, 10):
+        rt.add("ann", run_h * H, 10 * H)
+    assert rt.draw("ann", 10 * H, 0, 0.5) == rt.predict("ann", 10 * H) == 8 * H
+    assert rt.draw("ann", 10 * H, 0, 0.125) == int(1.5 * H)
+    assert rt.draw("ann", 10 * H, 3 * H, 0.01) > 8 * H  # conditional on 3 h elapsed
+    req = Request("gpu", 1, 0, 4 * H)
+    (single,) = lookahead_starts(snap, profile, 0, rt, [req])
+    assert single == 8 * H
+    (drawn,) = lookahead_starts(snap, profile, 0, rt, [req], draws=9)
+    assert drawn < 4 * H
+    assert lookahead_starts(snap, profile, 0, rt, [req], draws=9) == [drawn]
+    # the start of one draw: the first of the four drawn runs to end
+    firsts = [min(rt.drawn(k).predict_job(j, 0) for j in jobs) for k in range(9)]
+    assert drawn == sorted(firsts)[4]
+
+
 def test_policy_learns_run_times_from_accounting_records() -> None:
     policy = LookaheadPolicy()
     done = [record(str(i), "ann", JobState.COMPLETED, start=0, end=H) for i in range(5)]
