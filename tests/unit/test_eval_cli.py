@@ -125,3 +125,19 @@ def test_rolling_recalibration_without_history_is_a_clear_error(tmp_path: Path) 
     res = CliRunner().invoke(main, _rolling_args(tmp_path, "--recalibrate-every-days", "1",
                                                  "--recalibrate-window-days", "0.2"))  # fmt: skip
     assert res.exit_code != 0 and "lengthen the tuning window" in res.output
+
+
+def test_lookahead_runtime_settings_are_cached_apart_and_checked(tmp_path: Path) -> None:
+    """`--lookahead-draws` and `--lookahead-runtime` record their own curves (beside the
+    median's, not over them) and are stated in the JSON; an unknown statistic is refused."""
+    pick = ("--policies", "reactive,lookahead")
+    for extra in ((), ("--lookahead-draws", "3"), ("--lookahead-runtime", "mean")):
+        res = CliRunner().invoke(main, _rolling_args(tmp_path, *pick, *extra))
+        assert res.exit_code == 0, res.output
+        report = json.loads(res.output)
+        assert report["lookahead_draws"] == (3 if "--lookahead-draws" in extra else 1)
+        assert report["loads"]["2"]["table"]["lookahead"]["all"]["mean_J_h"]["n"] > 0
+    cached = {p.name.split(".", 1)[1] for p in (tmp_path / "cache").rglob("*.lookahead-*")}
+    assert cached == {"lookahead-v3.npz", "lookahead-v3-draws3.npz", "lookahead-v3-mean.npz"}
+    bad = CliRunner().invoke(main, _rolling_args(tmp_path, *pick, "--lookahead-runtime", "avg"))
+    assert bad.exit_code != 0 and "unknown run-time statistic 'avg'" in bad.output
