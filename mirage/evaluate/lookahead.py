@@ -37,7 +37,7 @@ from mirage.sim.engine import Simulation
 from mirage.slurm.types import SlurmJob
 
 #: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
-LOOKAHEAD_VERSION = 3
+LOOKAHEAD_VERSION = 4
 
 
 @dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mirage.cli import main
+from mirage.evaluate.lookahead import LOOKAHEAD_VERSION
 from mirage.evaluate.rolling import Block, blocks, past_samples
 
 H = 3600
@@ -138,6 +139,7 @@ def test_lookahead_runtime_settings_are_cached_apart_and_checked(tmp_path: Path)
         assert report["lookahead_draws"] == (3 if "--lookahead-draws" in extra else 1)
         assert report["loads"]["2"]["table"]["lookahead"]["all"]["mean_J_h"]["n"] > 0
     cached = {p.name.split(".", 1)[1] for p in (tmp_path / "cache").rglob("*.lookahead-*")}
-    assert cached == {"lookahead-v3.npz", "lookahead-v3-draws3.npz", "lookahead-v3-mean.npz"}
+    v = f"lookahead-v{LOOKAHEAD_VERSION}"
+    assert cached == {f"{v}.npz", f"{v}-draws3.npz", f"{v}-mean.npz"}
     bad = CliRunner().invoke(main, _rolling_args(tmp_path, *pick, "--lookahead-runtime", "avg"))
     assert bad.exit_code != 0 and "unknown run-time statistic 'avg'" in bad.output

@@ -55,6 +55,17 @@ def test_run_times_per_user_median_conditional_on_elapsed() -> None:
     assert RunTimes().predict("carl", 4 * H) == 4 * H
 
 
+def test_jobs_that_end_at_once_count_for_pending_jobs_not_running_ones() -> None:
+    """Runs of 0 s (one ls6 job in seven) are part of a pending job's distribution; a job
+    already running is past them."""
+    rt = RunTimes(min_user=1)
+    for run_h in (0, 0, 5, 10):
+        rt.add("ann", run_h * H, 10 * H)
+    assert rt.predict("ann", 10 * H) == int(2.5 * H)
+    assert rt.predict("ann", 10 * H, elapsed_s=H) == int(7.5 * H)
+    assert rt.draw("ann", 10 * H, 0, 0.1) == 1  # ends at once (1 s, as the engine runs it)
+
+
 def test_run_times_statistics_mean_and_quantile() -> None:
     ratios = (0.1, 0.2, 0.5, 1.0)  # runs of 1, 2, 5, 10 h for a 10 h limit
     fitted = {}
