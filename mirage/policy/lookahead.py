@@ -106,6 +106,10 @@ class RunTimes:
         self._user: dict[str, deque[float]] = {}
         self._all: deque[float] = deque(maxlen=overall)
         self._seen: OrderedDict[str, None] = OrderedDict()
+        # memos, valid until the next add(): a snapshot asks for the same user's ratios
+        # (and a pending job's prediction) once per job, hundreds of times a decision
+        self._ratios: dict[str, np.ndarray] = {}
+        self._pending: dict[tuple[str, int], int] = {}
 
     def __len__(self) -> int:
         return len(self._all)
@@ -117,6 +121,8 @@ class RunTimes:
         r = min(1.0, max(0.0, run_s / limit_s))
         self._user.setdefault(user, deque(maxlen=self.per_user)).append(r)
         self._all.append(r)
+        self._ratios.clear()
+        self._pending.clear()
 
     def observe(self, jobs: Iterable[SlurmJob]) -> int:
         """Add the finished jobs of ``jobs`` not seen before (by job id), in end order;
@@ -139,17 +145,30 @@ class RunTimes:
         return len(fresh)
 
     def ratios(self, user: str) -> np.ndarray:
-        u = self._user.get(user)
-        if u is not None and len(u) >= self.min_user:
-            return np.fromiter(u, dtype=float)
-        return np.fromiter(self._all, dtype=float) if self._all else np.ones(1)
+        """The user's run/limit ratios (everyone's while the user has too few; [1] with no
+        history at all). Do not modify the array: it is shared until the next add()."""
+        out = self._ratios.get(user)
+        if out is None:
+            u = self._user.get(user)
+            if u is not None and len(u) >= self.min_user:
+                out = np.fromiter(u, dtype=float)
+            else:
+                out = np.fromiter(self._all, dtype=float) if self._all else np.ones(1)
+            self._ratios[user] = out
+        return out
 
     def predict(self, user: str, limit_s: int, elapsed_s: int = 0) -> int:
         """Predicted whole run time (s) of a job of ``user`` with ``limit_s`` that has run
         ``elapsed_s`` so far: the statistic (``stat``) of the runs its history allows
         (:meth:`possible`); the limit when none does."""
+        key = (user, int(limit_s))
+        if elapsed_s <= 0 and key in self._pending:
+            return self._pending[key]
         ok = self.possible(user, limit_s, elapsed_s)
-        return int(limit_s) if ok.size == 0 else max(1, math.ceil(self._summary(ok)))
+        out = int(limit_s) if ok.size == 0 else max(1, math.ceil(self._summary(ok)))
+        if elapsed_s <= 0:
+            self._pending[key] = out
+        return out
 
     def possible(self, user: str, limit_s: int, elapsed_s: int) -> np.ndarray:
         """The runs (s) the history allows a job that has run ``elapsed_s``: every one for a

@@ -64,6 +64,8 @@ def test_jobs_that_end_at_once_count_for_pending_jobs_not_running_ones() -> None
     assert rt.predict("ann", 10 * H) == int(2.5 * H)
     assert rt.predict("ann", 10 * H, elapsed_s=H) == int(7.5 * H)
     assert rt.draw("ann", 10 * H, 0, 0.1) == 1  # ends at once (1 s, as the engine runs it)
+    rt.add("ann", 10 * H, 10 * H)  # predictions are memoised until the next run is added
+    assert rt.predict("ann", 10 * H) == 5 * H
 
 
 def test_run_times_statistics_mean_and_quantile() -> None:
