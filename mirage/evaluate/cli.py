@@ -312,7 +312,7 @@ def _records(
     if RUNTIME_ORACLE in methods:
         noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
     if LOOKAHEAD in methods:
-        rec = lookahead_recorder(kw.get("lookahead_stat", "median"), kw.get("lookahead_draws", 1))
+        rec = lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"])
         ahead = [c.start for c in _generate(rec, setting, times, kw)]
     return samples, queue, noarr, ahead
 

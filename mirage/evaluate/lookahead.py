@@ -13,7 +13,8 @@ The ``lookahead`` method of :mod:`mirage.evaluate.harness` submits at the first 
 that start plus a margin tuned on the tuning split reaches the planned end. Unlike the
 runtime oracle it is a deployable policy: it is a candidate of ``selected`` and compared
 head to head with the baselines. Records (:data:`LOOKAHEAD_CURVES`) are cached beside the
-probes (``<cache>/<setting key>/<t>.lookahead-v<N>.npz``, N = :data:`LOOKAHEAD_VERSION`).
+probes (``<cache>/<setting key>/<t>.lookahead-v<N>[-<stat>|-draws<K>].npz``, N =
+:data:`LOOKAHEAD_VERSION`; :func:`lookahead_recorder`).
 """
 
 from __future__ import annotations

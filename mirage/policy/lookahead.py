@@ -11,9 +11,10 @@ from a simulation of the present queue alone (no later arrivals).
   :attr:`RunTimes.per_user`) and overall (the last :attr:`RunTimes.overall`), fed from
   accounting records (``sacct -a``, what the daemon polls; in the simulator the same
   records from :class:`~mirage.sim.backend.SimSlurmClient`). A job's predicted run is
-  the median of ``ratio x limit`` over its user's ratios (the overall ones while the user
-  has fewer than :attr:`RunTimes.min_user`) that exceed its elapsed time; its limit when
-  none does.
+  the median (or :attr:`RunTimes.stat`) of ``ratio x limit`` over its user's ratios (the
+  overall ones while the user has fewer than :attr:`RunTimes.min_user`): all of them for
+  a pending job, those that exceed its elapsed time for a running one; its limit when
+  none does. ``draws`` > 1 in :func:`lookahead_starts` draws each job's run instead.
 - :func:`lookahead_starts`: builds a :class:`~mirage.sim.engine.Simulation` of the cluster
   profile from one queue snapshot (``squeue``): every running job from now for its
   predicted remaining run (its remaining limit as the limit backfill plans with; the
