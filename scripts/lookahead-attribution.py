@@ -26,20 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
-from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.harness import Walker, evaluate
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES, TrueRunTimes, _Finished
 from mirage.evaluate.probes import Recorder, base_world, generate, record_all, run_task
-from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
+from mirage.evaluate.protocol import Protocol, Setting
 from mirage.evaluate.stats import load_levels
 from mirage.evaluate.whatif import runtime_oracle_step
 from mirage.policy.features import RUNNING_STATES
 from mirage.policy.lookahead import Request, RunPredictor, RunTimes, lookahead_starts
-from mirage.profile.schema import load_profile
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.engine import Simulation
 from mirage.slurm.types import SlurmJob
-from mirage.trace.readers import load_trace
 
 CACHE = "out/probe-cache"
 H = 3600
@@ -152,23 +150,11 @@ def main() -> None:
     ap.add_argument("--margin-h", type=float, default=0.0)
     ap.add_argument("--level", default="low", choices=("low", "medium", "heavy", "all"))
     args = ap.parse_args()
-    profile_name = default_profile("ls6")
-    profile = load_profile(profile_name)
-    trace = default_trace("ls6")
-    if trace is None:
-        raise SystemExit("no ls6 trace found")
-    df = load_trace(trace).jobs
-    first, last = int(df["submit"].min()), int(df["submit"].max())
-    split = default_splits("ls6", profile.timezone, first, last)["test"]
-    part = profile.partition(None)
-    assert part.nodes is not None
-    protocol = Protocol(every_s=int(args.every_h * H))
-    nodes = scaled_nodes(part.nodes, args.load)
-    setting = Setting(trace, profile_name, nodes, args.load, split, protocol)
-    times = sample_times(split, protocol, first)
+    test = default_test_setting("ls6", args.load, args.every_h)
+    setting, times = test.setting, test.times
     probes = generate(setting, times, cache=CACHE, n_jobs=2)
     curves = [c.start for c in record_all(setting, times, LOOKAHEAD_CURVES, cache=CACHE, n_jobs=2)]
-    w = Walker(probes, protocol, profile, part.name, lookahead=curves)
+    w = Walker(probes, setting.protocol, test.profile, test.partition, lookahead=curves)
     levels = load_levels(evaluate(w, ["reactive"], {}, 0.5)["reactive"].gap)
     print(f"ls6 load {args.load:g}, test split: {len(w.samples)} usable samples")
     step_errors(w, levels)

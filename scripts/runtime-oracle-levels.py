@@ -16,35 +16,21 @@ import sys
 
 import numpy as np
 
-from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.harness import GRIDS, ORACLE, RUNTIME_ORACLE, Outcomes, Walker, evaluate
 from mirage.evaluate.probes import generate, record_all
-from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.stats import MIN_N, load_levels, table
 from mirage.evaluate.whatif import NO_ARRIVALS
-from mirage.profile.schema import load_profile
-from mirage.trace.readers import load_trace
 
 CACHE = "out/probe-cache"
 
 
 def walker(load: float, every_h: float) -> Walker:
-    profile_name = default_profile("ls6")
-    profile = load_profile(profile_name)
-    trace = default_trace("ls6")
-    if trace is None:
-        raise SystemExit("no ls6 trace found")
-    df = load_trace(trace).jobs
-    first, last = int(df["submit"].min()), int(df["submit"].max())
-    split = default_splits("ls6", profile.timezone, first, last)["test"]
-    part = profile.partition(None)
-    assert part.nodes is not None
-    protocol = Protocol(every_s=int(every_h * 3600))
-    setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
-    times = sample_times(split, setting.protocol, first)
+    test = default_test_setting("ls6", load, every_h)
+    setting, times = test.setting, test.times
     probes = generate(setting, times, cache=CACHE, n_jobs=2)
     curves = record_all(setting, times, NO_ARRIVALS, cache=CACHE, n_jobs=2)
-    return Walker(probes, setting.protocol, profile, part.name,
+    return Walker(probes, setting.protocol, test.profile, test.partition,
                   no_arrivals=[c.start for c in curves])  # fmt: skip
 
 

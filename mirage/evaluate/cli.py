@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from mirage.evaluate.protocol import (
 
 if TYPE_CHECKING:
     from mirage.evaluate.rolling import Rolling
+    from mirage.profile.schema import ClusterProfile
 
 REPO = Path(__file__).resolve().parents[2]
 KNOWN_TRACES = {
@@ -47,6 +49,39 @@ def default_trace(cluster: str) -> str | None:
 def default_profile(cluster: str) -> str:
     calibrated = REPO / "models" / cluster / "profile.toml"
     return str(calibrated) if calibrated.exists() else cluster
+
+
+@dataclass(frozen=True)
+class SplitSetting:
+    """A split of a known cluster's trace as `mirage evaluate` replays it (for scripts)."""
+
+    setting: Setting
+    profile: ClusterProfile
+    partition: str
+    times: list[int]
+
+
+def default_test_setting(cluster: str, load: float, every_h: float) -> SplitSetting:
+    """The default test split of ``cluster``'s known trace and calibrated profile at
+    ``load``, one sample every ``every_h`` hours; SystemExit when the trace is missing."""
+    from mirage.profile.schema import load_profile
+    from mirage.trace.readers import load_trace
+
+    trace = default_trace(cluster)
+    if trace is None:
+        raise SystemExit(f"no {cluster} trace found")
+    profile_name = default_profile(cluster)
+    profile = load_profile(profile_name)
+    df = load_trace(trace).jobs
+    first, last = int(df["submit"].min()), int(df["submit"].max())
+    split = default_splits(cluster, profile.timezone, first, last)["test"]
+    part = profile.partition(None)
+    if part.nodes is None:
+        raise SystemExit(f"profile {profile_name} gives no node count")
+    protocol = Protocol(every_s=int(every_h * HOUR))
+    nodes = scaled_nodes(part.nodes, load)
+    setting = Setting(trace, profile_name, nodes, load, split, protocol)
+    return SplitSetting(setting, profile, part.name, sample_times(split, protocol, first))
 
 
 def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:

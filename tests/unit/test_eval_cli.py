@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from mirage.cli import main
@@ -143,3 +145,21 @@ def test_lookahead_runtime_settings_are_cached_apart_and_checked(tmp_path: Path)
     assert cached == {f"{v}.npz", f"{v}-draws3.npz", f"{v}-mean.npz"}
     bad = CliRunner().invoke(main, _rolling_args(tmp_path, *pick, "--lookahead-runtime", "avg"))
     assert bad.exit_code != 0 and "unknown run-time statistic 'avg'" in bad.output
+
+
+def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) -> None:
+    from mirage.evaluate import cli
+    from mirage.evaluate.protocol import scaled_nodes
+
+    monkeypatch.setitem(cli.KNOWN_TRACES, "ls6", "ls6-a100-slice.log.gz")  # the bundled slice
+    test = cli.default_test_setting("ls6", 1.05, 12)
+    split = test.setting.split
+    assert split.name == "test"
+    assert test.setting.nodes == scaled_nodes(test.profile.partition(None).nodes or 0, 1.05)
+    assert test.setting.nodes < (test.profile.partition(None).nodes or 0)
+    assert test.partition == "gpu-a100"
+    gaps = {b - a for a, b in zip(test.times, test.times[1:], strict=False)}
+    assert gaps == {12 * 3600}
+    assert split.start <= test.times[0] and test.times[-1] < split.end
+    with pytest.raises(SystemExit, match="no nosuch trace"):
+        cli.default_test_setting("nosuch", 1.0, 4)
