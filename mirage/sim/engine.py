@@ -1052,27 +1052,29 @@ class Simulation:
         avail = self._availability(res)
         easy_done: set[str] = set()
         specs, limit, elig = self.specs, self.limit, self.eligible_at
-        jobs = list(order)
-        durs = [_ceil(limit[i], res) for i in jobs]
-        # Lazy mode (no estimates) only needs the jobs that start now: with no node free
-        # now in a partition, none of its jobs can start, nor can their reservations (all
-        # in the future) change what starts now, so its remaining jobs are skipped.
-        full: set[str] = set()
+        easy = s.backfill == "easy"
+        # Lazy mode (no estimates) only needs the jobs that start now. From the first
+        # instant a partition's plan has no node free (``dry``), nothing matters to that:
+        # a job that cannot end by then can neither start now nor reserve before then, and
+        # later reservations cannot change what starts now, so it is skipped. (With no
+        # node free now, every job is. Before EASY's one reservation free nodes never
+        # decrease over time, so ``dry`` is now or never: the job that would hold that
+        # reservation is never skipped for a reservation that was not made.)
+        dry = {p: a.dry() for p, a in avail.items()} if lazy else {}
         # Free nodes only ever decrease during a pass, so a job cannot start before the
         # earliest start found for an earlier job of the same shape: start the scan there
         # (queues are dominated by a few shapes, so this keeps long queues cheap).
         floor: dict[tuple[str, int, int], int] = {}
-        for k, i in enumerate(jobs):
+        for i in order:
             spec = specs[i]
             part = spec.partition
             plan = avail[part]
-            if lazy and (part in full or plan.free[0] <= 0):
-                full.add(part)
-                if len(full) == len(avail):
-                    break
+            dur = _ceil(limit[i], res)
+            if lazy and now + dur > dry[part]:
+                if max(dry.values()) <= now:
+                    break  # no node free now in any partition: nothing else starts
                 continue
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = durs[k]
             shape = (part, spec.nodes, dur)
             t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
             if t is not None:
@@ -1084,13 +1086,17 @@ class Simulation:
             if t == now and elig[i] is not None:
                 self._start(i)
                 plan.reserve(t, end, spec.nodes)
+                if lazy:
+                    dry[part] = plan.dry()
                 continue
             self.estimate[i] = t
-            if s.backfill == "easy":
+            if easy:
                 if part in easy_done:
                     continue  # EASY: only the first blocked job holds a reservation
                 easy_done.add(part)
             plan.reserve(t, end, spec.nodes)
+            if lazy and t < dry[part]:
+                dry[part] = plan.dry()
 
     def _backfill_nodes(self, order: Iterable[int], res: int, lazy: bool) -> None:
         """Backfill over per-node GPUs and CPUs (shared nodes, overlapping partitions)."""

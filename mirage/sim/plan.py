@@ -14,6 +14,7 @@ partitions): the same step function, with a row of per-node values per segment, 
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
@@ -79,6 +80,13 @@ class Availability:
 
     def free_at(self, t: int) -> int:
         return self.free[max(0, bisect_right(self.times, t) - 1)]
+
+    def dry(self) -> float:
+        """The first instant with no node free (inf: never)."""
+        for t, f in zip(self.times, self.free, strict=True):
+            if f <= 0:
+                return t
+        return math.inf
 
 
 #: One running job's hold on one node: (node index, GPUs, CPUs).

@@ -3,11 +3,13 @@ reservations (enough new breakpoints to grow its row buffers several times)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirage.sim.plan import NodePlan
+from mirage.sim.plan import Availability, NodePlan
 
 N, GCAP, CCAP = 3, 4, 8
 
@@ -89,3 +91,13 @@ def test_node_plan_matches_brute_force(
         for k, t in enumerate(plan.times):
             assert plan.gpus[k].tolist() == ref.g[t].tolist()
             assert plan.cpus[k].tolist() == ref.c[t].tolist()
+
+
+def test_availability_dry_is_the_first_instant_with_no_node_free() -> None:
+    plan = Availability(100, 1, [(200, 1), (500, 2)])  # free: 1, then 2 at 200, 4 at 500
+    assert plan.dry() == math.inf
+    plan.reserve(300, 400, 2)  # 2 free from 200 to 300 and 400 to 500: none in between
+    assert plan.dry() == 300
+    plan.reserve(100, 150, 1)
+    assert plan.dry() == 100
+    assert Availability(0, 0, [(50, 1)]).dry() == 0
