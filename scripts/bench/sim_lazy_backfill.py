@@ -10,9 +10,11 @@ outcome curves:
 - *eager*: start estimates kept fresh (``track_estimates=True``), every backfill pass
   plans every job it tests;
 - *lazy, no dry skip*: ``track_estimates=False`` as before this skip (``Availability.dry``
-  patched to "never"), which only stops a pass when a partition has no node free now;
+  and ``NodePlan.dry`` patched to "now, if nothing is free now; else never"), which only
+  skips a partition's jobs when it has no node (shared nodes: no CPU) free now;
 - *lazy*: as the evaluation runs, also skipping jobs that cannot end before the first
-  instant the plan has no node free (``mirage.sim.engine._backfill_counts``).
+  instant the plan has no node free (shared nodes: no room for the pass's smallest
+  per-node request; ``mirage.sim.engine._backfill_counts`` and ``_backfill_nodes``).
 
 ``--step-min`` coarsens the decision steps (the evaluation uses 10) to keep the run short;
 the work per step is the same.
@@ -41,6 +43,16 @@ from mirage.sim.engine import Simulation
 FIELDS = ("steps", "succ_start", "censored", "estimate", "queue", "hist_start", "hist_wait")
 
 
+def now_only(self: plan.Availability) -> float:
+    """The rule before the skip: a partition with no node free now skips every job."""
+    return self.times[0] if self.free[0] <= 0 else math.inf
+
+
+def now_only_nodes(self: plan.NodePlan, nodes: np.ndarray, *_: int) -> float:
+    """... and on shared nodes, one with no CPU free now on any of its nodes."""
+    return self.times[0] if not (self.cpus[0, nodes] > 0).any() else math.inf
+
+
 def same(a: SampleResult, b: SampleResult) -> bool:
     return a.pred_start == b.pred_start and all(
         np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS
@@ -62,12 +74,12 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.13)
     ap.add_argument("--samples", default="0,4", help="indices into the test split's samples")
     ap.add_argument("--step-min", type=int, default=60)
+    ap.add_argument("--every-h", type=float, default=12, help="sample spacing, as evaluate's")
     args = ap.parse_args()
-    split = default_test_setting(args.cluster, args.load, 12)
+    split = default_test_setting(args.cluster, args.load, args.every_h)
     protocol = dataclasses.replace(split.setting.protocol, step_s=args.step_min * 60)
     profile, jobs = load_setting_jobs(split.setting)
     first = min(j.submit for j in jobs)
-    never: Callable[[plan.Availability], float] = lambda self: math.inf  # noqa: E731
     print(
         f"{args.cluster} at load {args.load} ({split.setting.nodes} nodes), "
         f"{len(jobs)} jobs, steps every {args.step_min} min"
@@ -89,7 +101,10 @@ def main() -> None:
             return probe_sample(sim, protocol)
 
         eager, te = timed(lambda: make(True), run)
-        with patch.object(plan.Availability, "dry", never):
+        with (
+            patch.object(plan.Availability, "dry", now_only),
+            patch.object(plan.NodePlan, "dry", now_only_nodes),
+        ):
             nodry, tn = timed(lambda: make(False), run)
         lazy, tl = timed(lambda: make(False), run)
         ok = same(eager, lazy) and same(nodry, lazy)

@@ -90,10 +90,34 @@ deep_st = st.lists(
 )
 
 
+# The same on shared nodes (GPUs and CPUs per node): the per-node backfill.
+shared_st = st.lists(
+    st.builds(
+        job,
+        submit=st.integers(0, 600),
+        run=st.integers(60, 6000),
+        nodes=st.integers(1, 2),
+        limit=st.integers(60, 9000),
+        gpus=st.integers(0, 4),
+        cpus=st.integers(8, 32),  # per node: a toy node has 32, so they fill up
+    ),
+    min_size=5,
+    max_size=40,
+)
+
+
 @settings(max_examples=120, deadline=None)
 @given(deep_st, st.sampled_from(["slurm", "easy"]))
 def test_lazy_backfill_starts_the_same_jobs_at_the_same_times(
     specs: list[JobSpec], backfill: str
 ) -> None:
     # track_estimates=False may skip backfill work, never change the schedule.
+    assert schedule(specs, backfill, lazy=True) == schedule(specs, backfill, lazy=False)
+
+
+@settings(max_examples=120, deadline=None)
+@given(shared_st, st.sampled_from(["slurm", "easy"]))
+def test_lazy_backfill_on_shared_nodes_starts_the_same_jobs(
+    specs: list[JobSpec], backfill: str
+) -> None:
     assert schedule(specs, backfill, lazy=True) == schedule(specs, backfill, lazy=False)
