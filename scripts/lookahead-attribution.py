@@ -87,10 +87,8 @@ def rerun(sim: Simulation, protocol: Protocol, steps: dict[int, int]) -> Rerun:
         learned, true, Split(true, learned), Split(learned, true)
     ]  # fmt: skip
     snapshot = client.queue()
-    # lookahead_starts types its run times as RunTimes for its draws; with one draw any
-    # RunPredictor (Split) does
     starts = tuple(
-        lookahead_starts(snapshot, base.profile, tau, p, [req], to_limit={world.pred_id})[0]  # type: ignore[arg-type]
+        lookahead_starts(snapshot, base.profile, tau, p, [req], to_limit={world.pred_id})[0]
         for p in predictors
     )
     return Rerun(t, starts)

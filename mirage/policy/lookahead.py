@@ -392,7 +392,7 @@ def lookahead_starts(
     snapshot: QueueSnapshot,
     profile: ClusterProfile,
     now: int,
-    runtimes: RunTimes,
+    runtimes: RunPredictor,
     requests: Sequence[Request],
     *,
     to_limit: Collection[str] = (),
@@ -406,10 +406,13 @@ def lookahead_starts(
     ``draws`` > 1: the median start over that many simulations, each with every job's run
     drawn from its distribution (:meth:`RunTimes.drawn`) instead of one summary per job.
     A single summary misjudges what depends on the spread: the first of many running jobs
-    to end comes well before the earliest of their medians.
+    to end comes well before the earliest of their medians. Draws need ``runtimes`` to be
+    a :class:`RunTimes` (any other predictor gives one run per job: TypeError).
     """
     if draws <= 1:
         return _starts(snapshot, profile, now, runtimes, requests, to_limit, horizon_s)
+    if not isinstance(runtimes, RunTimes):
+        raise TypeError(f"draws need RunTimes' distributions, not {type(runtimes).__name__}")
     runs = [
         _starts(snapshot, profile, now, runtimes.drawn(k), requests, to_limit, horizon_s)
         for k in range(draws)

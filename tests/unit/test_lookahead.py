@@ -225,6 +225,22 @@ def test_draws_see_the_first_of_many_running_jobs_end_early() -> None:
     assert drawn == sorted(firsts)[4]
 
 
+class OneHour:
+    """A predictor that is not RunTimes: every job runs 1 h."""
+
+    def predict_job(self, job: SlurmJob, now: int) -> int:
+        return H
+
+
+def test_any_predictor_gives_one_run_per_job_and_only_run_times_give_draws() -> None:
+    profile = toy_profile(1)
+    snap = QueueSnapshot(0, (record("1", "ann", JobState.RUNNING, start=0),))
+    req = Request("gpu", 1, 0, 4 * H)
+    assert lookahead_starts(snap, profile, 0, OneHour(), [req]) == [H]
+    with pytest.raises(TypeError, match="draws need RunTimes"):
+        lookahead_starts(snap, profile, 0, OneHour(), [req], draws=3)
+
+
 def test_policy_learns_run_times_from_accounting_records() -> None:
     policy = LookaheadPolicy()
     done = [record(str(i), "ann", JobState.COMPLETED, start=0, end=H) for i in range(5)]
