@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,17 +12,19 @@ from mirage.sim.scenario import job, toy_profile
 
 NODES = 4
 
-jobs_st = st.lists(
-    st.builds(
-        job,
-        submit=st.integers(0, 3000),
-        run=st.integers(1, 2000),
-        nodes=st.integers(1, NODES),
-        limit=st.integers(1, 2000),
-        begin=st.one_of(st.none(), st.integers(0, 4000)),
-    ),
-    min_size=1,
-    max_size=25,
+
+def job_lists(size: tuple[int, int], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Lists of ``size`` (min, max) jobs (``scenario.job``) drawn from ``fields``."""
+    return st.lists(st.builds(job, **fields), min_size=size[0], max_size=size[1])
+
+
+jobs_st = job_lists(
+    (1, 25),
+    submit=st.integers(0, 3000),
+    run=st.integers(1, 2000),
+    nodes=st.integers(1, NODES),
+    limit=st.integers(1, 2000),
+    begin=st.one_of(st.none(), st.integers(0, 4000)),
 )
 
 
@@ -77,32 +81,12 @@ def schedule(specs: list[JobSpec], backfill: str, lazy: bool) -> list[tuple[int 
 
 # Long, mixed limits over a small cluster: deep queues where many jobs cannot start now
 # (the work lazy backfill skips) and reservations pile up.
-deep_st = st.lists(
-    st.builds(
-        job,
-        submit=st.integers(0, 600),
-        run=st.integers(60, 6000),
-        nodes=st.integers(1, NODES),
-        limit=st.integers(60, 9000),
-    ),
-    min_size=5,
-    max_size=40,
-)
-
-
-# The same on shared nodes (GPUs and CPUs per node): the per-node backfill.
-shared_st = st.lists(
-    st.builds(
-        job,
-        submit=st.integers(0, 600),
-        run=st.integers(60, 6000),
-        nodes=st.integers(1, 2),
-        limit=st.integers(60, 9000),
-        gpus=st.integers(0, 4),
-        cpus=st.integers(8, 32),  # per node: a toy node has 32, so they fill up
-    ),
-    min_size=5,
-    max_size=40,
+deep_st = job_lists(
+    (5, 40),
+    submit=st.integers(0, 600),
+    run=st.integers(60, 6000),
+    nodes=st.integers(1, NODES),
+    limit=st.integers(60, 9000),
 )
 
 
@@ -112,12 +96,4 @@ def test_lazy_backfill_starts_the_same_jobs_at_the_same_times(
     specs: list[JobSpec], backfill: str
 ) -> None:
     # track_estimates=False may skip backfill work, never change the schedule.
-    assert schedule(specs, backfill, lazy=True) == schedule(specs, backfill, lazy=False)
-
-
-@settings(max_examples=120, deadline=None)
-@given(shared_st, st.sampled_from(["slurm", "easy"]))
-def test_lazy_backfill_on_shared_nodes_starts_the_same_jobs(
-    specs: list[JobSpec], backfill: str
-) -> None:
     assert schedule(specs, backfill, lazy=True) == schedule(specs, backfill, lazy=False)
