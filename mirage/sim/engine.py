@@ -1105,29 +1105,28 @@ class Simulation:
         horizon = now + s.bf_window_s
         plan = self._node_plan(res)
         easy_done: set[str] = set()
+        full: set[str] = set()
         floor: dict[tuple[str, int, int, int, bool, int], int] = {}
         specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
         gcap, ccap = self.node_gpus, self.node_cpus
         reserve_whole = s.bf_reserve_whole_nodes
-        # As in _backfill_counts, per partition: from the first instant none of its nodes
-        # has room for the smallest per-node request of the pass, nothing matters to what
-        # starts now. Reservations on shared nodes also move other partitions' ``dry``
-        # earlier; only the reserving job's partition is recomputed, which is safe: a
-        # later ``dry`` only skips fewer jobs.
-        jobs = list(order)
-        least = self._least_per_node(jobs) if lazy else (0, 1)
-        dry = {p: plan.dry(a, *least) for p, a in self._part_arr.items()} if lazy else {}
-        for i in jobs:
+        for i in order:
             spec = specs[i]
             part = spec.partition
             nodes = self._part_arr[part]
-            dur = _ceil(limit[i], res)
-            if lazy and now + dur > dry[part]:
-                if max(dry.values()) <= now:
-                    break  # no CPU free now in any partition: nothing else starts
-                continue
+            if lazy:
+                # as in _backfill_counts: nodes with no free CPU now take no job now, and
+                # reservations on them cannot hinder a job that starts now elsewhere
+                if part in full:
+                    continue
+                if plan.busy_now(nodes):
+                    full.add(part)
+                    if len(full) == len(self._part_arr):
+                        break
+                    continue
             count, g, c, whole = dem[i]
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
+            dur = _ceil(limit[i], res)
             shape = (part, count, g, c, whole, dur)
             found = plan.earliest(
                 nodes,
@@ -1149,8 +1148,6 @@ class Simulation:
                 self._next_nodes[i] = chosen
                 self._start(i)
                 plan.reserve(t, t + dur, holds)
-                if lazy:
-                    dry[part] = plan.dry(nodes, *least)
                 continue
             self.estimate[i] = t
             if s.backfill == "easy":
@@ -1160,19 +1157,6 @@ class Simulation:
             if reserve_whole:
                 holds = [(n, gcap[n], ccap[n]) for n in chosen]
             plan.reserve(t, t + dur, holds)
-            if lazy and t < dry[part]:
-                dry[part] = plan.dry(nodes, *least)
-
-    def _least_per_node(self, jobs: list[int]) -> tuple[int, int]:
-        """The fewest GPUs and CPUs any of ``jobs`` needs on each of its nodes (a whole-node
-        job: the smallest node's), for ``NodePlan.dry``."""
-        dem = self.dem
-        asks = [(g, c) for _, g, c, whole in (dem[i] for i in jobs) if not whole]
-        if any(dem[i][3] for i in jobs):
-            asks.append((min(self.node_gpus), min(self.node_cpus)))
-        if not asks:
-            return 0, 1
-        return min(g for g, _ in asks), max(1, min(c for _, c in asks))
 
     def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
         """(running job, expected end for backfill): start + limit, at ``res``.

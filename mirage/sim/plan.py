@@ -207,14 +207,9 @@ class NodePlan:
             gb[a:b, node] -= g
             cb[a:b, node] -= c
 
-    def dry(self, nodes: np.ndarray, gpus: int = 0, cpus: int = 1) -> float:
-        """The first instant no node of ``nodes`` has ``gpus`` GPUs and ``cpus`` CPUs free
-        (inf: never): no job that needs at least that much per node can run across it."""
-        m = len(self.times)
-        usable = (self._c[:m, nodes] >= cpus) & (self._g[:m, nodes] >= gpus)
-        rows: np.ndarray = np.logical_or.reduce(usable, axis=1)
-        k = int(rows.argmin())
-        return math.inf if rows[k] else self.times[k]
+    def busy_now(self, nodes: np.ndarray) -> bool:
+        """No node of ``nodes`` has a free CPU at the planning instant (nothing can start)."""
+        return not bool((self._c[0, nodes] > 0).any())
 
     def _split(self, t: int) -> int:
         """Make ``t`` a breakpoint and return its segment index."""

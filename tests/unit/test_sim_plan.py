@@ -101,22 +101,3 @@ def test_availability_dry_is_the_first_instant_with_no_node_free() -> None:
     plan.reserve(100, 150, 1)
     assert plan.dry() == 100
     assert Availability(0, 0, [(50, 1)]).dry() == 0
-
-
-def test_nodeplan_dry_is_the_first_instant_no_node_has_room() -> None:
-    # node 0 full until 100, node 1 free; 4 GPUs and 8 CPUs each
-    plan = NodePlan(
-        0,
-        gpus_free=[0, 4],
-        cpus_free=[0, 8],
-        gpus_cap=[4, 4],
-        cpus_cap=[8, 8],
-        releases=[(100, ((0, 4, 8),))],
-    )
-    both = np.array([0, 1])
-    assert plan.dry(both) == math.inf
-    plan.reserve(50, 200, [(1, 2, 6)])  # node 1 keeps 2 GPUs and 2 CPUs over [50, 200)
-    assert plan.dry(both) == math.inf  # 1 CPU is always free somewhere
-    assert plan.dry(both, cpus=3) == 50  # 3 CPUs: nowhere from 50 until node 0 frees
-    assert plan.dry(both, gpus=3, cpus=1) == 50
-    assert plan.dry(np.array([0])) == 0
