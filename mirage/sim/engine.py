@@ -1052,14 +1052,13 @@ class Simulation:
         avail = self._availability(res)
         easy_done: set[str] = set()
         specs, limit, elig = self.specs, self.limit, self.eligible_at
-        easy = s.backfill == "easy"
         # Lazy mode (no estimates) only needs the jobs that start now. From the first
         # instant a partition's plan has no node free (``dry``), nothing matters to that:
         # a job that cannot end by then can neither start now nor reserve before then, and
         # later reservations cannot change what starts now, so it is skipped. (With no
         # node free now, every job is. Before EASY's one reservation free nodes never
         # decrease over time, so ``dry`` is now or never: the job that would hold that
-        # reservation is never skipped for a reservation that was not made.)
+        # reservation is never skipped.)
         dry = {p: a.dry() for p, a in avail.items()} if lazy else {}
         # Free nodes only ever decrease during a pass, so a job cannot start before the
         # earliest start found for an earlier job of the same shape: start the scan there
@@ -1071,7 +1070,7 @@ class Simulation:
             plan = avail[part]
             dur = _ceil(limit[i], res)
             if lazy and now + dur > dry[part]:
-                if max(dry.values()) <= now:
+                if dry[part] <= now and max(dry.values()) <= now:
                     break  # no node free now in any partition: nothing else starts
                 continue
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
@@ -1090,7 +1089,7 @@ class Simulation:
                     dry[part] = plan.dry()
                 continue
             self.estimate[i] = t
-            if easy:
+            if s.backfill == "easy":
                 if part in easy_done:
                     continue  # EASY: only the first blocked job holds a reservation
                 easy_done.add(part)

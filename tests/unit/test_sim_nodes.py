@@ -134,8 +134,8 @@ shared_jobs = st.lists(
 )
 
 
-# at least half a node's CPUs each: nodes fill up, and the plans' first instants with no
-# room for any job (where lazy backfill cuts its passes) come within reach
+# at least half a node's CPUs each: nodes fill up, so that passes often find no CPU free
+# now in a partition (where lazy backfill skips its jobs)
 busy_shared_jobs = shared_jobs.map(lambda js: [replace(j, cpus=max(j.cpus, CPUS // 2)) for j in js])
 
 
@@ -144,8 +144,8 @@ busy_shared_jobs = shared_jobs.map(lambda js: [replace(j, cpus=max(j.cpus, CPUS 
 def test_lazy_backfill_on_shared_nodes_starts_the_same_jobs(
     specs: list[JobSpec], backfill: str
 ) -> None:
-    # track_estimates=False may skip backfill work (also after reservations in the other,
-    # overlapping partition), never change the schedule
+    # track_estimates=False may skip backfill work (also where the other, overlapping
+    # partition's jobs took the shared node), never change the schedule
     specs = sorted(
         (s for s in specs if s.partition == "gpu" or s.nodes == 1), key=lambda s: s.submit
     )
