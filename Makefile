@@ -51,7 +51,10 @@ slurm-tests: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m slurm -q; rc=$$?; \
 	  scripts/slurm-testbed/stop.sh; exit $$rc
 
-test: lint unit slurm-tests
+# Lint and unit tests run (niced) beside the real-Slurm tests, which mostly wait on real
+# time: about 5 minutes less than one after the other (scripts/run-tests.sh).
+test: venv
+	BIN=$(BIN) MAKE=$(MAKE) scripts/run-tests.sh
 
 # Only the simulator against real Slurm (two real runs of a scripted workload, ~11 min).
 fidelity: venv slurm-up
