@@ -244,12 +244,20 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     for key in ("id", "name", "state", "reason", "chdir", "script_sha256", "policy"):
         click.echo(f"{key:>14}: {data[key]}")
     for g in data["segments_run"]:
-        # a revoked pre-submission keeps its row (outcome REVOKED); one being revoked says so
-        revoking = " (being revoked)" if g.get("revoke_at") and g["outcome"] is None else ""
-        click.echo(
-            f"  segment {g['index'] + 1}: job {g['job_id']} {g['state']} "
-            f"start={g['start']} end={g['end']} outcome={g['outcome']}{revoking}"
-        )
+        click.echo(segment_line(g))
+
+
+def segment_line(g: dict[str, Any]) -> str:
+    """One segment of `mirage chain show`: its job, times, outcome, and the forecast it was
+    pre-submitted on (predicted start and stated 90% interval), where there was one."""
+    # a revoked pre-submission keeps its row (outcome REVOKED); one being revoked says so
+    revoking = " (being revoked)" if g.get("revoke_at") and g["outcome"] is None else ""
+    stated = g.get("predicted_interval")
+    forecast = f" predicted={g['predicted_start']} [{stated[0]}, {stated[1]}]" if stated else ""
+    return (
+        f"  segment {g['index'] + 1}: job {g['job_id']} {g['state']} "
+        f"start={g['start']} end={g['end']} outcome={g['outcome']}{revoking}{forecast}"
+    )
 
 
 @chain.command("cancel")

@@ -104,6 +104,17 @@ def find_token(job: SlurmJob) -> str | None:
     return None
 
 
+def interval_outcome(start: int, low: int | None, high: int | None) -> str | None:
+    """Where a successor's start fell against the interval stated when it was pre-submitted:
+    "inside", "early" or "late"; None without an interval (reactive submissions, policies
+    that state none)."""
+    if low is None or high is None:
+        return None
+    if start < low:
+        return "early"
+    return "late" if start > high else "inside"
+
+
 def job_name(chain_name: str, token: str) -> str:
     return f"{chain_name[:64]}.{token}"
 
@@ -464,6 +475,8 @@ class Daemon:
             submitted_at=sub.created_at,
             presubmitted=sub.presubmitted,
             predicted_start=chain.predicted_start if sub.presubmitted else None,
+            predicted_low=chain.predicted_low if sub.presubmitted else None,
+            predicted_high=chain.predicted_high if sub.presubmitted else None,
             time_limit_s=sub.time_limit_s,
             job_state="PENDING",
             finished=False,
@@ -795,6 +808,9 @@ class Daemon:
             if seg.predicted_start is not None:
                 error = abs(seg.predicted_start - seg.start)
                 self.metrics.prediction_error.observe(error)
+            where = interval_outcome(seg.start, seg.predicted_low, seg.predicted_high)
+            if where is not None:
+                self.metrics.predicted_interval.labels(where).inc()
             seg.transition_recorded = True
             s.add(
                 event_row(
@@ -808,6 +824,7 @@ class Daemon:
                     gap=t.gap,
                     cost=t.cost(),
                     prediction_error=error,
+                    interval=where,
                     presubmitted=seg.presubmitted,
                 )
             )

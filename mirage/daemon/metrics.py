@@ -88,6 +88,17 @@ class DaemonMetrics:
             registry=r,
             buckets=DURATION_BUCKETS,
         )
+        # live coverage of the forecasters' stated 90% intervals (inside / all), the figure
+        # `mirage evaluate` reports on a test window: queues drift, intervals may not cover
+        self.predicted_interval = Counter(
+            "mirage_predicted_interval",
+            "Pre-submitted successors by where their start fell against the stated 90% "
+            "interval of the predicted start: inside, early (before it) or late (after it)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("inside", "early", "late"):  # exported at 0 before the first
+            self.predicted_interval.labels(outcome)
         self.test_only = Counter(
             "mirage_test_only", "sbatch --test-only estimates run (each costs a job id)", registry=r
         )

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from mirage.daemon.config import Config, PolicySection
-from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.core import Daemon, interval_outcome, register_chain
 from mirage.daemon.revoke import REVOKED
 from mirage.daemon.store import (
     Chain,
@@ -221,6 +221,8 @@ class RunResult:
     simulated_s: int = 0
     finished: bool = False
     revoked: int = 0  # pre-submissions revoked (cancelled while pending)
+    # where pre-submitted successors started against their stated 90% interval
+    intervals: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class View(Protocol):
@@ -310,6 +312,9 @@ def collect(store: Store, result: RunResult) -> None:
         limit = pred.time_limit_s or 0
         result.transitions[(name, k)] = Transition(pred.start, limit, pred.end, succ.start)
         result.presubmitted[(name, k)] = succ.presubmitted
+        where = interval_outcome(succ.start, succ.predicted_low, succ.predicted_high)
+        if where is not None:
+            result.intervals[where] = result.intervals.get(where, 0) + 1
 
 
 # ---- the comparison --------------------------------------------------------------------------
@@ -348,6 +353,7 @@ def _run_summary(r: RunResult) -> dict[str, Any]:
         "chains": r.chains,
         "max_jobs_per_segment": max(r.jobs_per_segment.values(), default=0),
         "revoked": r.revoked,
+        "stated_intervals": dict(r.intervals),
     }
 
 
@@ -541,6 +547,14 @@ def render(out: dict[str, Any], console: Any) -> None:
         highlight=False,
     )
     console.print(verdict(out), highlight=False)
+    stated = out["runs"]["policy"].get("stated_intervals") or {}
+    if stated:
+        n = sum(stated.values())
+        console.print(
+            f"stated 90% intervals: {stated.get('inside', 0)} of {n} pre-submitted successors "
+            f"started inside ({stated.get('early', 0)} before, {stated.get('late', 0)} after)",
+            highlight=False,
+        )
     q = setup["queue_at_start"]
     console.print(
         f"replay: {setup['trace']} on {setup['profile']} ({setup['nodes']} nodes of "

@@ -59,6 +59,13 @@ def segment_dict(g: Segment) -> dict[str, Any]:
         "handoff_signalled_at": g.signalled_at,
         "revoke_at": g.revoke_at,
         "slurm_estimate": g.slurm_estimate,
+        # the forecast it was pre-submitted on, and its stated 90% interval
+        "predicted_start": g.predicted_start,
+        "predicted_interval": (
+            None
+            if g.predicted_low is None or g.predicted_high is None
+            else [g.predicted_low, g.predicted_high]
+        ),
     }
 
 

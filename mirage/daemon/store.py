@@ -181,6 +181,10 @@ class Segment(Base):
     submitted_at: Mapped[int] = mapped_column(BigInteger)
     presubmitted: Mapped[bool] = mapped_column(Boolean, default=False)
     predicted_start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the 90% interval stated with that forecast (policies that give one): whether the
+    # start falls inside is counted when the transition is recorded
+    predicted_low: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_high: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     slurm_estimate: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # what Slurm last said
     job_state: Mapped[str] = mapped_column(String(32), default="")

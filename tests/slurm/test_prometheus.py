@@ -132,6 +132,8 @@ def test_prometheus_scrapes_the_daemon(
     assert polls is not None and polls >= 1
     assert prom.value('mirage_slurm_commands_total{command="sbatch"}') == 2
     assert prom.value("mirage_poll_errors_total") is None  # no error: no series yet
+    # stated intervals' outcomes are exported at 0 from the start (fixed lead states none)
+    assert prom.value('mirage_predicted_interval_total{outcome="inside"}') == 0
     # the histograms of the issue, with its buckets (a minute to days)
     buckets = {r["metric"]["le"] for r in prom.query("mirage_interruption_seconds_bucket")}
     assert {"60.0", "86400.0", "+Inf"} <= buckets

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import select
 
+from mirage.daemon.cli import segment_line
 from mirage.daemon.core import Daemon
+from mirage.daemon.status import show_chain
 from mirage.daemon.store import ChainState, Event, Segment, Store, Submission, SubmissionState
+from mirage.policy.base import Decision, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
 from mirage.slurm.parse import parse_sacct_json
 from mirage.slurm.types import SlurmJob, SlurmTimeoutError, SubmitRequest
@@ -76,6 +81,76 @@ def test_fixed_lead_presubmits_and_hands_off(tmp_path: Path) -> None:
     # (limit = budget left if it started at the decision, 9000: 10800 - 6120 - 3000)
     assert len(segs) == 4 and segs[-1].time_limit_s == 1680
     assert c.trained_s == 3 * 3060 + 1680
+
+
+class StatedLead(FixedLeadPolicy):
+    """Fixed lead that states a predicted start with an interval, as the forecasters do:
+    the start "now" (the idle test cluster starts a successor at once) and an interval
+    ``offsets[k]`` around it for its k-th submission."""
+
+    def __init__(self, lead_s: int, offsets: list[tuple[int, int]]) -> None:
+        super().__init__(lead_s)
+        self.offsets = offsets
+        self.stated = 0
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        out = []
+        for d in super().decide(ctx, pending):
+            lo, hi = self.offsets[min(self.stated, len(self.offsets) - 1)]
+            if d.submit:
+                self.stated += 1
+            out.append(replace(d, predicted_start=ctx.now, interval=(ctx.now + lo, ctx.now + hi)))
+        return out
+
+
+def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None:
+    """Each pre-submission keeps the interval stated with it; when its transition is
+    recorded, the start is counted inside, early or late (the live coverage that
+    `mirage evaluate` reports on a test window)."""
+    store, sim = make_store(tmp_path), make_sim()
+    sim.handoff_exits = True
+    chain = make_chain(store, segments=4, limit=3600)
+    # the first successor's interval holds its start, the second's lies after it, the
+    # third's before it
+    policy = StatedLead(600, [(-60, 120), (600, 1200), (-1200, -600)])
+    d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600),
+               policies={"fixed-lead": policy})  # fmt: skip
+    assert d.metrics.value("mirage_predicted_interval_total", {"outcome": "inside"}) == 0
+    run_cycles([d], sim, 0, 6 * 3600)
+    segs = segments_of(store, chain.id)
+    assert [g.presubmitted for g in segs[:4]] == [False, True, True, True]
+    assert all(g.predicted_low is not None and g.predicted_high is not None for g in segs[1:4])
+    assert [e.data["interval"] for e in events(store, "transition")][:3] == [
+        "inside",
+        "early",
+        "late",
+    ]
+    for outcome in ("inside", "early", "late"):
+        assert d.metrics.value("mirage_predicted_interval_total", {"outcome": outcome}) >= 1
+    assert segs[0].predicted_low is None  # the first segment: no forecast
+    shown = show_chain(store, chain.id, None)
+    assert shown is not None
+    runs = shown["segments_run"]
+    assert runs[2]["predicted_interval"] == [segs[2].predicted_low, segs[2].predicted_high]
+    assert runs[2]["predicted_interval"][0] - runs[2]["predicted_start"] == 600
+    low, high = runs[2]["predicted_interval"]
+    assert segment_line(runs[2]).endswith(f"predicted={runs[2]['predicted_start']} [{low}, {high}]")
+    assert "predicted=" not in segment_line(runs[0])
+
+
+def test_no_interval_stated_counts_nothing(tmp_path: Path) -> None:
+    store, sim = make_store(tmp_path), make_sim()
+    sim.handoff_exits = True
+    make_chain(store, segments=3, limit=3600)
+    d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600))
+    run_cycles([d], sim, 0, 4 * 3600)
+    transitions = events(store, "transition")
+    assert transitions and all(e.data["interval"] is None for e in transitions)
+    total = sum(
+        d.metrics.value("mirage_predicted_interval_total", {"outcome": o})
+        for o in ("inside", "early", "late")
+    )
+    assert total == 0
 
 
 def _crash_and_recover(tmp_path: Path, point: str) -> tuple[FaultySim, Store, str]:

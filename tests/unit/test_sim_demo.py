@@ -81,6 +81,7 @@ def test_cli_demo_on_busy_replay(cli_run: tuple[dict[str, Any], str]) -> None:
     check_demo(out, CHAINS, SEGMENTS)
     setup = out["setup"]
     assert setup["nodes"] == 70 and setup["policy"] == "fixed-lead"
+    assert out["runs"]["policy"]["stated_intervals"] == {}  # a fixed lead states none
     # the chosen start leaves the queue empty, and a queue builds before the transitions
     assert setup["queue_at_start"]["pending"] <= 5
     assert max(r["reactive"]["interruption"] for r in out["transitions"]) > 3600
@@ -153,7 +154,11 @@ def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
     out = json.loads(res.stdout)
     check_demo(out, CHAINS, SEGMENTS)
     assert out["setup"]["policy"] == "xgb" and out["runs"]["policy"]["revoked"] >= 0
-    assert any(r["policy"]["presubmitted"] for r in out["transitions"] if r["policy"])
+    pre = [r for r in out["transitions"] if r["policy"] and r["policy"]["presubmitted"]]
+    assert pre
+    # every pre-submission carried xgb's stated interval, checked against its start
+    stated = out["runs"]["policy"]["stated_intervals"]
+    assert set(stated) <= {"inside", "early", "late"} and sum(stated.values()) == len(pre)
     empty = config("empty.toml", tmp_path)
     at = args.index("--config") + 1
     missing = CliRunner().invoke(main, [*args[:at], str(empty), *args[at + 1 :], "--policy", "dqn"])
