@@ -161,5 +161,23 @@ def status(store: Store, now: int, uid: int | None, *, cluster: str = "default")
         "now": now,
         "lease_holder": store.lease_holder(cluster, now),
         "last_poll": int(v) if (v := store.get_value(CURSOR_KEY)) else None,
+        "stated_intervals_7d": stated_intervals(store, now - INTERVAL_WINDOW_S),
         "chains": rows,
     }
+
+
+#: the window of ``mirage status``'s interval summary, as the Grafana panel's
+INTERVAL_WINDOW_S = 7 * 86400
+
+
+def stated_intervals(store: Store, since: int) -> dict[str, int]:
+    """Transitions recorded since ``since`` (every user's: counts only) by where the
+    successor started against the 90% interval stated when it was pre-submitted."""
+    out = {"inside": 0, "early": 0, "late": 0}
+    with store.sessions() as s:
+        q = select(Event.data).where(Event.kind == "transition", Event.at >= since)
+        for data in s.scalars(q):
+            where = (data or {}).get("interval")
+            if where in out:
+                out[where] += 1
+    return out

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirage.daemon.cli import segment_line
+from mirage.daemon.cli import interval_summary, segment_line
 from mirage.daemon.core import Daemon
-from mirage.daemon.status import show_chain
+from mirage.daemon.status import show_chain, stated_intervals, status
 from mirage.daemon.store import ChainState, Event, Segment, Store, Submission, SubmissionState
 from mirage.policy.base import Decision, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
@@ -136,6 +136,12 @@ def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None
     low, high = runs[2]["predicted_interval"]
     assert segment_line(runs[2]).endswith(f"predicted={runs[2]['predicted_start']} [{low}, {high}]")
     assert "predicted=" not in segment_line(runs[0])
+    # `mirage status`: the last 7 days' transitions by outcome (the run ended at 6 h)
+    # (a fourth, cut-short segment's successor reuses the last interval: late again)
+    held = status(store, 6 * 3600, None)["stated_intervals_7d"]
+    assert held == {"inside": 1, "early": 1, "late": 2}
+    assert interval_summary(held).startswith("stated 90% intervals, last 7 days: 1 of 4")
+    assert stated_intervals(store, 6 * 3600) == {"inside": 0, "early": 0, "late": 0}
 
 
 def test_no_interval_stated_counts_nothing(tmp_path: Path) -> None:
@@ -151,6 +157,11 @@ def test_no_interval_stated_counts_nothing(tmp_path: Path) -> None:
         for o in ("inside", "early", "late")
     )
     assert total == 0
+    assert status(store, 4 * 3600, None)["stated_intervals_7d"] == {
+        "inside": 0,
+        "early": 0,
+        "late": 0,
+    }
 
 
 def _crash_and_recover(tmp_path: Path, point: str) -> tuple[FaultySim, Store, str]:
