@@ -26,17 +26,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.harness import Outcomes, Walker, evaluate, outcomes_at
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, SampleResult, record_all
-from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.stats import head_to_head, load_levels
 from mirage.learn.artifacts import load_policy
 from mirage.learn.dataset import FEATURES
 from mirage.learn.forecast import ForecastPolicy
-from mirage.profile.schema import load_profile
-from mirage.trace.readers import load_trace
 
 CACHE = "out/probe-cache"
 H = 3600
@@ -51,31 +48,20 @@ Waits = Callable[[int], np.ndarray]
 def records(load: float, every_h: float) -> tuple[Walker, list[np.ndarray], int]:
     """Tuning and test samples at ``load`` (usable ones), their look-ahead curves, and the
     test split's start."""
-    trace = default_trace("ls6")
-    if trace is None:
-        raise SystemExit("no ls6 trace found")
-    name = default_profile("ls6")
-    profile = load_profile(name)
-    df = load_trace(trace).jobs
-    first = int(df["submit"].min())
-    splits = default_splits("ls6", profile.timezone, first, int(df["submit"].max()))
-    part = profile.partition(None)
-    assert part.nodes is not None
-    protocol = Protocol(every_s=int(every_h * H))
-    nodes = scaled_nodes(part.nodes, load)
     probes: list[SampleResult] = []
     curves: list[np.ndarray] = []
     queue: list[np.ndarray] = []
-    for split in (splits["tune"], splits["test"]):
-        setting = Setting(trace, name, nodes, load, split, protocol)
-        times = sample_times(split, protocol, first)
+    for name in ("tune", "test"):
+        split = default_test_setting("ls6", load, every_h, name)
+        setting, times = split.setting, split.times
         probes += record_all(setting, times, PROBES, cache=CACHE, n_jobs=2)
         curves += [c.start for c in record_all(setting, times, LOOKAHEAD_CURVES, cache=CACHE,
                                                n_jobs=2)]  # fmt: skip
         queue += [c.queue for c in record_all(setting, times, FEATURES, cache=CACHE, n_jobs=2)]
     ok = [i for i, s in enumerate(probes) if s.ok]
-    w = Walker([probes[i] for i in ok], protocol, profile, part.name, [queue[i] for i in ok])
-    return w, [curves[i] for i in ok], splits["test"].start
+    w = Walker([probes[i] for i in ok], setting.protocol, split.profile, split.partition,
+               [queue[i] for i in ok])  # fmt: skip
+    return w, [curves[i] for i in ok], setting.split.start
 
 
 def lookahead_waits(w: Walker, curves: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -155,17 +141,12 @@ def main() -> None:
         "forecaster": picks[0.0][1],
         "reactive": react,
     }
-    results = {k: subset(v, sub) for k, v in results.items()}
+    results = {k: v.take(sub) for k, v in results.items()}
     for other in ("lookahead", "forecaster"):
         for lv, h in head_to_head(results, alpha, ["blend"], [other]).items():
             d = h.diff
             print(f"  blend - {other}, {lv} ({d.n}): {d.value:+.2f} h "
                   f"[{d.lo:+.2f}, {d.hi:+.2f}], {h.verdict}")  # fmt: skip
-
-
-def subset(o: Outcomes, keep: Sequence[int]) -> Outcomes:
-    idx = np.asarray(keep, dtype=np.int64)
-    return Outcomes(o.step[idx], o.interruption[idx], o.overlap[idx], o.gap[idx], o.revoked[idx])
 
 
 def describe(out: Outcomes, react: Outcomes, test: np.ndarray, alpha: float) -> str:

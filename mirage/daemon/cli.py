@@ -247,15 +247,6 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
         click.echo(segment_line(g))
 
 
-def interval_summary(held: dict[str, int]) -> str:
-    """`mirage status`'s line on the stated 90% intervals of the last 7 days."""
-    n = sum(held.values())
-    return (
-        f"stated 90% intervals, last 7 days: {held.get('inside', 0)} of {n} pre-submitted "
-        f"successors started inside ({held.get('early', 0)} before, {held.get('late', 0)} after)"
-    )
-
-
 def segment_line(g: dict[str, Any]) -> str:
     """One segment of `mirage chain show`: its job, times, outcome, and the forecast it was
     pre-submitted on (predicted start and stated 90% interval), where there was one."""
@@ -316,7 +307,7 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
 @json_option
 def status_cmd(config_path: str | None, as_json: bool) -> None:
     """Per chain: segment, time left, successor, predicted start, Slurm's estimate, policy."""
-    from mirage.daemon.status import status
+    from mirage.daemon.status import interval_summary, status
 
     cfg = _config(config_path)
     now = int(time.time())
@@ -334,7 +325,7 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
     )
     held = data.get("stated_intervals_7d") or {}
     if sum(held.values()):
-        click.echo(interval_summary(held))
+        click.echo(interval_summary(held, "last 7 days"))
     for r in data["chains"]:
         seg = f"{r['segment']}/{r['segments'] or '?'}" if r["segment"] else "-"
         click.echo(

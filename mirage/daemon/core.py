@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from mirage.daemon import revoke
 from mirage.daemon.config import Config
-from mirage.daemon.metrics import DaemonMetrics
+from mirage.daemon.metrics import DaemonMetrics, interval_outcome
 from mirage.daemon.policies import build_policies, learned_profile, model_key
 from mirage.daemon.states import Action, segment_action
 from mirage.daemon.store import (
@@ -102,17 +102,6 @@ def find_token(job: SlurmJob) -> str | None:
         if m:
             return m.group(1)
     return None
-
-
-def interval_outcome(start: int, low: int | None, high: int | None) -> str | None:
-    """Where a successor's start fell against the interval stated when it was pre-submitted:
-    "inside", "early" or "late"; None without an interval (reactive submissions, policies
-    that state none)."""
-    if low is None or high is None:
-        return None
-    if start < low:
-        return "early"
-    return "late" if start > high else "inside"
 
 
 def job_name(chain_name: str, token: str) -> str:

@@ -26,6 +26,21 @@ DURATION_BUCKETS = (
 )
 
 
+#: where a pre-submitted successor started against its stated 90% interval
+INTERVAL_OUTCOMES = ("inside", "early", "late")
+
+
+def interval_outcome(start: int, low: int | None, high: int | None) -> str | None:
+    """One of :data:`INTERVAL_OUTCOMES` for a successor's start against the interval stated
+    when it was pre-submitted; None without one (reactive submissions, policies that state
+    none)."""
+    if low is None or high is None:
+        return None
+    if start < low:
+        return "early"
+    return "late" if start > high else "inside"
+
+
 class DaemonMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
@@ -97,7 +112,7 @@ class DaemonMetrics:
             ["outcome"],
             registry=r,
         )
-        for outcome in ("inside", "early", "late"):  # exported at 0 before the first
+        for outcome in INTERVAL_OUTCOMES:  # exported at 0 before the first
             self.predicted_interval.labels(outcome)
         self.test_only = Counter(
             "mirage_test_only", "sbatch --test-only estimates run (each costs a job id)", registry=r

@@ -36,7 +36,8 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from mirage.daemon.config import Config, PolicySection
-from mirage.daemon.core import Daemon, interval_outcome, register_chain
+from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.metrics import interval_outcome
 from mirage.daemon.revoke import REVOKED
 from mirage.daemon.store import (
     Chain,
@@ -549,12 +550,9 @@ def render(out: dict[str, Any], console: Any) -> None:
     console.print(verdict(out), highlight=False)
     stated = out["runs"]["policy"].get("stated_intervals") or {}
     if stated:
-        n = sum(stated.values())
-        console.print(
-            f"stated 90% intervals: {stated.get('inside', 0)} of {n} pre-submitted successors "
-            f"started inside ({stated.get('early', 0)} before, {stated.get('late', 0)} after)",
-            highlight=False,
-        )
+        from mirage.daemon.status import interval_summary
+
+        console.print(interval_summary(stated, "this run"), highlight=False)
     q = setup["queue_at_start"]
     console.print(
         f"replay: {setup['trace']} on {setup['profile']} ({setup['nodes']} nodes of "

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from mirage.daemon.core import CURSOR_KEY
+from mirage.daemon.metrics import INTERVAL_OUTCOMES
 from mirage.daemon.policies import model_key
 from mirage.daemon.store import Chain, Event, Segment, Store, Submission
 
@@ -173,7 +174,7 @@ INTERVAL_WINDOW_S = 7 * 86400
 def stated_intervals(store: Store, since: int) -> dict[str, int]:
     """Transitions recorded since ``since`` (every user's: counts only) by where the
     successor started against the 90% interval stated when it was pre-submitted."""
-    out = {"inside": 0, "early": 0, "late": 0}
+    out = dict.fromkeys(INTERVAL_OUTCOMES, 0)
     with store.sessions() as s:
         q = select(Event.data).where(Event.kind == "transition", Event.at >= since)
         for data in s.scalars(q):
@@ -181,3 +182,12 @@ def stated_intervals(store: Store, since: int) -> dict[str, int]:
             if where in out:
                 out[where] += 1
     return out
+
+
+def interval_summary(held: dict[str, int], window: str) -> str:
+    """One line on the stated 90% intervals (``mirage status``, the simulated demo)."""
+    n = sum(held.values())
+    return (
+        f"stated 90% intervals, {window}: {held.get('inside', 0)} of {n} pre-submitted "
+        f"successors started inside ({held.get('early', 0)} before, {held.get('late', 0)} after)"
+    )

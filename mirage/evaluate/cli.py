@@ -61,9 +61,12 @@ class SplitSetting:
     times: list[int]
 
 
-def default_test_setting(cluster: str, load: float, every_h: float) -> SplitSetting:
-    """The default test split of ``cluster``'s known trace and calibrated profile at
-    ``load``, one sample every ``every_h`` hours; SystemExit when the trace is missing."""
+def default_test_setting(
+    cluster: str, load: float, every_h: float, split_name: str = "test"
+) -> SplitSetting:
+    """The default test split (or ``split_name``: "tune", "train") of ``cluster``'s known
+    trace and calibrated profile at ``load``, one sample every ``every_h`` hours;
+    SystemExit when the trace is missing."""
     from mirage.profile.schema import load_profile
     from mirage.trace.readers import load_trace
 
@@ -74,7 +77,7 @@ def default_test_setting(cluster: str, load: float, every_h: float) -> SplitSett
     profile = load_profile(profile_name)
     df = load_trace(trace).jobs
     first, last = int(df["submit"].min()), int(df["submit"].max())
-    split = default_splits(cluster, profile.timezone, first, last)["test"]
+    split = default_splits(cluster, profile.timezone, first, last)[split_name]
     part = profile.partition(None)
     if part.nodes is None:
         raise SystemExit(f"profile {profile_name} gives no node count")

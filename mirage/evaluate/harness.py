@@ -56,6 +56,11 @@ class Outcomes:
         out: np.ndarray = self.interruption + alpha * self.overlap
         return out
 
+    def take(self, keep: Sequence[int]) -> Outcomes:
+        """These samples only (indices, in the order given)."""
+        idx = np.asarray(keep, dtype=np.int64)
+        return type(self)(*(getattr(self, f.name)[idx] for f in dataclasses.fields(self)))
+
     @classmethod
     def concat(cls, parts: Sequence[Outcomes]) -> Outcomes:
         """Parts' samples one after another (in the order given)."""

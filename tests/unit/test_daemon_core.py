@@ -8,9 +8,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirage.daemon.cli import interval_summary, segment_line
+from mirage.daemon.cli import segment_line
 from mirage.daemon.core import Daemon
-from mirage.daemon.status import show_chain, stated_intervals, status
+from mirage.daemon.status import interval_summary, show_chain, stated_intervals, status
 from mirage.daemon.store import ChainState, Event, Segment, Store, Submission, SubmissionState
 from mirage.policy.base import Decision, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
@@ -140,7 +140,7 @@ def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None
     # (a fourth, cut-short segment's successor reuses the last interval: late again)
     held = status(store, 6 * 3600, None)["stated_intervals_7d"]
     assert held == {"inside": 1, "early": 1, "late": 2}
-    assert interval_summary(held).startswith("stated 90% intervals, last 7 days: 1 of 4")
+    assert interval_summary(held, "last 7 days").startswith("stated 90% intervals, last 7 days: 1 of 4")
     assert stated_intervals(store, 6 * 3600) == {"inside": 0, "early": 0, "late": 0}
 
 
