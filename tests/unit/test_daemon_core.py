@@ -140,7 +140,8 @@ def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None
     # (a fourth, cut-short segment's successor reuses the last interval: late again)
     held = status(store, 6 * 3600, None)["stated_intervals_7d"]
     assert held == {"inside": 1, "early": 1, "late": 2}
-    assert interval_summary(held, "last 7 days").startswith("stated 90% intervals, last 7 days: 1 of 4")
+    line = interval_summary(held, "last 7 days")
+    assert line.startswith("stated 90% intervals, last 7 days: 1 of 4")
     assert stated_intervals(store, 6 * 3600) == {"inside": 0, "early": 0, "late": 0}
 
 
