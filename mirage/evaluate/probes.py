@@ -39,6 +39,7 @@ from mirage.evaluate.protocol import Protocol, Setting
 from mirage.profile.schema import ClusterProfile, load_profile
 from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec
+from mirage.trace.load import skips_reported
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +318,9 @@ def run_task(
     todo = [t for t in times if cache is None or not _path(cache, setting, t, rec).exists()]
     sim: Simulation | None = None
     if todo:
-        profile, jobs = load_setting_jobs(setting)
+        # The command that started this task read the trace first and reported its skips.
+        with skips_reported():
+            profile, jobs = load_setting_jobs(setting)
         first = min(j.submit for j in jobs)
         sim = Simulation(profile, start_time=min(first, *todo), track_estimates=False)
         sim.add_jobs_skipping_invalid(jobs)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -57,6 +58,21 @@ class TraceLoad:
     ambiguous_times: int = 0
     missing_times: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def skips_reported() -> Iterator[None]:
+    """Re-reading a trace whose skipped rows were already reported: log them no more.
+
+    Probe tasks re-read the trace once per task and worker process; the command that
+    started them read it first and reported its skips once.
+    """
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def log_skipped(skipped: Sequence[SkippedRow]) -> None:

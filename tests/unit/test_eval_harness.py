@@ -125,6 +125,23 @@ def test_probes_resume_from_cache(
         assert np.array_equal(a.estimate, b.estimate)
 
 
+def test_probe_tasks_do_not_report_the_traces_skips_again(
+    slice_samples: tuple[Setting, list[SampleResult], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The slice has one bad row: reading it warns once; the probe tasks that re-read it
+    (one per task and worker process) stay quiet, and the warning level is restored."""
+    from mirage.trace.readers import load_trace
+
+    setting, first, _ = slice_samples
+    with caplog.at_level("WARNING", logger="mirage.trace"):
+        probes.run_task(setting, [first[0].t], None, probes.PROBES)
+        assert not [r for r in caplog.records if "skipped" in r.getMessage()]
+        load_trace(setting.trace)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{setting.trace}:1503: skipped: expected 10 tab-separated fields, got 11"
+    ]
+
+
 def test_statistics() -> None:
     from mirage.evaluate.harness import Outcomes
 
