@@ -3,6 +3,8 @@
 Shared by cluster profiles and the daemon's configuration: unknown keys are rejected with
 an error naming the valid ones, values are checked against the field types (int, bool,
 str, Literal, Optional), so that a typo never silently falls back to a default.
+Integers are non-negative unless their field says ``metadata={"signed": True}``, and
+always within SQLite's and Python's C integers (64-bit).
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ class SchemaError(ValueError):
 
 T = TypeVar("T")
 
+#: The largest integer a TOML value may hold here (SQLite stores 64-bit signed integers).
+INT_MAX = 2**63 - 1
 
-def _check_value(where: str, key: str, value: Any, hint: Any) -> Any:
+
+def _check_value(where: str, key: str, value: Any, hint: Any, *, signed: bool = False) -> Any:
     """Check one TOML value against a dataclass field's type (int, bool, str, Literal, Optional)."""
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -32,15 +37,17 @@ def _check_value(where: str, key: str, value: Any, hint: Any) -> Any:
         return value
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _check_value(where, key, value, inner[0])
+        return _check_value(where, key, value, inner[0], signed=signed)
     # bool is a subclass of int: keep them apart so that `nodes = true` is an error
     ok = isinstance(value, hint) and (hint is bool or not isinstance(value, bool))
     if not ok:
         raise SchemaError(
             f"{where}: {key} must be {hint.__name__}, got {type(value).__name__} {value!r}"
         )
-    if hint is int and value < 0:
+    if hint is int and value < 0 and not signed:
         raise SchemaError(f"{where}: {key} must not be negative, got {value}")
+    if hint is int and abs(value) > INT_MAX:
+        raise SchemaError(f"{where}: {key} = {value} is out of range (at most {INT_MAX})")
     return value
 
 
@@ -60,7 +67,8 @@ def build(cls: type[T], data: Any, where: str, nested: dict[str, Any] | None = N
         if f.name in kwargs:
             continue
         if f.name in data:
-            kwargs[f.name] = _check_value(where, f.name, data[f.name], hints[f.name])
+            signed = bool(f.metadata.get("signed"))
+            kwargs[f.name] = _check_value(where, f.name, data[f.name], hints[f.name], signed=signed)
         elif f.default is MISSING and f.default_factory is MISSING:
             raise SchemaError(f"{where}: required key {f.name!r} is missing")
     return cls(**kwargs)
@@ -72,6 +80,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SchemaError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from exc
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

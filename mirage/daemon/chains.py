@@ -65,22 +65,34 @@ _FLAGS = {"--hold", "-H", "--parsable", "--test-only"}
 OVERRIDDEN_IN_SCRIPT = frozenset({"--comment", "--job-name", "-J"})
 
 
+#: Bounds of a chain request (beyond them it is a typo, and too big for the database).
+MAX_SEGMENTS = 100_000
+MAX_TIME_LIMIT_S = 366 * 86400
+MAX_NODES = 1_000_000
+MAX_GPUS_PER_NODE = 1024
+
+
+def digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_time_limit(text: str) -> int:
     """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S -> seconds."""
     t = text.strip()
     days = 0
     if "-" in t:
         d, _, t = t.partition("-")
-        if not d.isdigit():
+        if not digits(d):
             raise ChainSpecError(f"invalid time limit {text!r}")
         days = int(d)
         parts = t.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+        if not all(digits(p) for p in parts) or len(parts) > 3:
             raise ChainSpecError(f"invalid time limit {text!r}")
         nums = [int(p) for p in parts] + [0] * (3 - len(parts))
         return days * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
     parts = t.split(":")
-    if not t or not all(p.isdigit() for p in parts) or len(parts) > 3:
+    if not t or not all(digits(p) for p in parts) or len(parts) > 3:
         raise ChainSpecError(f"invalid time limit {text!r} (use e.g. 2-00:00:00 or 240)")
     nums = [int(p) for p in parts]
     if len(nums) == 1:
@@ -163,10 +175,12 @@ def build_chain(
     cluster: str = "",
 ) -> Chain:
     """A new ACTIVE chain from the registering user's request (not stored yet)."""
+    if until_file is not None and not until_file.strip():
+        raise ChainSpecError("--until-file needs a path")
     if segments is None and until_file is None:
         raise ChainSpecError("give --segments N, --until-file PATH, or both")
-    if segments is not None and segments < 1:
-        raise ChainSpecError("--segments must be at least 1")
+    if segments is not None and not 1 <= segments <= MAX_SEGMENTS:
+        raise ChainSpecError(f"--segments must be 1 to {MAX_SEGMENTS}")
     if not script.startswith(b"#!"):
         raise ChainSpecError(f"{script_path}: a batch script must start with #! (sbatch's rule)")
     cli = split_options(sbatch_args, where="sbatch options")
@@ -179,10 +193,10 @@ def build_chain(
             "the segments' time limit is needed: --time in the options or #SBATCH --time"
         )
     limit = parse_time_limit(managed["time"])
-    if limit <= 0:
-        raise ChainSpecError("the time limit must be positive")
+    if not 0 < limit <= MAX_TIME_LIMIT_S:
+        raise ChainSpecError(f"the time limit must be positive and at most 366 days, got {limit} s")
     nodes_text = managed.get("nodes", "1").split("-")[0]
-    if not nodes_text.isdigit():
+    if not digits(nodes_text) or not 1 <= int(nodes_text) <= MAX_NODES:
         raise ChainSpecError(f"--nodes {managed.get('nodes')!r}: a fixed node count is needed")
     chdir = managed.get("chdir", cwd)
     if not Path(chdir).is_absolute():
@@ -193,6 +207,8 @@ def build_chain(
     gid = os.getgid() if gid is None else gid
     owner = pwd.getpwuid(uid).pw_name
     gres = managed.get("gres")
+    if gres_gpus(gres) > MAX_GPUS_PER_NODE:
+        raise ChainSpecError(f"--gres {gres!r}: more than {MAX_GPUS_PER_NODE} GPUs per node")
     return Chain(
         id=new_chain_id(),
         name=re.sub(r"[^A-Za-z0-9_.+-]", "_", name or Path(script_path).stem)[:64],

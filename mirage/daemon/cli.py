@@ -43,9 +43,12 @@ def _config(path: str | None) -> Config:
 
 
 def _store(cfg: Config) -> Any:
-    from mirage.daemon.service import open_store
+    from mirage.daemon.service import StartupError, open_store
 
-    return open_store(cfg)
+    try:
+        return open_store(cfg)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _socket(cfg: Config) -> Path | None:
@@ -60,6 +63,8 @@ def _ask(path: Path, request: dict[str, Any]) -> dict[str, Any]:
         answer = call(path, request)
     except OSError as exc:
         raise click.ClickException(f"cannot reach the daemon at {path}: {exc}") from exc
+    except ValueError as exc:  # it closed the connection early, or is not Mirage's daemon
+        raise click.ClickException(f"the daemon at {path} gave no valid answer: {exc}") from exc
     if not answer.get("ok"):
         raise click.ClickException(str(answer.get("error")))
     return answer
@@ -102,7 +107,12 @@ def chain() -> None:
 
 @chain.command("submit", context_settings={"ignore_unknown_options": True})
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
-@click.option("--segments", type=int, default=None, help="N time limits of training.")
+@click.option(
+    "--segments",
+    type=click.IntRange(min=1),
+    default=None,
+    help="N time limits of training.",
+)
 @click.option("--until-file", default=None, help="The chain ends when the job writes this file.")
 @click.option("--name", default=None, help="The chain's name (default: the script's name).")
 @click.option("--no-submit", is_flag=True, help="Register only; the daemon submits segment 1.")
@@ -131,7 +141,10 @@ def chain_submit(
     from mirage.daemon.store import Chain, ChainState
 
     cfg = _config(config_path)
-    data = Path(script).read_bytes()
+    try:
+        data = Path(script).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the script {script}: {exc.strerror}") from exc
     sock = _socket(cfg)
     if sock is not None:
         import base64
@@ -367,7 +380,10 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
     help="--backend sim: the cluster profile (name or TOML).",
 )
 @click.option(
-    "--speed", type=float, default=60.0, help="--backend sim: simulated seconds per wall second."
+    "--speed",
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    default=60.0,
+    help="--backend sim: simulated seconds per wall second.",
 )
 @click.option(
     "--trace",
@@ -378,12 +394,17 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
 @click.option("--trace-format", default=None, help="The trace's format (default: guessed).")
 @click.option(
     "--nodes",
-    type=int,
+    type=click.IntRange(min=1, max=1_000_000),
     default=None,
     help="--backend sim: nodes of partitions the profile leaves open; with --demo-chains: "
     "of the default partition (the replay's cluster, shrunk to make the queue busier).",
 )
-@click.option("--cycles", type=int, default=0, help="Stop after this many cycles (0: run on).")
+@click.option(
+    "--cycles",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Stop after this many cycles (0: run on).",
+)
 @click.option(
     "--demo-chains",
     type=click.IntRange(min=1),
@@ -411,7 +432,13 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
     help="Demo: the daemon's policy (default: the configuration's). A trained one is read "
     "from the configuration's models_dir and cluster (default: models/ls6).",
 )
-@click.option("--lead", "lead_s", type=int, default=None, help="Demo: fixed-lead's lead, seconds.")
+@click.option(
+    "--lead",
+    "lead_s",
+    type=click.IntRange(min=0, max=366 * 86400),
+    default=None,
+    help="Demo: fixed-lead's lead, seconds.",
+)
 @click.option(
     "--start-hours",
     type=float,
@@ -450,9 +477,11 @@ def daemon_cmd(
     from mirage.daemon.service import open_store, run_service
 
     cfg = _config(config_path)
-    with _model_errors():  # a configured trained model that cannot be used: say why, stop
+    if trace_path and backend != "sim":
+        raise click.UsageError("--trace needs --backend sim")
+    with _startup_errors():  # a model, profile, database or port that cannot be used: say why
         if demo_chains is not None:
-            if backend != "sim" or not trace_path:
+            if not trace_path:
                 raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
             demo = _DemoArgs(demo_chains, segments, time_limit, policy, lead_s, start_hours)
             _run_demo(cfg, profile_name, (trace_path, trace_format), nodes, demo, as_json=as_json)
@@ -469,8 +498,6 @@ def daemon_cmd(
                 nodes=nodes,
             )
             return
-        if trace_path:
-            raise click.UsageError("--trace needs --backend sim")
         from mirage.slurm.cli_backend import CliSlurmClient
         from mirage.slurm.run import SubprocessRunner
 
@@ -503,13 +530,16 @@ def daemon_cmd(
 
 
 @contextlib.contextmanager
-def _model_errors() -> Iterator[None]:
-    """Models are loaded (once) when the daemon is built; their errors become CLI errors."""
+def _startup_errors() -> Iterator[None]:
+    """What stops the daemon from starting becomes one CLI error: a trained model (loaded
+    once, when the daemon is built), a profile, the database, the metrics port, the socket."""
+    from mirage.daemon.service import StartupError
     from mirage.learn.artifacts import ModelError
+    from mirage.profile.schema import ProfileError
 
     try:
         yield
-    except ModelError as exc:
+    except (ModelError, ProfileError, StartupError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -582,7 +612,9 @@ def _replay_trace(sim: Any, profile: Any, path: str, fmt: str | None, t0: int) -
 
     try:
         table = load_trace(path, fmt).jobs
-    except (TraceFormatError, ValueError, OSError) as exc:
+    except TraceFormatError as exc:  # it names the file
+        raise click.ClickException(str(exc)) from exc
+    except (ValueError, OSError) as exc:
         raise click.ClickException(f"{path}: {exc}") from exc
     jobs = from_table(table, profile).jobs
     if not jobs:

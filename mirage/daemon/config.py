@@ -34,6 +34,7 @@ never silently falls back to a default. Durations are seconds (``_s``).
                                    # or a trained "rf", "xgb", "dqn", "pg"
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
+                                   # (may be negative: submit later than the simulation says)
     lookahead_runtime = "median"   # lookahead: run time from the user's history: median, mean, q25
     lookahead_draws = 1            # lookahead: >1: median start over simulations of drawn run times
     fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
@@ -53,13 +54,19 @@ never silently falls back to a default. Durations are seconds (``_s``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import signal
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from mirage.typedtoml import SchemaError, build, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
+
+#: No duration in the configuration may exceed a year (a typo'd exponent is not a setting).
+MAX_DURATION_S = 366 * 86400
+#: The database back ends the store is tested on.
+DATABASES = ("sqlite", "postgresql")
 
 
 class ConfigError(SchemaError):
@@ -99,7 +106,7 @@ class SlurmSection:
 class PolicySection:
     default: str = "fixed-lead"
     lead_s: int = 900
-    lookahead_margin_s: int = 0
+    lookahead_margin_s: int = field(default=0, metadata={"signed": True})
     lookahead_runtime: str = "median"
     lookahead_draws: int = 1
     fallback: str = "reactive"
@@ -166,7 +173,26 @@ def _str_table(value: Any, where: str) -> dict[str, str]:
 
 
 def _check(cfg: Config, source: str) -> None:
-    d = cfg.daemon
+    _check_durations(cfg, source)
+    _check_daemon(cfg.daemon, source)
+    if not 0 <= cfg.metrics.port <= 65535:
+        raise ConfigError(f"{source} [metrics]: port must be 0 (off) to 65535")
+    for key in ("timeout_s", "accounting_timeout_s", "submit_timeout_s"):
+        if getattr(cfg.slurm, key) < 1:
+            raise ConfigError(f"{source} [slurm]: {key} must be at least 1")
+    _check_policy(cfg.policy, source)
+
+
+def _check_durations(cfg: Config, source: str) -> None:
+    for name in ("daemon", "slurm", "policy"):
+        section = getattr(cfg, name)
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if f.name.endswith("_s") and abs(value) > MAX_DURATION_S:
+                raise ConfigError(f"{source} [{name}]: {f.name} = {value} s is more than a year")
+
+
+def _check_daemon(d: DaemonSection, source: str) -> None:
     if d.poll_interval_s < 1:
         raise ConfigError(f"{source} [daemon]: poll_interval_s must be at least 1")
     if d.lease_ttl_s < 2 * d.poll_interval_s:
@@ -176,11 +202,47 @@ def _check(cfg: Config, source: str) -> None:
         )
     if d.backoff_max_s < d.poll_interval_s:
         raise ConfigError(f"{source} [daemon]: backoff_max_s must be >= poll_interval_s")
+    if not valid_signal(d.handoff_signal):
+        raise ConfigError(
+            f"{source} [daemon]: handoff_signal {d.handoff_signal!r} is not a signal "
+            "(a name such as USR1 or SIGTERM, or a number)"
+        )
+    if d.database_url:
+        _check_database(d.database_url, f"{source} [daemon]")
+
+
+def valid_signal(name: str) -> bool:
+    """What ``scancel --signal`` takes: a name with or without SIG, or a number."""
+    if name.isascii() and name.isdigit():
+        return 0 < int(name) < signal.NSIG
+    return f"SIG{name.upper().removeprefix('SIG')}" in signal.Signals.__members__
+
+
+def _check_database(url: str, where: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"{where}: database_url {url!r} is not a database URL") from exc
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() not in DATABASES:
+        raise ConfigError(
+            f"{where}: database_url {shown}: use sqlite:///PATH or postgresql://… "
+            f"(supported: {', '.join(DATABASES)})"
+        )
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, NoSuchModuleError) as exc:
+        raise ConfigError(f"{where}: database_url {shown}: its driver is missing ({exc})") from exc
+
+
+def _check_policy(p: PolicySection, source: str) -> None:
     from mirage.learn.artifacts import POLICIES as LEARNED
     from mirage.policy.lookahead import MAX_DRAWS, check_stat
     from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
 
-    p = cfg.policy
     try:
         check_stat(p.lookahead_runtime)
     except ValueError as exc:

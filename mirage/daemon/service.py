@@ -28,6 +28,10 @@ from mirage.daemon.store import Store, database_url
 log = logging.getLogger(__name__)
 
 
+class StartupError(Exception):
+    """The daemon's database, metrics port or socket cannot be used: nothing was started."""
+
+
 class Notifier:
     """sd_notify, a no-op outside systemd (NOTIFY_SOCKET unset) or without sdnotify."""
 
@@ -74,7 +78,11 @@ def run_service(daemon: Daemon, config: Config) -> None:
     notifier = Notifier()
     watchdog = Watchdog(interval, notifier, time.monotonic)
     if config.metrics.port:
-        daemon.metrics.serve(config.metrics.address, config.metrics.port)
+        where = f"{config.metrics.address}:{config.metrics.port}"
+        try:
+            daemon.metrics.serve(config.metrics.address, config.metrics.port)
+        except (OSError, OverflowError) as exc:
+            raise StartupError(f"cannot serve metrics on {where}: {exc}") from exc
 
     def tick() -> None:
         try:
@@ -106,7 +114,12 @@ def run_service(daemon: Daemon, config: Config) -> None:
 
         scheduler.modify_job("cycle", next_run_time=dt.datetime.now(dt.UTC))
 
-    api = ApiServer(config.socket.path, Api(daemon.store, cluster=config.daemon.cluster, wake=wake))
+    try:
+        api = ApiServer(
+            config.socket.path, Api(daemon.store, cluster=config.daemon.cluster, wake=wake)
+        )
+    except OSError as exc:
+        raise StartupError(f"cannot open the socket {config.socket.path}: {exc}") from exc
     api.start()
     scheduler.add_job(
         tick,
@@ -133,10 +146,22 @@ def run_service(daemon: Daemon, config: Config) -> None:
 
 
 def open_store(config: Config) -> Store:
-    """The configured database, migrated to the current schema (``alembic upgrade head``)."""
+    """The configured database, migrated to the current schema (``alembic upgrade head``).
+
+    Raises StartupError, naming the database (password hidden), when it cannot be opened.
+    """
     from pathlib import Path
 
+    from alembic.util.exc import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
     url = database_url(config.daemon.database_url, config.daemon.state_dir)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return Store.open(url)
+    try:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return Store.open(url)
+    except (OSError, SQLAlchemyError, CommandError) as exc:
+        shown = make_url(url).render_as_string(hide_password=True)
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise StartupError(f"cannot open the database {shown}: {reason}") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from mirage.evaluate.protocol import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from mirage.evaluate.rolling import Rolling
     from mirage.profile.schema import ClusterProfile
 
@@ -87,13 +90,66 @@ def default_test_setting(
     return SplitSetting(setting, profile, part.name, sample_times(split, protocol, first))
 
 
+def cli_protocol(kw: dict[str, Any], every_s: int = Protocol.every_s) -> Protocol:
+    """The protocol of ``mirage evaluate``'s and ``mirage train``'s options (hours, minutes)."""
+    try:
+        return Protocol(
+            nodes=kw["nodes"],
+            gpus=kw["gpus"],
+            time_limit_s=int(kw["time_limit_h"] * HOUR),
+            step_s=int(kw["step_min"] * MINUTE),
+            every_s=every_s,
+            window_s=int(kw["window_h"] * HOUR),
+            warmup_s=int(kw["warmup_h"] * HOUR),
+            alpha=kw["alpha"],
+        )
+    except (ValueError, OverflowError) as exc:  # OverflowError: an infinite duration
+        raise click.UsageError(str(exc)) from exc
+
+
+def read_inputs(trace: str, profile_name: str) -> tuple[ClusterProfile, pd.DataFrame]:
+    """The profile and the trace's jobs, or one clear error naming what is wrong."""
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.trace.load import TraceFormatError
+    from mirage.trace.readers import load_trace
+
+    try:
+        profile = load_profile(profile_name)
+        jobs = load_trace(trace).jobs
+    except (ProfileError, TraceFormatError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if jobs.empty:
+        raise click.ClickException(f"{trace}: no jobs in this trace")
+    return profile, jobs
+
+
+def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
+    """Load factors are positive and finite (a cluster of 1/load of its nodes)."""
+    bad = [v for v in values if not 0 < v < math.inf]
+    if bad:
+        raise click.BadParameter(f"a load must be a positive number, got {bad[0]}")
+    return values
+
+
+#: START:END, where END starts with a year: the colons of START's time of day stay in START.
+_SPLIT = re.compile(r"(.+?):(\d{4}-.*)")
+
+
 def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
+    """ "2023-02-01:2023-03-01" (or with times, "2023-02-01T12:00:2023-03-01") -> a Split."""
     if not text:
         return default
-    a, _, b = text.partition(":")
-    if not b:
-        raise click.BadParameter(f"expected START:END dates, got {text!r}")
-    return Split(name, parse_when(a, tz), parse_when(b, tz))
+    m = _SPLIT.fullmatch(text)
+    hint = f"--{name}-split"
+    if m is None:
+        raise click.BadParameter(f"expected START:END dates, got {text!r}", param_hint=hint)
+    try:
+        split = Split(name, parse_when(m[1], tz), parse_when(m[2], tz))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+    if split.end <= split.start:
+        raise click.BadParameter(f"{text!r} ends before it starts", param_hint=hint)
+    return split
 
 
 @click.command("evaluate")
@@ -107,7 +163,14 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
     help="Comma-separated methods; also rf, xgb, dqn, pg (trained, --models), lookahead "
     "(model-based), runtime-oracle (a reference) and selected.",
 )
-@click.option("--load", "loads", multiple=True, type=float, help="Load factor(s) (default 1).")
+@click.option(
+    "--load",
+    "loads",
+    multiple=True,
+    type=float,
+    callback=lambda _ctx, _param, values: positive_loads(values),
+    help="Load factor(s) (default 1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", "out_dir", default="out/eval", show_default=True, help="JSON and PNGs.")
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
@@ -167,15 +230,11 @@ def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
     from mirage.evaluate.harness import METHODS
     from mirage.policy.lookahead import check_stat
-    from mirage.profile.schema import load_profile
-    from mirage.trace.readers import load_trace
 
     cluster = kw["cluster"]
     trace = kw["trace_path"] or default_trace(cluster)
     if trace is None:
         raise click.UsageError(f"no known trace for {cluster!r}: pass --trace")
-    profile_name = kw["profile_name"] or default_profile(cluster)
-    profile = load_profile(profile_name)
     methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -186,21 +245,13 @@ def evaluate(**kw: Any) -> None:
         check_stat(kw["lookahead_stat"])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--lookahead-runtime") from exc
+    protocol = cli_protocol(kw, every_s=int(kw["every_h"] * HOUR))
+    profile_name = kw["profile_name"] or default_profile(cluster)
+    profile, df = read_inputs(trace, profile_name)
     kw["learned"] = _load_learned(methods, Path(kw["models_dir"] or REPO / "models" / cluster))
-    protocol = Protocol(
-        nodes=kw["nodes"],
-        gpus=kw["gpus"],
-        time_limit_s=int(kw["time_limit_h"] * HOUR),
-        step_s=int(kw["step_min"] * MINUTE),
-        every_s=int(kw["every_h"] * HOUR),
-        window_s=int(kw["window_h"] * HOUR),
-        warmup_s=int(kw["warmup_h"] * HOUR),
-        alpha=kw["alpha"],
-    )
     part = profile.partition(protocol.partition)
     if part.nodes is None:
         raise click.UsageError(f"profile {profile_name!r} has no node count: calibrate it first")
-    df = load_trace(trace).jobs
     first, last = int(df["submit"].min()), int(df["submit"].max())
     splits = default_splits(cluster, profile.timezone, first, last)
     tune_split = parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"])

@@ -59,6 +59,22 @@ class Protocol:
     alpha: float = 0.5  # not part of the probes: J is computed afterwards
     partition: str | None = None
 
+    def __post_init__(self) -> None:
+        positive = {
+            "nodes": self.nodes,
+            "time limit": self.time_limit_s,
+            "decision step": self.step_s,
+            "sample spacing": self.every_s,
+            "sample window": self.window_s,
+        }
+        for what, value in positive.items():
+            if value < 1:  # a step or spacing under a second would never advance
+                raise ValueError(f"the {what} must be positive, got {value}")
+        if self.gpus < 0 or self.warmup_s < 0 or self.history_s < 0:
+            raise ValueError("GPUs, warm-up and history must not be negative")
+        if not 0 <= self.alpha < float("inf"):
+            raise ValueError(f"alpha must be a non-negative number, got {self.alpha}")
+
     @property
     def steps(self) -> int:
         """Decision steps while the predecessor runs (the submission at its end excluded)."""
@@ -108,8 +124,15 @@ def _identity(path_or_name: str) -> str:
 
 
 def parse_when(text: str, tz: str) -> int:
-    """An ISO date/time as epoch seconds; naive ones are read in zone ``tz``."""
-    when = pd.Timestamp(text)
+    """An ISO date/time as epoch seconds; naive ones are read in zone ``tz``.
+
+    Raises ValueError, naming the text, for anything else."""
+    try:
+        when = pd.Timestamp(text)
+    except ValueError as exc:
+        raise ValueError(f"not an ISO date or time: {text!r}") from exc
+    if pd.isna(when):
+        raise ValueError(f"not an ISO date or time: {text!r}")
     if when.tzinfo is None:
         when = when.tz_localize(tz)
     return int(when.timestamp())
@@ -154,6 +177,6 @@ def sample_times(split: Split, protocol: Protocol, first_submit: int) -> list[in
 
 
 def scaled_nodes(base_nodes: int, load: float) -> int:
-    if load <= 0:
+    if not 0 < load < float("inf"):
         raise ValueError(f"load must be positive, got {load}")
     return max(1, round(base_nodes / load))

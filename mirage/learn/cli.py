@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -114,12 +115,15 @@ def _import_history(cluster: str, days: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
-    from mirage.evaluate.cli import default_profile, default_trace, parse_split
-    from mirage.evaluate.protocol import Protocol, Split, default_splits
+    from mirage.evaluate.cli import (
+        cli_protocol,
+        default_profile,
+        default_trace,
+        parse_split,
+        read_inputs,
+    )
+    from mirage.evaluate.protocol import Split, default_splits
     from mirage.learn.train import TrainConfig
-    from mirage.profile.schema import ProfileError, load_profile
-    from mirage.trace.load import TraceFormatError
-    from mirage.trace.readers import load_trace
 
     cluster = kw["cluster"]
     policies = _policies(kw["policy"], kw["source"])
@@ -127,13 +131,7 @@ def train_cmd(**kw: Any) -> None:
         kw["trace_path"] or default_trace(cluster) or _import_history(cluster, kw["history_days"])
     )
     profile_name = kw["profile_name"] or default_profile(cluster)
-    try:
-        profile = load_profile(profile_name)
-        jobs = load_trace(trace).jobs
-    except (ProfileError, TraceFormatError, OSError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    if jobs.empty:
-        raise click.ClickException(f"{trace}: no jobs to learn from")
+    profile, jobs = read_inputs(trace, profile_name)
     first, last = int(jobs["submit"].min()), int(jobs["submit"].max())
     splits = default_splits(cluster, profile.timezone, first, last)
     splits = {
@@ -149,15 +147,9 @@ def train_cmd(**kw: Any) -> None:
         raise click.UsageError("the training split must end before the tuning split starts")
     schedule = [_load_spec(text) for text in kw["loads"]]
     extra = [_load_spec(text) for text in kw["train_only"]]
-    protocol = Protocol(
-        nodes=kw["nodes"],
-        gpus=kw["gpus"],
-        time_limit_s=int(kw["time_limit_h"] * HOUR),
-        step_s=int(kw["step_min"] * 60),
-        window_s=int(kw["window_h"] * HOUR),
-        warmup_s=int(kw["warmup_h"] * HOUR),
-        alpha=kw["alpha"],
-    )
+    protocol = cli_protocol(kw)
+    if not kw["every_h"] * HOUR >= 1 or (kw["train_step_min"] or 1) * 60 < 1:
+        raise click.UsageError("--every-h and --train-step-min must be at least one second")
     cfg = TrainConfig(
         cluster=cluster,
         protocol=protocol,
@@ -212,16 +204,17 @@ def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:
     """ "1.13:12:30" -> (1.13, (12 h, 30 min)); "1" -> (1.0, None)."""
     parts = text.split(":")
     try:
-        load = float(parts[0])
-        if len(parts) == 1:
-            return load, None
-        every = float(parts[1]) * HOUR
-        step = float(parts[2]) * 60 if len(parts) > 2 else 600.0
-    except (ValueError, IndexError) as exc:
+        values = [float(p) for p in parts]
+    except ValueError as exc:
         raise click.BadParameter(f"expected LOAD[:EVERY_H[:STEP_MIN]], got {text!r}") from exc
-    if load <= 0 or every <= 0 or step <= 0 or len(parts) > 3:
+    load = values[0]
+    every = values[1] * HOUR if len(values) > 1 else HOUR
+    step = values[2] * 60 if len(values) > 2 else 600.0
+    # spacing and step are whole seconds: under one second they would never advance
+    ok = all(math.isfinite(v) for v in values) and load > 0 and every >= 1 and step >= 1
+    if not ok or len(parts) > 3:
         raise click.BadParameter(f"expected positive LOAD[:EVERY_H[:STEP_MIN]], got {text!r}")
-    return load, (int(every), int(step))
+    return load, (int(every), int(step)) if len(values) > 1 else None
 
 
 def _run(

@@ -418,15 +418,31 @@ def train(
     data = data or load_data(cfg, progress)
     if not data.train.samples or not data.tune.samples:
         raise ValueError(f"no usable samples: {data.counts} (a shorter window or lower load?)")
-    out: dict[str, dict[str, Any]] = {}
-    for kind in policies:
-        fit = fit_forecaster if kind in ("rf", "xgb") else fit_agent
-        fitted, metrics = fit(kind, data, cfg)
-        metrics["folder"] = str(
-            save(kind=kind, fitted=fitted, metrics=metrics, counts=data.counts, cfg=cfg, root=root)
-        )
-        out[kind] = metrics
-    return out
+    # With several processes, the policies are fitted side by side, longest first (an
+    # agent's 300,000 steps are single-threaded): each fit is seeded and single-process
+    # as it would be alone, so the models are the same as one after the other.
+    longest_first = sorted(policies, key=FIT_ORDER.index)
+    workers = min(cfg.n_jobs, len(policies))
+    if workers > 1:
+        from joblib import Parallel, delayed
+
+        par = Parallel(n_jobs=workers, pre_dispatch="n_jobs")
+        done = par(delayed(_fit_and_save)(k, data, cfg, root) for k in longest_first)
+    else:
+        done = [_fit_and_save(k, data, cfg, root) for k in longest_first]
+    metrics = dict(zip(longest_first, done, strict=True))
+    return {kind: metrics[kind] for kind in policies}
+
+
+#: The policies, longest fit first (ls6, 2 cores: dqn 390 s, pg 275 s, xgb 44 s, rf 23 s).
+FIT_ORDER = ("dqn", "pg", "xgb", "rf")
+
+
+def _fit_and_save(kind: str, data: Data, cfg: TrainConfig, root: Path) -> dict[str, Any]:
+    fit = fit_forecaster if kind in ("rf", "xgb") else fit_agent
+    fitted, metrics = fit(kind, data, cfg)
+    folder = save(kind=kind, fitted=fitted, metrics=metrics, counts=data.counts, cfg=cfg, root=root)
+    return {**metrics, "folder": str(folder)}
 
 
 def recalibrate(

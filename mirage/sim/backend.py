@@ -33,7 +33,8 @@ def gres_gpus(gres: str | None) -> int:
     for item in gres.split(","):
         fields = item.split(":")
         if fields[0] == "gpu":
-            total += int(fields[-1]) if fields[-1].isdigit() else 1
+            count = fields[-1]
+            total += int(count) if count.isascii() and count.isdigit() else 1
     return total
 
 
@@ -56,7 +57,7 @@ def cpu_request(args: Sequence[str]) -> tuple[int, bool]:
             continue
         if not eq:
             value = next(items, "")
-        if not value.isdigit() or int(value) < 1:
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise SubmitError(["sbatch"], 1, f"invalid {name} value {value!r}")
         if name == "--ntasks-per-node":
             tasks = int(value)

@@ -200,7 +200,7 @@ def _gres_gpus(spec: str) -> int | None:
             continue
         found = True
         last = fields[-1] if len(fields) > 1 else "1"
-        count += int(last) if last.isdigit() else 1
+        count += int(last) if last.isascii() and last.isdigit() else 1
     return count if found else None
 
 

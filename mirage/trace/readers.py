@@ -460,6 +460,10 @@ def _is_swf(t: _Text) -> bool:
     return bool(header) and start == len(t.lines)  # header only: an empty SWF
 
 
+#: Larger SWF numbers are no times or counts (about 2.9e11 years in seconds).
+SWF_MAX = 2**53
+
+
 def _swf_matrix(acc: _Acc, rows: list[tuple[int, str]], width: int,
                 numeric: int) -> tuple[np.ndarray, list[list[str]], list[int]]:  # fmt: skip
     """Split rows into fields; keep those with ``width`` fields and ``numeric`` numbers."""
@@ -478,6 +482,9 @@ def _swf_matrix(acc: _Acc, rows: list[tuple[int, str]], width: int,
             continue
         if not all(math.isfinite(v) for v in nums):
             acc.skip(line, "non-finite SWF field")
+            continue
+        if any(abs(v) > SWF_MAX for v in nums):  # would wrap around as int64 (and sums of them)
+            acc.skip(line, "SWF field out of range")
             continue
         values.append(nums)
         extra.append(f[numeric:])

@@ -334,10 +334,13 @@ def test_train_then_evaluate_and_refuse_a_mismatched_model(tmp_path: Path) -> No
 
 
 def test_same_seed_same_model_files(tmp_path: Path) -> None:
+    """Same seed, same models: fitted one after the other (a) or side by side (b)."""
     cache = tmp_path / "cache"
-    for run in ("a", "b"):
-        res = CliRunner().invoke(main, _train_args(tmp_path / run, cache, "xgb,pg", seed=3))
+    for run, jobs in (("a", "1"), ("b", "2")):
+        argv = [*_train_args(tmp_path / run, cache, "xgb,pg", seed=3), "--jobs", jobs, "--json"]
+        res = CliRunner().invoke(main, argv)
         assert res.exit_code == 0, res.output
+        assert set(json.loads(res.output)["policies"]) == {"xgb", "pg"}
     a = (tmp_path / "a" / "ls6" / "xgb" / "model.ubj.gz").read_bytes()
     assert a == (tmp_path / "b" / "ls6" / "xgb" / "model.ubj.gz").read_bytes()
     pa = load_policy(tmp_path / "a" / "ls6" / "pg")[0]

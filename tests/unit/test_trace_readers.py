@@ -293,6 +293,8 @@ def test_swf_unknown_wait_and_negative_values(tmp_path: Path) -> None:
         "3 10 -5 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
         "4 -3 5 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
         "5 10 5 nan 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "6 99999999999999999999999 5 1 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "7 10 5 99999999999999999999999 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
     ]
     load = load_trace(write(tmp_path, "s.swf", SWF_HEADER + "\n".join(rows) + "\n"))
     assert load.format == "swf"
@@ -311,6 +313,8 @@ def test_swf_unknown_wait_and_negative_values(tmp_path: Path) -> None:
         6: "negative wait",
         7: "negative submit",
         8: "non-finite SWF field",
+        9: "SWF field out of range",  # would wrap around to a negative int64
+        10: "SWF field out of range",
     }
 
 
