@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
@@ -45,3 +46,16 @@ class NullSlurmClient(SlurmClient):
 
     def show(self, kind: str) -> list[Mapping[str, str]]:
         raise NotImplementedError
+
+
+def cli_setup(tmp_path: Path, script: str) -> tuple[Path, Path]:
+    """A configuration with its state in ``tmp_path`` and no daemon (its socket absent, no
+    metrics port), and a batch script: what the CLI tests run ``mirage chain …`` on."""
+    cfg = tmp_path / "mirage.toml"
+    cfg.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[socket]\npath = "{tmp_path / "no-daemon.sock"}"\n[metrics]\nport = 0\n'
+    )
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    return cfg, path

@@ -23,6 +23,7 @@ from mirage.cli import main
 from mirage.daemon.config import ConfigError, config_from_dict, load_config, valid_signal
 from mirage.evaluate.cli import parse_split
 from mirage.evaluate.protocol import Protocol, Split
+from tests.fakes import cli_setup
 
 REPO = Path(__file__).resolve().parents[2]
 SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
@@ -40,14 +41,7 @@ def clean_error(res: Result, *needles: str) -> None:
 
 @pytest.fixture
 def env(tmp_path: Path) -> tuple[Path, Path]:
-    cfg = tmp_path / "mirage.toml"
-    cfg.write_text(
-        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[socket]\npath = "{tmp_path / "no-daemon.sock"}"\n[metrics]\nport = 0\n'
-    )
-    script = tmp_path / "job.sbatch"
-    script.write_text(SCRIPT)
-    return cfg, script
+    return cli_setup(tmp_path, SCRIPT)
 
 
 def invoke(*args: str) -> Result:

@@ -10,20 +10,14 @@ from click.testing import CliRunner
 
 from mirage.cli import main
 from mirage.daemon.chains import ChainSpecError, build_chain, parse_time_limit, split_options
+from tests.fakes import cli_setup
 
 SCRIPT = "#!/bin/bash\n#SBATCH --time=01:00:00\n#SBATCH -J ignored\n#SBATCH --gres=gpu:4\nsrun x\n"
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> tuple[CliRunner, Path, Path]:
-    cfg = tmp_path / "mirage.toml"
-    cfg.write_text(
-        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[socket]\npath = "{tmp_path / "no-daemon.sock"}"\n'
-    )
-    script = tmp_path / "job.sbatch"
-    script.write_text(SCRIPT)
-    return CliRunner(), cfg, script
+    return CliRunner(), *cli_setup(tmp_path, SCRIPT)
 
 
 def test_parse_time_limits() -> None:
