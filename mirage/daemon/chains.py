@@ -27,6 +27,7 @@ from pathlib import Path
 
 from mirage.daemon.store import Chain, ChainState, new_chain_id
 from mirage.sim.backend import gres_gpus
+from mirage.slurm.parse import digits
 
 
 class ChainSpecError(ValueError):
@@ -70,11 +71,6 @@ MAX_SEGMENTS = 100_000
 MAX_TIME_LIMIT_S = 366 * 86400
 MAX_NODES = 1_000_000
 MAX_GPUS_PER_NODE = 1024
-
-
-def digits(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
-    return text.isascii() and text.isdigit()
 
 
 def parse_time_limit(text: str) -> int:

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
-from mirage.daemon.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from mirage.daemon.config import (
+    DEFAULT_CONFIG_PATH,
+    MAX_DURATION_S,
+    Config,
+    ConfigError,
+    load_config,
+)
 
 if TYPE_CHECKING:
     from mirage.daemon.simdemo import DemoSpec
@@ -394,7 +400,7 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
 @click.option("--trace-format", default=None, help="The trace's format (default: guessed).")
 @click.option(
     "--nodes",
-    type=click.IntRange(min=1, max=1_000_000),
+    type=click.IntRange(min=1),
     default=None,
     help="--backend sim: nodes of partitions the profile leaves open; with --demo-chains: "
     "of the default partition (the replay's cluster, shrunk to make the queue busier).",
@@ -435,7 +441,7 @@ def status_cmd(config_path: str | None, as_json: bool) -> None:
 @click.option(
     "--lead",
     "lead_s",
-    type=click.IntRange(min=0, max=366 * 86400),
+    type=click.IntRange(min=0, max=MAX_DURATION_S),
     default=None,
     help="Demo: fixed-lead's lead, seconds.",
 )

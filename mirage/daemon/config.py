@@ -213,7 +213,9 @@ def _check_daemon(d: DaemonSection, source: str) -> None:
 
 def valid_signal(name: str) -> bool:
     """What ``scancel --signal`` takes: a name with or without SIG, or a number."""
-    if name.isascii() and name.isdigit():
+    from mirage.slurm.parse import digits
+
+    if digits(name):
         return 0 < int(name) < signal.NSIG
     return f"SIG{name.upper().removeprefix('SIG')}" in signal.Signals.__members__
 

@@ -81,7 +81,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
         where = f"{config.metrics.address}:{config.metrics.port}"
         try:
             daemon.metrics.serve(config.metrics.address, config.metrics.port)
-        except (OSError, OverflowError) as exc:
+        except OSError as exc:  # in use, or an address this host does not have
             raise StartupError(f"cannot serve metrics on {where}: {exc}") from exc
 
     def tick() -> None:

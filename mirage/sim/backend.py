@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from mirage.sim.engine import JobView, SimError, Simulation
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.client import SlurmClient
+from mirage.slurm.parse import digits
 from mirage.slurm.types import (
     JobState,
     QueueSnapshot,
@@ -33,8 +34,7 @@ def gres_gpus(gres: str | None) -> int:
     for item in gres.split(","):
         fields = item.split(":")
         if fields[0] == "gpu":
-            count = fields[-1]
-            total += int(count) if count.isascii() and count.isdigit() else 1
+            total += int(fields[-1]) if digits(fields[-1]) else 1
     return total
 
 
@@ -57,7 +57,7 @@ def cpu_request(args: Sequence[str]) -> tuple[int, bool]:
             continue
         if not eq:
             value = next(items, "")
-        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        if not digits(value) or int(value) < 1:
             raise SubmitError(["sbatch"], 1, f"invalid {name} value {value!r}")
         if name == "--ntasks-per-node":
             tasks = int(value)

@@ -185,6 +185,11 @@ def _tres_gpus(tres: str) -> int | None:
     return typed if seen_typed else None
 
 
+def digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _gres_gpus(spec: str) -> int | None:
     """GPUs in a gres spec list: ``gres:gpu:4``, ``gres/gpu:a100:4``, ``gpu:a100:4``,
     ``gpu`` (= 1), possibly comma separated. None when no GPU is named."""
@@ -200,7 +205,7 @@ def _gres_gpus(spec: str) -> int | None:
             continue
         found = True
         last = fields[-1] if len(fields) > 1 else "1"
-        count += int(last) if last.isascii() and last.isdigit() else 1
+        count += int(last) if digits(last) else 1
     return count if found else None
 
 

@@ -25,9 +25,12 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mirage.learn.artifacts import POLICIES
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET_S = 30 * 60
-POLICIES = ("rf", "xgb", "dqn", "pg")
 
 
 def train(cluster: str, jobs: int, cache: Path, models: Path) -> tuple[float, dict[str, float]]:
