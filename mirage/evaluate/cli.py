@@ -306,8 +306,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         SELECTED,
         Walker,
     )
-    from mirage.evaluate.report import plots, render, to_json
-    from mirage.evaluate.stats import head_to_head, level_counts, table
+    from mirage.evaluate.report import plots, render, render_ceiling, to_json
+    from mirage.evaluate.stats import ceiling, head_to_head, level_counts, table
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -343,6 +343,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         results, tuned_params, tuned_scores, selection = _tune_once(walkers, methods, protocol, kw)
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
+    ceil = ceiling(tab)
     baselines = [m for m in BASELINES if m not in REFERENCES]
     h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
     picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
@@ -368,6 +369,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "tuning_scores_mean_J_s": tuned_scores,
         **({"selected": selection} if selection else {}),
         "table": to_json(tab),
+        "ceiling_removed": {level: c.as_dict() for level, c in ceil.items()},
         "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
         "selected_head_to_head": {level: h.as_dict() for level, h in picked.items()},
         **(
@@ -381,7 +383,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     stated = {m: c for m, c in cover.items() if c is not None}
     if stated:
         entry["interval_coverage_90"] = stated
-    return render(tab, title) + _comparisons(h2h, picked, stated, ahead_h2h), entry
+    text = render(tab, title) + render_ceiling(ceil)
+    return text + _comparisons(h2h, picked, stated, ahead_h2h), entry
 
 
 def _records(

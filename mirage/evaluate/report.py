@@ -58,6 +58,17 @@ def render_head_to_head(h2h: Mapping[str, HeadToHead], who: str = "best learned"
     return "\n".join(lines)
 
 
+def render_ceiling(ceil: Mapping[str, Cell]) -> str:
+    """One line: per level that counts, the most of reactive's J any policy can remove."""
+    if not ceil:
+        return ""
+    parts = [f"[{lv}] {c.value:.0%} [{c.lo:.0%}, {c.hi:.0%}]" for lv, c in ceil.items()]
+    return (
+        "\nthe most of reactive's J any policy can remove on these samples (the oracle's share;"
+        " its bounds bound every method's): " + "  ".join(parts)
+    )
+
+
 def to_json(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]]) -> dict[str, Any]:
     return {
         m: {lv: {k: c.as_dict() for k, c in cells.items()} for lv, cells in per.items()}

@@ -129,6 +129,25 @@ def _removed(j: np.ndarray, base: np.ndarray, idx: np.ndarray, n: int) -> Cell:
     return Cell(value, float(lo), float(hi), n)
 
 
+def ceiling(
+    tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], oracle: str = "oracle"
+) -> dict[str, Cell]:
+    """Per level that counts (and all samples): the oracle's share of reactive's J removed.
+
+    The oracle takes each sample's least J, and :func:`table` bootstraps every method on the
+    same resamples, so in each resample no method removes more than the oracle: no method's
+    share, nor either bound of its interval, can exceed the oracle's. A target above the
+    oracle's lower bound is out of reach of every policy on these samples."""
+    if oracle not in tab:
+        return {}
+    out = {}
+    for level, cells in tab[oracle].items():
+        cell = cells["removed"]
+        if not np.isnan(cell.value) and (level == "all" or cell.n >= MIN_N):
+            out[level] = cell
+    return out
+
+
 def level_counts(results: Mapping[str, Outcomes], reactive: str = "reactive") -> dict[str, int]:
     levels = load_levels(results[reactive].gap)
     return {lv: int((levels == lv).sum()) for lv in ("low", "medium", "heavy")}

@@ -43,6 +43,9 @@ def test_evaluate_smoke(tmp_path: Path) -> None:
     cell = load["table"]["oracle"]["all"]["mean_J_h"]
     assert cell["n"] == load["samples"]["test"]
     assert cell["value"] <= load["table"]["reactive"]["all"]["mean_J_h"]["value"]
+    top = load["ceiling_removed"]["all"]
+    assert top == load["table"]["oracle"]["all"]["removed"]
+    assert f"[all] {top['value']:.0%} [{top['lo']:.0%}, {top['hi']:.0%}]" in res.output
     for png in load["plots"]:
         assert Path(png).stat().st_size > 1000
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache
