@@ -27,7 +27,7 @@ import signal
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,59 @@ def find_token(job: SlurmJob) -> str | None:
         if m:
             return m.group(1)
     return None
+
+
+def merge_records(
+    queue: Sequence[SlurmJob], accounting: Sequence[SlurmJob]
+) -> tuple[dict[str, SlurmJob], dict[str, int]]:
+    """One record per job id, squeue's over sacct's (the controller is current), and the
+    records left out, counted by why:
+
+    * ``duplicate``: squeue listed one id twice with different states. The active record
+      is kept: a finished copy must not end a running segment.
+
+    A record from sacct alone stays (a job that left the queue), even PENDING, for token
+    adoption; :meth:`Daemon._own_record` decides whether a segment may read it.
+    """
+    ignored: dict[str, int] = defaultdict(int)
+    current: dict[str, SlurmJob] = {}
+    for job in queue:
+        seen = current.get(job.job_id)
+        if seen is not None and seen.state is not job.state:
+            ignored["duplicate"] += 1
+            log.warning(
+                "squeue lists job %s twice (%s, %s)", job.job_id, seen.state.value, job.state.value
+            )
+            if not seen.state.is_finished:
+                continue
+        current[job.job_id] = job
+    records: dict[str, SlurmJob] = {}
+    for job in accounting:
+        if job.job_id not in current:
+            records[job.job_id] = job
+    records.update(current)
+    return records, dict(ignored)
+
+
+def index_tokens(
+    records: Iterable[SlurmJob],
+) -> tuple[dict[str, SlurmJob], dict[str, list[SlurmJob]]]:
+    """token -> its job, and token -> every job carrying it where there are several (one
+    submission that Slurm created twice). Of several, the lowest id (the first created)
+    is the token's job, so that adoption picks the same one every cycle."""
+    jobs: dict[str, list[SlurmJob]] = defaultdict(list)
+    for job in records:
+        tok = find_token(job)
+        if tok is not None:
+            jobs[tok].append(job)
+    first = {tok: min(js, key=_id_order) for tok, js in jobs.items()}
+    extras = {tok: js for tok, js in jobs.items() if len(js) > 1}
+    return first, extras
+
+
+def _id_order(job: SlurmJob) -> tuple[int, str]:
+    head = job.job_id.split("_")[0].split("+")[0]
+    return (int(head), job.job_id) if head.isdigit() else (2**63, job.job_id)
 
 
 def job_name(chain_name: str, token: str) -> str:
@@ -241,7 +294,8 @@ class Daemon:
         report.acted = True
         self._observe(now, snapshot, accounting)
         with self.store.sessions() as s:
-            wants, revocable = self._reconcile(s, now, records, report)
+            queued = frozenset(j.job_id for j in snapshot.jobs)
+            wants, revocable = self._reconcile(s, now, records, report, queued)
             s.commit()
             chosen = self._decide(s, now, snapshot, [w for w in wants if w.presubmit], report)
             s.commit()
@@ -321,34 +375,37 @@ class Daemon:
         self._next_poll = 0
         self._last_ok_poll = now
         self.store.set_value(CURSOR_KEY, str(now))
-        records: dict[str, SlurmJob] = {j.job_id: j for j in accounting}
-        records.update((j.job_id, j) for j in snapshot.jobs)  # the controller is current
+        records, ignored = merge_records(snapshot.jobs, accounting)
+        for why, n in ignored.items():
+            self.metrics.records_ignored.labels(why).inc(n)
         return snapshot, records, accounting
 
     # ---- reconcile ---------------------------------------------------------------------
 
     def _reconcile(
-        self, s: Session, now: int, records: dict[str, SlurmJob], report: CycleReport
+        self,
+        s: Session,
+        now: int,
+        records: dict[str, SlurmJob],
+        report: CycleReport,
+        queued: frozenset[str],
     ) -> tuple[list[_Want], list[revoke.Revocable]]:
-        """Adopt or lose unresolved submissions, update segments from Slurm's records,
-        advance chains. Returns what to submit and which pending pre-submissions a policy
-        may revoke."""
-        by_token: dict[str, SlurmJob] = {}
-        for job in records.values():
-            tok = find_token(job)
-            if tok is not None:
-                by_token[tok] = job
+        """Adopt or lose unresolved submissions, update segments from Slurm's records
+        (``queued``: the ids squeue listed), advance chains. Returns what to submit and
+        which pending pre-submissions a policy may revoke."""
+        by_token, extras = index_tokens(records.values())
         chains = {c.id: c for c in s.scalars(select(Chain).where(Chain.state == ChainState.ACTIVE))}
         unresolved = self._resolve_submissions(s, now, by_token, chains, report)
         s.flush()
 
         live: dict[str, list[Segment]] = defaultdict(list)
         for seg in s.scalars(select(Segment).where(Segment.finished.is_(False))):
-            self._update_segment(seg, records.get(seg.job_id) or by_token.get(seg.token), now)
+            self._update_segment(seg, self._own_record(seg, records, queued), now)
             if seg.revoke_at is not None and revoke.settle(self, s, seg, now):
                 continue  # cancelled by a revocation: no longer the chain's
             live[seg.chain_id].append(seg)
         self._transitions(s, now, records)
+        self._cancel_extras(s, now, extras, report)
 
         wants: list[_Want] = []
         revocable: list[revoke.Revocable] = []
@@ -376,6 +433,68 @@ class Daemon:
                 if ended is not None:
                     self._stop_segments(s, ended, [g for g in segs if not g.finished], now, report)
         return wants, revocable
+
+    def _own_record(
+        self, seg: Segment, records: Mapping[str, SlurmJob], queued: frozenset[str]
+    ) -> SlurmJob | None:
+        """The segment's job's record, only when it is the segment's job: a record under its
+        id that carries another token (or none) is another job, after the controller reused
+        the id (a state reset, or MaxJobId wrapping); applying it would end the chain on a
+        stranger's state. The segment then reads as missing (WAIT), and the anomaly is
+        counted. A record with the same token under another id is never taken for it
+        either: it is a second job of one submission (:meth:`_cancel_extras`)."""
+        job = records.get(seg.job_id)
+        if job is None:
+            return None
+        if job.state is JobState.PENDING and seg.start is not None and job.job_id not in queued:
+            # A started job PENDING again is a requeue, which the controller shows: from
+            # sacct alone it is slurmdbd lagging behind (or a partial squeue list), and
+            # read as a requeue it would make Mirage cancel a running predecessor.
+            self.metrics.records_ignored.labels("stale_pending").inc()
+            return None
+        if find_token(job) != seg.token:
+            log.warning(
+                "job %s no longer carries token %s (id reused?): segment %d of chain %s "
+                "reads as missing",
+                seg.job_id,
+                seg.token,
+                seg.index,
+                seg.chain_id,
+            )
+            self.metrics.records_ignored.labels("id_reused").inc()
+            return None
+        return job
+
+    def _cancel_extras(
+        self, s: Session, now: int, extras: Mapping[str, list[SlurmJob]], report: CycleReport
+    ) -> None:
+        """Cancel the extra jobs of a submission that Slurm created twice (sbatch retried a
+        request whose reply was lost): two live jobs with one token would train the same
+        segment twice, checkpointing into one place. Only jobs of the chain's owner that
+        carry a token Mirage tracks, under an id other than the tracked one, and that have
+        not finished."""
+        for token, jobs in extras.items():
+            seg = s.scalars(select(Segment).where(Segment.token == token)).first()
+            chain = None if seg is None else s.get(Chain, seg.chain_id)
+            if seg is None or chain is None:
+                continue
+            ids = [
+                j.job_id
+                for j in jobs
+                if j.job_id != seg.job_id and not j.state.is_finished and j.user == chain.owner
+            ]
+            if not ids:
+                continue
+            self.metrics.records_ignored.labels("extra_job").inc(len(ids))
+            try:
+                self.action_clients(chain).cancel(ids)
+            except SlurmError as exc:
+                s.add(event_row(now, "cancel.failed", chain.id, str(exc), job_ids=ids))
+                continue
+            report.cancelled.extend(ids)
+            why = f"second job(s) of one submission: segment {seg.index} is {seg.job_id}"
+            s.add(event_row(now, "cancel.extra", chain.id, why, job_ids=ids, token=token))
+            log.warning("cancelled %s: %s", ids, why)
 
     def _resolve_submissions(
         self,
@@ -441,6 +560,7 @@ class Daemon:
             len(segs) == 2
             and segs[0].job_state == JobState.RUNNING.value
             and segs[0].start is not None
+            and segs[0].missing_since is None
             and segs[1].job_state == pending
             and segs[1].missing_since is None
             and segs[1].presubmitted
@@ -489,6 +609,9 @@ class Daemon:
             seg.job_state = job.state.value
         if seg.reason != job.reason:
             seg.reason = job.reason[:128]
+        if job.state is JobState.UNKNOWN:
+            return  # a state Mirage cannot read says nothing of start or end (a pending
+            # job's start time is only Slurm's estimate): keep what is known
         if job.time_limit is not None and seg.time_limit_s != job.time_limit:
             seg.time_limit_s = job.time_limit
         if job.state is JobState.PENDING:
@@ -597,7 +720,12 @@ class Daemon:
             limit = chain.time_limit_s if left is None else min(chain.time_limit_s, left)
             return _Want(chain, chain.next_index, limit, presubmit=False)
         pred = segs[0]
-        if len(segs) > 1 or pred.job_state != JobState.RUNNING.value or pred.start is None:
+        if (
+            len(segs) > 1
+            or pred.job_state != JobState.RUNNING.value
+            or pred.start is None
+            or pred.missing_since is not None  # unseen this poll: its state is a memory
+        ):
             return None
         pred_limit = pred.time_limit_s or chain.time_limit_s
         left = self._budget_left(chain)
@@ -635,8 +763,8 @@ class Daemon:
     def _maybe_handoff(
         self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
     ) -> None:
-        if len(segs) < 2:
-            return
+        if len(segs) < 2 or any(g.missing_since is not None for g in segs[:2]):
+            return  # act only on what this poll saw
         pred, succ = segs[0], segs[1]
         running = JobState.RUNNING.value
         if pred.requeued and pred.job_state == JobState.PENDING.value and succ.job_state == running:

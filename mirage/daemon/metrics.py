@@ -80,6 +80,14 @@ class DaemonMetrics:
             registry=r,
         )
         self.handoffs = Counter("mirage_handoffs", "Handoff signals sent", registry=r)
+        self.records_ignored = Counter(
+            "mirage_slurm_records_ignored",
+            "Slurm records not applied, by why: duplicate (squeue listed one id twice with "
+            "different states), stale_pending (PENDING in sacct alone), id_reused (the id "
+            "now carries another token), extra_job (a second job of one submission: cancelled)",
+            ["reason"],
+            registry=r,
+        )
         self.revocations = Counter(
             "mirage_revocations",
             "Pre-submitted successors cancelled while pending: the policy found them too early",

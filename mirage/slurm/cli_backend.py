@@ -14,10 +14,11 @@ cleaned environment with ``TZ=UTC``); every output goes through the pure parsers
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import (
@@ -41,6 +42,8 @@ from mirage.slurm.types import (
 )
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 SHOW_KINDS = frozenset({"partition", "node", "config", "job", "reservation"})
 
@@ -110,6 +113,19 @@ def _script_arg(request: SubmitRequest) -> tuple[list[str], bytes | None]:
     return [path], None
 
 
+def parsed(result: CommandResult, parser: Callable[[str], _T], text: str | None = None) -> _T:
+    """``parser(text)`` (default: the command's stdout), with the command attached to errors.
+
+    The pure parsers know no command, so their errors (SlurmParseError, and the
+    SlurmUnreachableError that squeue's JSON ``errors`` can mean) carry ``argv=[]`` and
+    rc 0; re-raised here, same class and message, with the real argv, exit code, stderr.
+    """
+    try:
+        return parser(result.stdout if text is None else text)
+    except SlurmError as exc:
+        raise type(exc)(result.argv, result.returncode, result.stderr, str(exc)) from exc
+
+
 class CliSlurmClient(SlurmClient):
     """Slurm through squeue/sacct/sbatch/scancel/scontrol."""
 
@@ -160,7 +176,7 @@ class CliSlurmClient(SlurmClient):
     def queue(self) -> QueueSnapshot:
         taken_at = int(self._clock())
         result = self._run("squeue", ["--json"])
-        return parse_squeue_json(result.stdout, taken_at=taken_at)
+        return parsed(result, functools.partial(parse_squeue_json, taken_at=taken_at))
 
     def accounting(
         self, start: int, end: int | None = None, every_state: bool = False
@@ -170,18 +186,18 @@ class CliSlurmClient(SlurmClient):
         if every_state:
             args += ["-s", ACCOUNTED_STATES]
         result = self._run("sacct", args, timeout=self.accounting_timeout)
-        return parse_sacct_json(result.stdout)
+        return parsed(result, parse_sacct_json)
 
     def start_estimates(self) -> dict[str, StartEstimate]:
         result = self._run("squeue", ["--start", "-h", "-o", START_FORMAT])
-        return parse_start_estimates(result.stdout)
+        return parsed(result, parse_start_estimates)
 
     def show(self, kind: str) -> list[Mapping[str, str]]:
         if kind not in SHOW_KINDS:
             raise ValueError(f"show() kind must be one of {sorted(SHOW_KINDS)}, not {kind!r}")
         if kind == "config":
-            return [parse_scontrol_config(self._run("scontrol", ["show", "config"]).stdout)]
-        return list(parse_scontrol_oneliner(self._run("scontrol", ["-o", "show", kind]).stdout))
+            return [parsed(self._run("scontrol", ["show", "config"]), parse_scontrol_config)]
+        return list(parsed(self._run("scontrol", ["-o", "show", kind]), parse_scontrol_oneliner))
 
     # -- actions
     def submit(self, request: SubmitRequest) -> str:
@@ -190,7 +206,7 @@ class CliSlurmClient(SlurmClient):
         result = self._run(
             "sbatch", args, stdin=stdin, timeout=self.submit_timeout, error=SubmitError
         )
-        return parse_sbatch_parsable(result.stdout)
+        return parsed(result, parse_sbatch_parsable)
 
     def test_only(self, request: SubmitRequest) -> StartEstimate:
         tail, stdin = _script_arg(request)
@@ -198,7 +214,7 @@ class CliSlurmClient(SlurmClient):
         result = self._run(
             "sbatch", args, stdin=stdin, timeout=self.submit_timeout, error=SubmitError
         )
-        return parse_test_only(result.stderr)
+        return parsed(result, parse_test_only, result.stderr)
 
     def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:
         ids = [str(j) for j in job_ids]

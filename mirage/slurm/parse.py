@@ -18,6 +18,7 @@ from __future__ import annotations
 import calendar
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -88,27 +89,51 @@ def _perr(message: str, text: str = "") -> SlurmParseError:
 
 
 def _number(value: Any) -> int | None:
-    """A Slurm number in either shape; unset, NO_VAL and INFINITE -> None."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, Mapping):
-        if not value.get("set", False) or value.get("infinite", False):
-            return None
-        value = value.get("number")
-        if value is None:
-            return None
+    """A Slurm number in either shape; unset, NO_VAL and INFINITE -> None.
+
+    Values that are no integer at all (a non-numeric string, a list, and also the
+    non-finite floats that ``Infinity``, ``NaN`` or ``1e400`` become in Python's JSON) are
+    "unset" too, like this function always treated junk: every caller already has a
+    meaning for None (unknown time, no priority, 0 CPUs...), and a required field
+    (``job_id``) turns None into a SlurmParseError itself.
+    """
+    value = _unwrap(value)
     if isinstance(value, float):
-        value = int(value)
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
+        if not math.isfinite(value):
             return None
-    if not isinstance(value, int):
+        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        value = int(text) if digits(text) else None
+    if not isinstance(value, int) or isinstance(value, bool):
         return None
     if value in _SENTINELS:
         return None
     return value
+
+
+def _unwrap(value: Any) -> Any:
+    """data_parser's ``{"set", "infinite", "number"}`` -> the number, or None if unset/INFINITE."""
+    if isinstance(value, Mapping):
+        if not value.get("set", False) or value.get("infinite", False):
+            return None
+        return value.get("number")
+    return value
+
+
+def _job_id(job: Mapping[str, Any], what: str) -> int:
+    """A record's ``job_id``: a positive integer, else SlurmParseError for the whole document
+    (a record we cannot name cannot be matched to Mirage's jobs: failing the poll is safer
+    than silently dropping or truncating it, e.g. 12.7 -> job 12)."""
+    raw = _unwrap(job.get("job_id"))
+    if isinstance(raw, float) and math.isfinite(raw) and not raw.is_integer():
+        raise _perr(f"{what} job with non-integer job_id {raw!r}")
+    job_id = _number(raw)
+    if job_id is None:
+        raise _perr(f"{what} job without job_id: {dict(job)!r}"[:300])
+    if job_id <= 0:
+        raise _perr(f"{what} job with job_id {job_id} (Slurm job ids are > 0)")
+    return job_id
 
 
 def _epoch(value: Any) -> int | None:
@@ -118,8 +143,11 @@ def _epoch(value: Any) -> int | None:
 
 
 def _minutes(value: Any) -> int | None:
+    """A limit in minutes -> seconds. Negative -> None (unset/INFINITE): Slurm's limits are
+    uint32, so a negative value can only be a sentinel printed as signed (-1 = INFINITE,
+    -2 = NO_VAL), never a real limit of -60 s."""
     n = _number(value)
-    return None if n is None else n * 60
+    return None if n is None or n < 0 else n * 60
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -157,8 +185,22 @@ def map_state(raw: str | Sequence[str]) -> tuple[JobState, str]:
     for token in tokens:
         if token in _STATE_ALIASES:
             return _STATE_ALIASES[token], raw_text
-    log.warning("unknown Slurm job state %r: mapped to UNKNOWN", raw_text)
+    _warn_unknown_state(",".join(tokens), raw_text)
     return JobState.UNKNOWN, raw_text
+
+
+#: Unknown state strings already logged by this process. The warning repeated once per job
+#: per poll would flood the log for as long as the state exists; once per process is
+#: enough to notice. Keyed on the normalised tokens, so "X by 1000" / "X by 1001" count once.
+#: (No metric here: parsers stay pure; the daemon counts UNKNOWN records itself.)
+_WARNED_STATES: set[str] = set()
+
+
+def _warn_unknown_state(key: str, raw_text: str) -> None:
+    if key in _WARNED_STATES:
+        return
+    _WARNED_STATES.add(key)
+    log.warning("unknown Slurm job state %r: mapped to UNKNOWN (logged once)", raw_text)
 
 
 def _tres_gpus(tres: str) -> int | None:
@@ -172,8 +214,8 @@ def _tres_gpus(tres: str) -> int | None:
         if not sep:
             continue
         key = key.strip()
-        m = re.fullmatch(r"\d+", val.strip())
-        if not m:
+        val = val.strip()
+        if not digits(val):
             continue
         if key == "gres/gpu":
             total = int(val)
@@ -234,7 +276,10 @@ def _load_json(text: str | bytes, what: str) -> Mapping[str, Any]:
 
 
 def slurm_version(meta: Mapping[str, Any]) -> str:
-    """The Slurm release named in ``meta`` ("22.05.8"), or ""."""
+    """The Slurm release named in ``meta`` ("22.05.8"), or "".
+
+    SlurmParseError when ``version`` holds something other than whole numbers
+    (e.g. minor "05-rc1" or null): we would otherwise report or compare a made-up version."""
     for key in ("slurm", "Slurm"):
         block = meta.get(key)
         if isinstance(block, Mapping):
@@ -243,9 +288,21 @@ def slurm_version(meta: Mapping[str, Any]) -> str:
                 return release
             ver = block.get("version")
             if isinstance(ver, Mapping) and "major" in ver:
-                major, minor = ver.get("major"), int(str(ver.get("minor", 0)))
-                return f"{major}.{minor:02d}.{ver.get('micro', 0)}"
+                major = _version_part(ver, "major")
+                minor = _version_part(ver, "minor")
+                micro = _version_part(ver, "micro")
+                return f"{major}.{minor:02d}.{micro}"
     return ""
+
+
+def _version_part(ver: Mapping[str, Any], key: str) -> int:
+    """One of meta's version numbers (an int or a string of ASCII digits); absent -> 0."""
+    value = ver.get(key, 0)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and digits(value):
+        return int(value)
+    raise _perr(f"Slurm JSON meta version {key} is not a number: {value!r}", json.dumps(ver))
 
 
 def detect_shape(meta: Any) -> Shape:
@@ -350,9 +407,7 @@ def _array_ids(
 
 
 def _squeue_job(job: Mapping[str, Any]) -> SlurmJob:
-    job_id_num = _number(job.get("job_id"))
-    if job_id_num is None:
-        raise _perr(f"squeue job without job_id: {dict(job)!r}"[:300])
+    job_id_num = _job_id(job, "squeue")
     job_id, array_job_id, array_task_id = _array_ids(
         job_id_num,
         _number(job.get("array_job_id")),
@@ -438,23 +493,35 @@ def _exit_code(value: Any) -> int | None:
 
 
 def _sacct_gpus(tres: Any) -> int:
+    """GPUs in sacct's TRES lists (allocated, else requested). Slurm accounts a typed GPU
+    request twice, as ``gpu`` (the total) and ``gpu:<type>``: typed entries are summed
+    only when no untyped total exists, as :func:`_tres_gpus` does for squeue's strings."""
     if not isinstance(tres, Mapping):
         return 0
     for key in ("allocated", "requested"):
         items = tres.get(key)
         if not isinstance(items, list):
             continue
-        total = 0
-        found = False
-        for item in items:
-            if not isinstance(item, Mapping):
-                continue
-            if item.get("type") == "gres" and _text(item.get("name")).split(":")[0] == "gpu":
-                total += _number(item.get("count")) or 0
-                found = True
-        if found:
-            return total
+        gpus = _gpu_tres_items(items)
+        if gpus is not None:
+            return gpus
     return 0
+
+
+def _gpu_tres_items(items: list[Any]) -> int | None:
+    """GPUs in one TRES list; None when it names no GPU."""
+    total: int | None = None
+    typed: int | None = None
+    for item in items:
+        if not isinstance(item, Mapping) or item.get("type") != "gres":
+            continue
+        name = _text(item.get("name"))
+        count = _number(item.get("count")) or 0
+        if name == "gpu":
+            total = (total or 0) + count
+        elif name.startswith("gpu:"):
+            typed = (typed or 0) + count
+    return total if total is not None else typed
 
 
 def _sacct_cpus(tres: Any) -> int:
@@ -481,9 +548,7 @@ def _sacct_exit_code(value: Any, state: JobState, shape: Shape) -> int | None:
 
 
 def _sacct_job(job: Mapping[str, Any], shape: Shape) -> SlurmJob:
-    job_id_num = _number(job.get("job_id"))
-    if job_id_num is None:
-        raise _perr(f"sacct job without job_id: {dict(job)!r}"[:300])
+    job_id_num = _job_id(job, "sacct")
     array = _mapping(job.get("array"))
     task = array.get("task")
     job_id, array_job_id, array_task_id = _array_ids(
@@ -598,15 +663,36 @@ def parse_test_only(stderr: str) -> StartEstimate:
 
 
 def parse_sbatch_parsable(stdout: str) -> str:
-    """``sbatch --parsable`` stdout ("123" or "123;cluster") -> "123"."""
+    """``sbatch --parsable`` stdout ("123" or "123;cluster") -> "123".
+
+    Some sites print warnings to stdout before the id, so only the last non-empty line is
+    the id; but if several lines look like a job id we cannot tell which one is ours.
+    Leading zeros are refused, not normalised: sbatch prints ids with ``%u``, so "00123"
+    means the line is not what we think it is, and a SlurmParseError after exit 0 only
+    costs the daemon a look-up by token, while a wrong id would be trusted.
+    """
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
     if not lines:
         raise _perr("sbatch --parsable printed nothing", stdout)
-    job_id = lines[-1].split(";")[0].strip()
-    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+    job_id = _parsable_id(lines[-1])
+    if job_id is None or job_id.startswith("0"):
         raise _perr(f"sbatch --parsable printed {lines[-1]!r}, not a job id", stdout)
+    if sum(_parsable_id(line) is not None for line in lines) > 1:
+        raise _perr("sbatch --parsable printed more than one job id", stdout)
     return job_id
 
+
+def _parsable_id(line: str) -> str | None:
+    """The id in a ``<digits>`` or ``<digits>;<cluster>`` line, else None."""
+    job_id, sep, cluster = line.partition(";")
+    if not digits(job_id) or (sep and not re.fullmatch(r"[^;\s]+", cluster)):
+        return None
+    return job_id
+
+
+# scontrol prints this (exit 0) when there is nothing to show: "No jobs in the system",
+# "No partitions in the system", "No reservations in the system" (src/scontrol/info_*.c).
+_NOTHING_RE = re.compile(r"No [A-Za-z ]+ in the system\.?")
 
 # A key starts a new field when it looks like Slurm's keys: an upper-case letter first, then
 # letters, digits and the separators Slurm uses in keys ("AllocNode:Sid", "CPUs/Task").
@@ -619,8 +705,10 @@ def parse_scontrol_oneliner(text: str) -> list[dict[str, str]]:
     Values may contain spaces (``Comment=a b``, ``OS=Linux 6.1 #1 SMP``, node ``Reason``):
     a whitespace-separated token continues the previous value unless it starts with an
     upper-case ``Key=``. A value that itself contains `` Word=`` is therefore split; that
-    is Slurm's format, which has no quoting.
+    is Slurm's format, which has no quoting. "No <things> in the system" gives [].
     """
+    if _NOTHING_RE.fullmatch(text.strip()):
+        return []
     records: list[dict[str, str]] = []
     for line in text.splitlines():
         if not line.strip():

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,10 @@ REMOVED_PREFIXES: tuple[str, ...] = (
 KEPT_BY_DEFAULT: frozenset[str] = frozenset({"SLURM_CONF"})
 
 # stderr fragments meaning "the controller (or slurmdbd) could not be reached" rather than
-# "the command was refused". Matched case-insensitively.
+# "the command was refused". Matched case-insensitively. Wordings are Slurm's
+# (src/common/slurm_errno.c) or libc's strerror text that Slurm prints with %m. For sbatch
+# this split decides between "refused" (SubmitError: the daemon resubmits) and "outcome
+# unknown" (resolved by token), so anything that does not prove a refusal belongs here.
 _UNREACHABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -77,8 +81,26 @@ _UNREACHABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"slurmdbd.*(not responding|unreachable|down)",
         r"unable to establish .*controller",
         r"no route to host",
+        # connection-level failures: the request may or may not have reached slurmctld
+        r"connection reset by peer",
+        r"broken pipe",
+        r"unexpected message received",
+        r"transport endpoint is not connected",
+        r"network is unreachable",
+        r"message (send|receive) failure",
+        r"interrupted system call",  # EINTR: the RPC was cut short, outcome unknown
+        # transient controller conditions, not a verdict on the job
+        r"protocol authentication error",  # munge: clocks, key, munged restarting
+        r"munge (en|de)code failed",  # the same, seen by the client (may be the reply)
+        r"resource temporarily unavailable",  # EAGAIN, after sbatch's own retries
+        r"backup controller in standby mode",
+        r"rate limit exceeded",  # slurmctld rate limiting (SLURMCTLD_COMMUNICATIONS_BACKOFF)
     )
 )
+
+# Shells report "killed by signal N" as exit status 128 + N; real signal numbers stop
+# below NSIG, so e.g. 255 stays an ordinary exit code.
+_SHELL_SIGNAL_BASE = 128
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,15 @@ def is_unreachable(stderr: str) -> bool:
     return any(p.search(stderr) for p in _UNREACHABLE_PATTERNS)
 
 
+def killed_by_signal(returncode: int) -> int | None:
+    """The signal that killed a command: subprocess reports -N, a shell wrapper 128 + N."""
+    if returncode < 0:
+        return -returncode
+    if _SHELL_SIGNAL_BASE < returncode < _SHELL_SIGNAL_BASE + signal.NSIG:
+        return returncode - _SHELL_SIGNAL_BASE
+    return None
+
+
 def check_result(
     result: CommandResult,
     error: type[SlurmError] = SlurmError,
@@ -133,11 +164,22 @@ def check_result(
 ) -> CommandResult:
     """Return ``result`` if its exit code is fine, else raise the matching typed error.
 
+    A command killed by a signal raises a plain :class:`SlurmError` whatever ``error`` is:
+    it may have been killed after slurmctld accepted the request, so it proves nothing
+    (a :class:`SubmitError` would make the daemon resubmit a job that may exist).
     Connection problems raise :class:`SlurmUnreachableError`; anything else raises ``error``
     (e.g. :class:`SubmitError` for sbatch), carrying argv, exit code and stderr.
     """
     if result.returncode in ok_codes:
         return result
+    signum = killed_by_signal(result.returncode)
+    if signum is not None:
+        raise SlurmError(
+            result.argv,
+            result.returncode,
+            result.stderr,
+            f"{result.argv[0] if result.argv else '?'} was killed by signal {signum}",
+        )
     if is_unreachable(result.stderr):
         raise SlurmUnreachableError(
             result.argv, result.returncode, result.stderr, "Slurm controller unreachable"

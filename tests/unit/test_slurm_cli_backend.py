@@ -312,3 +312,70 @@ def test_format_time_limit() -> None:
     assert format_time_limit(2 * 86400) == "2-00:00:00"
     with pytest.raises(ValueError, match="positive"):
         format_time_limit(0)
+
+
+# ------------------------------------------------ errors name the command that failed
+
+
+def test_parse_errors_carry_the_command() -> None:
+    """Parsers know no command; the client re-raises with the real argv, rc and stderr."""
+    sacct = ["sacct", "--json", "-a", "-X", "-S", format_time(0), "-E", format_time(NOW)]
+    conv = Conversation(
+        Step(["sbatch", "--parsable", "job.sh"], stdout="garbage\n", stderr="sbatch: note\n"),
+        Step(sacct, stdout="{truncated", stderr="sacct: warning: slow\n"),
+        Step(["squeue", "--json"], stdout=recorded("squeue-slurmctld-down.json")),
+        Step(["scontrol", "-o", "show", "partition"], stdout="not Key=value\n"),
+        Step(["sbatch", "--test-only", "job.sh"], stderr="sbatch: odd\n"),
+    )
+    c = client(conv)
+    with pytest.raises(SlurmParseError) as submit:
+        c.submit(SubmitRequest(script_path="job.sh"))
+    assert submit.value.argv == ["sbatch", "--parsable", "job.sh"]
+    assert submit.value.returncode == 0 and submit.value.stderr == "sbatch: note\n"
+    assert "not a job id" in str(submit.value)
+    assert isinstance(submit.value.__cause__, SlurmParseError)
+    assert submit.value.__cause__.argv == []
+    with pytest.raises(SlurmParseError) as acct:
+        c.accounting(0)
+    assert acct.value.argv == sacct and acct.value.stderr == "sacct: warning: slow\n"
+    assert "not JSON" in str(acct.value)
+    with pytest.raises(SlurmUnreachableError) as down:  # exit 0, "errors" in the JSON
+        c.queue()
+    assert down.value.argv == ["squeue", "--json"] and down.value.returncode == 0
+    with pytest.raises(SlurmParseError) as show:
+        c.show("partition")
+    assert show.value.argv == ["scontrol", "-o", "show", "partition"]
+    with pytest.raises(SlurmParseError) as test_only:
+        c.test_only(SubmitRequest(script_path="job.sh"))
+    assert test_only.value.argv == ["sbatch", "--test-only", "job.sh"]
+    assert test_only.value.stderr == "sbatch: odd\n"
+    conv.done()
+
+
+def test_show_nothing_in_the_system() -> None:
+    conv = Conversation(
+        Step(["scontrol", "-o", "show", "job"], stdout="No jobs in the system\n"),
+        Step(["scontrol", "-o", "show", "reservation"], stdout="No reservations in the system\n"),
+    )
+    c = client(conv)
+    assert c.show("job") == []
+    assert c.show("reservation") == []
+    conv.done()
+
+
+def test_submit_killed_by_signal_is_outcome_unknown() -> None:
+    conv = Conversation(
+        Step(["sbatch", "--parsable", "job.sh"], returncode=-9),
+        Step(
+            ["sbatch", "--parsable", "job.sh"],
+            returncode=1,
+            stderr="sbatch: error: Batch job submission failed: Connection reset by peer\n",
+        ),
+    )
+    c = client(conv)
+    with pytest.raises(SlurmError, match="killed by signal 9") as killed:
+        c.submit(SubmitRequest(script_path="job.sh"))
+    assert not isinstance(killed.value, SubmitError)
+    with pytest.raises(SlurmUnreachableError):
+        c.submit(SubmitRequest(script_path="job.sh"))
+    conv.done()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mirage.slurm import parse
 from mirage.slurm.parse import (
     detect_shape,
     map_state,
@@ -23,6 +24,7 @@ from mirage.slurm.parse import (
     parse_start_estimates,
     parse_test_only,
     parse_tres,
+    slurm_version,
 )
 from mirage.slurm.types import (
     JobState,
@@ -266,7 +268,10 @@ def test_map_state(raw: str | list[str], want: JobState) -> None:
     assert map_state(raw)[0] is want
 
 
-def test_unknown_state_warns(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_state_warns(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parse, "_WARNED_STATES", set())  # once per process: start afresh
     doc = load("squeue.json")
     doc["jobs"][0]["job_state"] = "TELEPORTED"
     with caplog.at_level(logging.WARNING, logger="mirage.slurm.parse"):
@@ -274,6 +279,26 @@ def test_unknown_state_warns(caplog: pytest.LogCaptureFixture) -> None:
     assert parsed.state is JobState.UNKNOWN
     assert parsed.raw_state == "TELEPORTED"
     assert "TELEPORTED" in caplog.text
+
+
+def test_unknown_state_warns_once_per_process(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parse, "_WARNED_STATES", set())
+    doc = load("squeue.json")
+    for job in doc["jobs"][:3]:
+        job["job_state"] = "TELEPORTED"
+    doc["jobs"][3]["job_state"] = "DEMATERIALISED"
+    text = json.dumps(doc)
+    with caplog.at_level(logging.WARNING, logger="mirage.slurm.parse"):
+        for _ in range(3):  # three polls
+            snap = parse_squeue_json(text)
+            assert [j.state for j in snap.jobs[:4]] == [JobState.UNKNOWN] * 4
+        map_state("TELEPORTED by 1000")  # same state, other trailing text
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2
+    assert sum("TELEPORTED" in w for w in warnings) == 1
+    assert sum("DEMATERIALISED" in w for w in warnings) == 1
 
 
 # ---------------------------------------------------------------- shapes / garbage
@@ -305,6 +330,17 @@ def test_garbage_json_raises(text: str) -> None:
         parse_squeue_json(text)
     with pytest.raises(SlurmParseError):
         parse_sacct_json(text)
+
+
+@pytest.mark.parametrize("minor", ["05-rc1", None, {"a": 1}, -1, "\u0665"])
+def test_non_numeric_meta_version_is_a_parse_error(minor: Any) -> None:
+    doc = load("squeue.json")  # plugin.type still names the shape: only the version is odd
+    doc["meta"]["Slurm"] = {"version": {"major": 22, "minor": minor, "micro": 8}}
+    with pytest.raises(SlurmParseError, match="minor"):
+        parse_squeue_json(json.dumps(doc))
+    with pytest.raises(SlurmParseError):
+        slurm_version({"Slurm": {"version": {"major": None, "minor": 5}}})
+    assert slurm_version({"Slurm": {"version": {"major": 23, "minor": "2"}}}) == "23.02.0"
 
 
 def test_squeue_controller_down_document() -> None:
@@ -370,9 +406,31 @@ def test_sbatch_parsable() -> None:
     assert parse_sbatch_parsable(read("sbatch-parsable.txt")) == "8"
     assert parse_sbatch_parsable("123;cluster\n") == "123"
     assert parse_sbatch_parsable("sbatch: warning: x\n456\n") == "456"
+    assert parse_sbatch_parsable("123\r\n") == "123"
     for bad in ("", "Submitted batch job 12\n", "abc;cluster"):
         with pytest.raises(SlurmParseError):
             parse_sbatch_parsable(bad)
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "123\n456\n",  # two ids: which one is ours?
+        "123\nsbatch: warning: x\n456;cluster\n",
+        "123\nsite message\n",  # the id must be the last line
+        "0\n",  # Slurm job ids are > 0
+        "00123\n",  # never printed by sbatch (%u): refused, not normalised
+        "\u0661\u0662\u0663\n",  # Arabic-Indic digits: str.isdigit() but not an id
+        "123;\n",
+        "123;a b\n",
+        "123_4\n",
+        "123+0\n",
+        "-5\n",
+    ],
+)
+def test_sbatch_parsable_refuses(stdout: str) -> None:
+    with pytest.raises(SlurmParseError):
+        parse_sbatch_parsable(stdout)
 
 
 def test_scontrol_oneliners() -> None:
@@ -394,6 +452,20 @@ def test_scontrol_oneliners() -> None:
         parse_scontrol_oneliner("no key here\n")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No jobs in the system\n",
+        "No partitions in the system\n",
+        "No reservations in the system\r\n",
+        "\nNo nodes in the system\n",
+    ],
+)
+def test_scontrol_nothing_in_the_system(text: str) -> None:
+    # what scontrol prints, with exit status 0, when there is nothing to show
+    assert parse_scontrol_oneliner(text) == []
+
+
 def test_scontrol_config() -> None:
     conf = parse_scontrol_config(read("scontrol-show-config.txt"))
     assert conf["AccountingStoreFlags"] == "job_comment"
@@ -408,3 +480,90 @@ def test_sacct_empty_window_is_no_jobs() -> None:
     # now-1minutes -E now-1minutes` answers an empty window with error 9003, exit 0.
     text = (DATA / "sacct-empty-window.json").read_text()
     assert parse_sacct_json(text) == []
+
+
+# -------------------------------------------------------- numbers Slurm never prints
+
+
+def _with_number(doc: dict[str, Any], field: str, value: str) -> str:
+    """The document as JSON with ``field`` of its first job set to the literal ``value``."""
+    doc["jobs"][0][field] = "@@"
+    return json.dumps(doc).replace('"@@"', value)
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e400"])
+def test_non_finite_numbers_are_unset(literal: str) -> None:
+    """Python's json reads these as inf/nan, which int() refuses (OverflowError/ValueError).
+    Optional fields treat them as unset, the same as any other non-integer."""
+    legacy = load("squeue.json")
+    legacy["jobs"][0]["job_state"] = "COMPLETED"
+    legacy["jobs"][0]["exit_code"] = "@@"
+    text = json.dumps(legacy).replace('"@@"', literal)
+    (job, *_) = parse_squeue_json(text).jobs
+    assert job.exit_code is None
+    for field, attr, unset in (
+        ("priority", "priority", None),
+        ("cpus", "cpus", 0),
+        ("time_limit", "time_limit", None),
+        ("start_time", "start", None),
+    ):
+        (job, *_) = parse_squeue_json(_with_number(load("squeue.json"), field, literal)).jobs
+        assert getattr(job, attr) == unset, field
+    wrapped = load("squeue-v0.0.41-synthetic.json")
+    wrapped["jobs"][0]["time_limit"] = {"set": True, "infinite": False, "number": "@@"}
+    (job, *_) = parse_squeue_json(json.dumps(wrapped).replace('"@@"', literal)).jobs
+    assert job.time_limit is None
+    acct = load("sacct-v0.0.41-synthetic.json")
+    acct["jobs"][0]["exit_code"]["return_code"] = {"set": True, "infinite": False, "number": "@@"}
+    (job, *_) = parse_sacct_json(json.dumps(acct).replace('"@@"', literal))
+    assert job.exit_code is None
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "NaN", "1e400", "12.7", "0", "-5"])
+def test_bad_job_id_fails_the_document(literal: str) -> None:
+    """Like a missing job_id (a record we cannot name fails the whole poll), not a
+    truncated 12 or a job 0."""
+    with pytest.raises(SlurmParseError):
+        parse_squeue_json(_with_number(load("squeue.json"), "job_id", literal))
+    with pytest.raises(SlurmParseError):
+        parse_sacct_json(_with_number(load("sacct-X.json"), "job_id", literal))
+    wrapped = load("squeue-v0.0.41-synthetic.json")
+    wrapped["jobs"][0]["job_id"] = {"set": True, "infinite": False, "number": "@@"}
+    with pytest.raises(SlurmParseError):
+        parse_squeue_json(json.dumps(wrapped).replace('"@@"', literal))
+
+
+def test_negative_time_limit_is_unset() -> None:
+    # uint32 in Slurm: a negative value is a sentinel printed as signed, not -60 s
+    legacy = load("squeue.json")
+    legacy["jobs"][0]["time_limit"] = -1
+    wrapped = load("squeue-v0.0.41-synthetic.json")
+    wrapped["jobs"][0]["time_limit"] = {"set": True, "infinite": False, "number": -1}
+    acct = load("sacct-X.json")
+    acct["jobs"][0]["time"]["limit"] = -1
+    assert parse_squeue_json(json.dumps(legacy)).jobs[0].time_limit is None
+    assert parse_squeue_json(json.dumps(wrapped)).jobs[0].time_limit is None
+    assert parse_sacct_json(json.dumps(acct))[0].time_limit is None
+
+
+def _gres(name: str, count: int) -> dict[str, Any]:
+    return {"type": "gres", "name": name, "id": 1001, "count": count}
+
+
+@pytest.mark.parametrize(
+    ("gres", "want"),
+    [
+        ([_gres("gpu", 4), _gres("gpu:a100", 4)], 4),  # Slurm accounts a typed GPU twice
+        ([_gres("gpu:a100", 4), _gres("gpu", 4)], 4),  # in either order
+        ([_gres("gpu:a100", 2), _gres("gpu:v100", 2)], 4),  # typed only: summed
+        ([_gres("gpu", 3)], 3),
+        ([], 0),
+    ],
+)
+def test_sacct_gpus_typed_and_untyped(gres: list[dict[str, Any]], want: int) -> None:
+    doc = load("sacct-X.json")
+    doc["jobs"][0]["tres"]["allocated"] = [
+        {"type": "cpu", "name": None, "id": 1, "count": 16},
+        *gres,
+    ]
+    assert parse_sacct_json(json.dumps(doc))[0].gpus == want

@@ -158,3 +158,79 @@ def test_run_checks(tmp_path: Path) -> None:
     with pytest.raises(SubmitError) as info:
         run([bad], error=SubmitError)
     assert "Invalid account" in str(info.value)
+
+
+# ------------------------------------------------- what proves a refusal, what does not
+
+
+@pytest.mark.parametrize(("returncode", "signum"), [(-9, 9), (-15, 15), (137, 9), (143, 15)])
+def test_killed_by_signal_is_not_a_refusal(returncode: int, signum: int) -> None:
+    """sbatch killed mid-call may have submitted: a plain SlurmError (outcome unknown),
+    never the SubmitError that the daemon records as REJECTED and resubmits."""
+    result = CommandResult(("sbatch", "--parsable"), returncode, "", "partial\n")
+    with pytest.raises(SlurmError) as info:
+        check_result(result, SubmitError)
+    assert type(info.value) is SlurmError
+    assert f"killed by signal {signum}" in str(info.value)
+    assert info.value.argv == ["sbatch", "--parsable"]
+    assert info.value.returncode == returncode and info.value.stderr == "partial\n"
+
+
+@pytest.mark.parametrize("returncode", [1, 2, 128, 255])
+def test_ordinary_exit_codes_keep_the_error_class(returncode: int) -> None:
+    # 128 is no signal, and no signal number reaches 127 (255 - 128)
+    with pytest.raises(SubmitError):
+        check_result(CommandResult(("sbatch",), returncode, "", "x\n"), SubmitError)
+
+
+def test_real_child_killed_by_signal(tmp_path: Path) -> None:
+    prog = script(tmp_path, "die", "kill -9 $$\n")
+    result = SubprocessRunner()([prog])
+    assert result.returncode == -9
+    with pytest.raises(SlurmError, match="killed by signal 9") as info:
+        check_result(result, SubmitError)
+    assert not isinstance(info.value, SubmitError)
+
+
+# The part after "Batch job submission failed: " is Slurm's slurm_strerror() text
+# (src/common/slurm_errno.c) or libc's strerror(); sbatch prints it with "%m".
+NOT_A_REFUSAL = [
+    "sbatch: error: slurm_receive_msg: Connection reset by peer",
+    "sbatch: error: Batch job submission failed: Connection reset by peer",
+    "sbatch: error: Batch job submission failed: Broken pipe",
+    "sbatch: error: Batch job submission failed: Unexpected message received",
+    "sbatch: error: Batch job submission failed: Transport endpoint is not connected",
+    "sbatch: error: Batch job submission failed: Network is unreachable",
+    "sbatch: error: Batch job submission failed: Protocol authentication error",
+    "sbatch: error: Munge decode failed: Expired credential",
+    "sbatch: error: Batch job submission failed: Resource temporarily unavailable",
+    "sbatch: error: Batch job submission failed: Slurm backup controller in standby mode",
+    "sbatch: error: Batch job submission failed: Interrupted system call",
+    "sbatch: error: Batch job submission failed: Rate limit exceeded, please retry momentarily",
+    "SBATCH: ERROR: BATCH JOB SUBMISSION FAILED: CONNECTION RESET BY PEER",  # any case
+]
+REFUSALS = [
+    "sbatch: error: Batch job submission failed: Invalid account or account/partition "
+    "combination specified",
+    "sbatch: error: Batch job submission failed: Requested node configuration is not available",
+    "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
+    "submit limit, user's size and/or time limits)",
+    "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or "
+    "exceeds some limit)",
+    "sbatch: error: Batch job submission failed: Invalid partition name specified",
+    "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification",
+    "sbatch: error: Batch job submission failed: Invalid qos specification",
+]
+
+
+@pytest.mark.parametrize("stderr", NOT_A_REFUSAL)
+def test_transient_sbatch_failures_are_unreachable(stderr: str) -> None:
+    with pytest.raises(SlurmUnreachableError):
+        check_result(CommandResult(("sbatch",), 1, "", stderr + "\n"), SubmitError)
+
+
+@pytest.mark.parametrize("stderr", REFUSALS)
+def test_genuine_refusals_stay_submit_errors(stderr: str) -> None:
+    assert not is_unreachable(stderr)
+    with pytest.raises(SubmitError):
+        check_result(CommandResult(("sbatch",), 1, "", stderr + "\n"), SubmitError)
