@@ -66,12 +66,12 @@ class Twisted(FaultySim):
 
 
 def setup(
-    tmp_path: Path, policy: str = "reactive", **daemon: object
+    tmp_path: Path, policy: str = "reactive", lead_s: int = 600, **daemon: object
 ) -> tuple[Store, Twisted, Daemon, str]:
     store = make_store(tmp_path)
     sim = Twisted(Simulation(toy_profile(4)))
     chain = make_chain(store, segments=3, limit=3600)
-    d = Daemon(store, sim, config=make_config(policy, **daemon))
+    d = Daemon(store, sim, config=make_config(policy, lead_s, **daemon))
     return store, sim, d, chain.id
 
 
@@ -169,8 +169,14 @@ def test_a_stale_pending_record_from_sacct_cancels_nothing(tmp_path: Path) -> No
     def lag(jobs: list[SlurmJob], what: str) -> list[SlurmJob]:
         if what == "squeue":
             return [j for j in jobs if j.job_id != "1"]
-        pending = {"state": JobState.PENDING, "raw_state": "PENDING", "start": None, "end": None}
-        return [dataclasses.replace(j, **pending) if j.job_id == "1" else j for j in jobs]
+        return [
+            dataclasses.replace(
+                j, state=JobState.PENDING, raw_state="PENDING", start=None, end=None
+            )
+            if j.job_id == "1"
+            else j
+            for j in jobs
+        ]
 
     sim.twist = lag
     report = d.cycle(3120)
@@ -192,8 +198,13 @@ def test_an_unreadable_state_says_nothing_of_the_start(tmp_path: Path) -> None:
     def odd(jobs: list[SlurmJob], _what: str) -> list[SlurmJob]:
         state = JobState.UNKNOWN if mode["now"] == "unknown" else JobState.PENDING
         raw = "ODD" if state is JobState.UNKNOWN else "PENDING"
-        held = {"state": state, "raw_state": raw, "start": sim.sim.now + 600, "end": None}
-        return [dataclasses.replace(j, **held) if j.job_id == "1" else j for j in jobs]
+        start = sim.sim.now + 600  # Slurm's estimate, for a pending job
+        return [
+            dataclasses.replace(j, state=state, raw_state=raw, start=start, end=None)
+            if j.job_id == "1"
+            else j
+            for j in jobs
+        ]
 
     sim.twist = odd
     run_cycles([d], sim, 0, 120)
