@@ -120,6 +120,14 @@ def read_inputs(trace: str, profile_name: str) -> tuple[ClusterProfile, pd.DataF
         raise click.ClickException(str(exc)) from exc
     if jobs.empty:
         raise click.ClickException(f"{trace}: no jobs in this trace")
+    if jobs["submit"].isna().all():
+        raise click.ClickException(f"{trace}: no job in this trace has a submit time")
+    # A job replays only with submit, start and end known (see sim.workload.from_table).
+    if not jobs[["submit", "start", "end"]].notna().all(axis=1).any():
+        raise click.ClickException(
+            f"{trace}: no job in this trace has a known submit, start and end time "
+            "(nothing to replay)"
+        )
     return profile, jobs
 
 

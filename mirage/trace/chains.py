@@ -110,6 +110,16 @@ def _match(pi: np.ndarray, sj: np.ndarray, n: int) -> tuple[np.ndarray, list[lis
     return pred, chains
 
 
+#: Times are clipped to this magnitude before tolerances are added (no int64 wrap-around).
+_CLIP = 2**62
+
+
+def _ints(col: pd.Series) -> np.ndarray:
+    """Epoch seconds as int64 (0 where unknown: callers mask those rows), clipped."""
+    values = col.astype("Int64").fillna(0).to_numpy(dtype=np.int64)
+    return np.clip(values, -_CLIP, _CLIP)
+
+
 def find_chains(jobs: pd.DataFrame, params: ChainParams | None = None) -> Chains:
     """All chains of two or more jobs (see the module docstring for the rules).
 
@@ -125,30 +135,34 @@ def find_chains(jobs: pd.DataFrame, params: ChainParams | None = None) -> Chains
     submit = jobs["submit"].astype("Int64").to_numpy(dtype=np.float64, na_value=np.nan)
     start = jobs["start"].astype("Int64").to_numpy(dtype=np.float64, na_value=np.nan)
     end = jobs["end"].astype("Int64").to_numpy(dtype=np.float64, na_value=np.nan)
-    known = np.concatenate([submit[~np.isnan(submit)], start[~np.isnan(start)],
-                            end[~np.isnan(end)]])  # fmt: skip
-    if known.size == 0:
+    if not jobs[["submit", "start", "end"]].notna().to_numpy().any():
         return Chains([], np.zeros(0, dtype=np.int64))
-    t0 = float(known.min())
-    width = float(known.max()) - t0 + 4.0 * (p.resubmit_tol + p.start_tol + p.slack) + 10.0
-    # one sorted key per predecessor: (group, end) folded into a single float (exact: < 2**53)
-    pred_ok = (codes >= 0) & ~np.isnan(end)
-    pidx = np.flatnonzero(pred_ok)
-    keys_all = codes.astype(np.float64) * width + (end - t0) + 2.0 * p.resubmit_tol
-    porder = pidx[np.argsort(keys_all[pidx], kind="stable")]
-    keys = keys_all[porder]
-    base = codes.astype(np.float64) * width - t0 + 2.0 * p.resubmit_tol
+    sub_i, sta_i, end_i = (_ints(jobs[c]) for c in ("submit", "start", "end"))
+    pidx = np.flatnonzero((codes >= 0) & ~np.isnan(end))  # possible predecessors
     cap = 64
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
-    js = np.flatnonzero((codes >= 0) & ~np.isnan(submit))  # resubmitted after the end
-    pairs.append(_window_pairs(keys, porder, js, base[js] + submit[js] - p.resubmit_tol,
-                               base[js] + submit[js] + p.slack, cap))  # fmt: skip
-    js = np.flatnonzero((codes >= 0) & ~np.isnan(start))  # held: started right after it
-    pairs.append(_window_pairs(keys, porder, js, base[js] + start[js] - p.start_tol,
-                               base[js] + start[js] + p.slack, cap))  # fmt: skip
-    js = np.flatnonzero((codes >= 0) & ~np.isnan(start) & ~np.isnan(submit) & (idx >= 0))
-    pairs.append(_window_pairs(keys, porder, js, base[js] + submit[js] - p.resubmit_tol,
-                               base[js] + start[js] + p.slack, cap * 4))  # fmt: skip
+    queries = [  # (successors, lowest and highest predecessor end, cap)
+        (js := np.flatnonzero((codes >= 0) & ~np.isnan(submit)),  # resubmitted after the end
+         sub_i[js] - p.resubmit_tol, sub_i[js] + p.slack, cap),
+        (js := np.flatnonzero((codes >= 0) & ~np.isnan(start)),  # held: started right after
+         sta_i[js] - p.start_tol, sta_i[js] + p.slack, cap),
+        (js := np.flatnonzero((codes >= 0) & ~np.isnan(start) & ~np.isnan(submit) & (idx >= 0)),
+         sub_i[js] - p.resubmit_tol, sta_i[js] + p.slack, cap * 4),
+    ]  # fmt: skip
+    # Exact integer keys (group, end): every time is replaced by its rank among all the
+    # times compared, so group * ranks + rank never mixes groups or rounds a time.
+    times = np.concatenate([end_i[pidx], *(np.concatenate([lo, hi]) for _, lo, hi, _ in queries)])
+    uniq = np.unique(times)
+    width = np.int64(uniq.size + 1)
+    pkeys = codes[pidx] * width + np.searchsorted(uniq, end_i[pidx])
+    order = np.argsort(pkeys, kind="stable")
+    porder, keys = pidx[order], pkeys[order]
+
+    def key(rows: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.asarray(codes[rows] * width + np.searchsorted(uniq, t), dtype=np.int64)
+
+    pairs = [
+        _window_pairs(keys, porder, js, key(js, lo), key(js, hi), c) for js, lo, hi, c in queries
+    ]
     pi = np.concatenate([a for a, _ in pairs])
     sj = np.concatenate([b for _, b in pairs])
     order_key = np.where(np.isnan(start), submit, start)

@@ -28,8 +28,13 @@ Handling of doubtful rows (every skip is a ``SkippedRow`` with file and 1-based 
   treated as unknown too (end <NA>, counted in a note); a negative submit or a wait below
   -1: skipped.
 - start < submit or end < start (both known): skipped as impossible.
+- a time outside 1970..2200, an absurd time limit or count: skipped (``checks``).
+- sacct job steps (``15.batch``), heterogeneous components other than the leader
+  (``14+1``) and a job id seen before (not in Eagle, whose sample gives every array
+  task the array's id): skipped (``checks.drop_non_jobs``).
 - a last line without a line terminator (a truncated file) is skipped, never guessed at.
-- blank lines are ignored; rows are kept in file order (not sorted).
+- blank lines, and ``;`` lines anywhere in an SWF file, are ignored; rows are kept in
+  file order (not sorted).
 """
 
 from __future__ import annotations
@@ -39,14 +44,16 @@ import gzip
 import math
 import re
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from mirage.trace.load import SkippedRow, TraceFormatError, TraceLoad, log_skipped
+from mirage.slurm.parse import digits
+from mirage.trace.checks import COUNT_MAX, LIMIT_MAX, TIME_MAX, Acc, check_times, drop_non_jobs
+from mirage.trace.load import TraceFormatError, TraceLoad, log_skipped
 from mirage.trace.schema import conform
 from mirage.trace.tz import local_to_epoch, zone
 
@@ -88,13 +95,19 @@ _EAGLE_COLUMNS = [
     "work_dir",
     "submit_line",
 ]
-_ISO_T = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$")
-_ISO_SPACE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
-_EXIT = re.compile(r"^(\d+):(\d+)$")
+# re.ASCII: "\\d" would also take other scripts' digits, which the parsers refuse.
+_ISO_T = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$", re.ASCII)
+_ISO_SPACE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", re.ASCII)
+_EXIT = re.compile(r"^(\d{1,9}):(\d{1,9})$", re.ASCII)
+#: A plain decimal number ("12", "-1", "552.21", "1e3"); float() also takes "1_000",
+#: "nan", "inf" and non-ASCII digits, none of which belongs in a trace.
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
+#: Years the site-local text times may have (a wider range overflows the time parser).
+_YEARS = range(1970, 2200)
 _UNKNOWN_TIMES = frozenset({"", "Unknown", "None", "NONE", "N/A"})
 _UNLIMITED = frozenset({"UNLIMITED", "Partition_Limit", "INFINITE"})
 _SWF_STATUS = {1: "COMPLETED", 0: "FAILED", 5: "CANCELLED"}
-_SPEC_NODES = re.compile(r"^(\d+)(?::|$)")
+_SPEC_NODES = re.compile(r"^(\d+)(?::|$)", re.ASCII)
 
 
 # --------------------------------------------------------------------------- text input
@@ -132,39 +145,16 @@ def _text(path: str, raw: bytes) -> _Text:
     return _Text(path=path, lines=lines, terminated=terminated)
 
 
-@dataclass
-class _Acc:
-    """Accumulates parsed rows column-wise, with their line numbers and skips."""
+def _data_rows(t: _Text, first: int, acc: Acc, comment: str = "") -> list[tuple[int, str]]:
+    """(1-based line, text) of the non-blank data lines from index ``first`` on.
 
-    path: str
-    cols: dict[str, list[object]] = field(default_factory=dict)
-    lines: list[int] = field(default_factory=list)
-    skipped: list[SkippedRow] = field(default_factory=list)
-    rows_read: int = 0
-
-    def add(self, line: int, **values: object) -> None:
-        for key, value in values.items():
-            self.cols.setdefault(key, []).append(value)
-        self.lines.append(line)
-
-    def skip(self, line: int, reason: str) -> None:
-        self.skipped.append(SkippedRow(self.path, line, reason))
-
-    def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.cols)
-        df["_line"] = self.lines
-        return df
-
-    def drop(self, df: pd.DataFrame, mask: np.ndarray | pd.Series, reason: str) -> pd.DataFrame:
-        bad = np.asarray(mask, dtype=bool)
-        for line in df["_line"].to_numpy()[bad]:
-            self.skip(int(line), reason)
-        return df[~bad]
-
-
-def _data_rows(t: _Text, first: int, acc: _Acc) -> list[tuple[int, str]]:
-    """(1-based line, text) of the non-blank data lines from index ``first`` on."""
-    rows = [(i + 1, ln) for i, ln in enumerate(t.lines[first:], start=first) if ln.strip()]
+    Lines starting with ``comment`` (SWF ";", also mid-file) are comments, not rows.
+    """
+    rows = [
+        (i + 1, ln)
+        for i, ln in enumerate(t.lines[first:], start=first)
+        if ln.strip() and not (comment and ln.lstrip().startswith(comment))
+    ]
     if rows and not t.terminated and rows[-1][0] == len(t.lines):
         line, _ = rows.pop()
         acc.rows_read += 1
@@ -174,7 +164,7 @@ def _data_rows(t: _Text, first: int, acc: _Acc) -> list[tuple[int, str]]:
 
 
 def _local_times_to_utc(
-    acc: _Acc, df: pd.DataFrame, fmt: str, tz: str
+    acc: Acc, df: pd.DataFrame, fmt: str, tz: str
 ) -> tuple[pd.DataFrame, int, int]:
     """Site-local submit/start/end text to UTC epoch seconds; drop unparseable rows.
 
@@ -189,20 +179,21 @@ def _local_times_to_utc(
         amb += conv.ambiguous
         miss += conv.missing
     df = acc.drop(df, bad, "invalid date")
-    return _check_times(acc, df), amb, miss
+    return check_times(acc, df), amb, miss
 
 
-def _check_times(acc: _Acc, df: pd.DataFrame) -> pd.DataFrame:
-    """Drop rows whose known times are impossible (start < submit, end < start)."""
-    sub, sta, end = df["submit"], df["start"], df["end"]
-    df = acc.drop(df, (sta < sub).fillna(False).to_numpy(dtype=bool), "start before submit")
-    sta, end = df["start"], df["end"]
-    return acc.drop(df, (end < sta).fillna(False).to_numpy(dtype=bool), "end before start")
+def _check_times(acc: Acc, df: pd.DataFrame) -> pd.DataFrame:
+    return check_times(acc, df)
 
 
 def _finish(  # noqa: PLR0917
-    acc: _Acc, df: pd.DataFrame, fmt: str, tz: str, notes: list[str], amb: int = 0, miss: int = 0
+    acc: Acc, df: pd.DataFrame, fmt: str, tz: str, notes: list[str], amb: int = 0, miss: int = 0
 ) -> TraceLoad:
+    if not df.empty:
+        # Eagle's sample gives every task of a job array the array's id (452 rows of job
+        # 532939, 41 of them identical to another to the second), so there a repeated id
+        # is no sign of a job read twice.
+        df = drop_non_jobs(acc, df, unique_ids=fmt != "eagle")
     if acc.rows_read and df.empty:
         first = acc.skipped[0] if acc.skipped else None
         detail = f"; first problem: line {first.line}: {first.reason}" if first else ""
@@ -229,23 +220,25 @@ def _finish(  # noqa: PLR0917
     )
 
 
-def _int_or_none(text: str) -> int | None:
-    try:
-        value = float(text)
-    except ValueError:
+def _number(text: str) -> float | None:
+    """A plain ASCII decimal number (see ``_NUMBER``) as a finite float; None if not one."""
+    if not _NUMBER.match(text):
         return None
-    if not math.isfinite(value) or value != round(value):
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _int_or_none(text: str) -> int | None:
+    value = _number(text)
+    if value is None or value != round(value):
         return None
     return round(value)
 
 
-def _seconds_or_none(text: str) -> int | None:
-    """A non-negative (possibly fractional) number of seconds, rounded; None if not one."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    if not math.isfinite(value) or value < 0:
+def _seconds_or_none(text: str, maximum: int) -> int | None:
+    """A number in [0, maximum] (possibly fractional), rounded; None if not one."""
+    value = _number(text)
+    if value is None or not 0 <= value <= maximum:
         return None
     return round(value)
 
@@ -256,7 +249,7 @@ def _seconds_or_none(text: str) -> int | None:
 def _is_ls6(t: _Text) -> bool:
     return (
         len(t.lines) >= 3
-        and t.lines[0].strip().isdigit()
+        and digits(t.lines[0].strip())
         and t.lines[1].split() == _LS6_COLUMNS
         and set(t.lines[2].strip()) <= {"-", " "}
         and "-" in t.lines[2]
@@ -280,6 +273,33 @@ def derive_ls6_state(start: pd.Series, end: pd.Series, limit: pd.Series, code: p
     return state
 
 
+def _bounded(text: str, maximum: int) -> bool:
+    """ASCII digits for a number up to ``maximum`` (the length test keeps int() cheap)."""
+    return digits(text) and len(text) <= len(str(maximum)) and int(text) <= maximum
+
+
+def _ls6_problem(job: str, times: list[str], limit: str, exit_code: str,
+                 nnodes: str) -> str | None:  # fmt: skip
+    """Why an ls6 row cannot be a job; None when it can."""
+    if not job or " " in job:
+        return f"bad JobID {job!r}"
+    if any(x and not _ISO_T.match(x) for x in times):
+        return "bad Start/Submit/End time"
+    if any(x and int(x[:4]) not in _YEARS for x in times):
+        return "Start/Submit/End year out of range (not 1970..2199)"
+    if not (digits(limit) or limit in _UNLIMITED):
+        return f"bad TimelimitR {limit!r}"
+    if digits(limit) and not _bounded(limit, LIMIT_MAX // 60):
+        return "TimelimitR out of range"
+    if not _EXIT.match(exit_code):
+        return f"bad ExitCode {exit_code!r}"
+    if not digits(nnodes):
+        return f"bad NNodes {nnodes!r}"
+    if not _bounded(nnodes, COUNT_MAX):
+        return "NNodes out of range"
+    return None
+
+
 def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """The Mirage/TACC Lonestar6 ``sacct`` text export."""
     tz = tz or DEFAULT_TZ["ls6"]
@@ -287,7 +307,7 @@ def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     t = _text(path, raw)
     if not _is_ls6(t):
         raise TraceFormatError(path, "not an ls6 sacct export (count, header, dashed rule)")
-    acc = _Acc(path)
+    acc = Acc(path)
     notes: list[str] = []
     for line, text in _data_rows(t, 3, acc):
         f = [x.strip() for x in text.split("\t")]
@@ -296,17 +316,10 @@ def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
             continue
         job, name, uid, start, submit, end, _prio, limit, exit_code, nnodes = f
         times = [("" if x in _UNKNOWN_TIMES else x) for x in (start, submit, end)]
-        if not job or " " in job:
-            acc.skip(line, f"bad JobID {job!r}")
-        elif any(x and not _ISO_T.match(x) for x in times):
-            acc.skip(line, "bad Start/Submit/End time")
-        elif not (limit.isdigit() or limit in _UNLIMITED):
-            acc.skip(line, f"bad TimelimitR {limit!r}")
-        elif not (m := _EXIT.match(exit_code)):
-            acc.skip(line, f"bad ExitCode {exit_code!r}")
-        elif not nnodes.isdigit():
-            acc.skip(line, f"bad NNodes {nnodes!r}")
-        else:
+        problem = _ls6_problem(job, times, limit, exit_code, nnodes)
+        if problem:
+            acc.skip(line, problem)
+        elif m := _EXIT.match(exit_code):
             acc.add(
                 line,
                 job_id=job,
@@ -315,7 +328,7 @@ def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
                 start=times[0],
                 submit=times[1],
                 end=times[2],
-                time_limit=int(limit) * 60 if limit.isdigit() else None,
+                time_limit=int(limit) * 60 if digits(limit) else None,
                 exit_code=int(m.group(1)),
                 signal=int(m.group(2)),
                 nodes=int(nnodes),
@@ -345,6 +358,55 @@ def _is_eagle(t: _Text) -> bool:
     return bool(t.lines) and t.lines[0].strip().split(",") == _EAGLE_COLUMNS
 
 
+def _eagle_records(t: _Text, acc: Acc) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of each CSV record after the header; unreadable ones skipped.
+
+    One CSV parser reads the whole text, so a quoted field may hold a newline. A record
+    that spans lines yet has the wrong field count comes from a stray quote: its lines
+    are read again one by one, so the quote costs one row, not the rest of the file.
+    """
+    reader = csv.reader(ln + "\n" for ln in t.lines[1:])
+    last = 1  # line numbers: the header is line 1, reader.line_num counts from line 2
+    while True:
+        first = last + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # e.g. a field over the csv module's size limit
+            last = reader.line_num + 1
+            if last > first:  # perhaps after a stray quote: try the lines one by one
+                yield from _eagle_lines(t, first, last, acc)
+            else:
+                acc.rows_read += 1
+                acc.skip(first, f"unreadable CSV record ({exc})")
+            continue
+        last = reader.line_num + 1
+        if first == last and not t.lines[first - 1].strip():
+            continue  # a blank line
+        if not t.terminated and last == len(t.lines):
+            acc.rows_read += 1
+            acc.skip(first, "last line has no line terminator (truncated file?)")
+        elif len(fields) != len(_EAGLE_COLUMNS) and last > first:
+            yield from _eagle_lines(t, first, last, acc)
+        else:
+            acc.rows_read += 1
+            yield first, fields
+
+
+def _eagle_lines(t: _Text, first: int, last: int, acc: Acc) -> Iterator[tuple[int, list[str]]]:
+    """Lines ``first``..``last`` read as one CSV record each (after a stray quote)."""
+    for line in range(first, last + 1):
+        text = t.lines[line - 1]
+        if not text.strip():
+            continue
+        acc.rows_read += 1
+        try:
+            yield line, next(csv.reader([text]))
+        except csv.Error as exc:
+            acc.skip(line, f"unreadable CSV record ({exc})")
+
+
 def read_eagle(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """The NREL Eagle sample CSV (site-local times)."""
     tz = tz or DEFAULT_TZ["eagle"]
@@ -352,21 +414,22 @@ def read_eagle(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     t = _text(path, raw)
     if not _is_eagle(t):
         raise TraceFormatError(path, "not the NREL Eagle CSV (header mismatch)")
-    acc = _Acc(path)
-    rows = _data_rows(t, 1, acc)
-    parsed = csv.reader([text for _, text in rows])
-    for (line, _), f in zip(rows, parsed, strict=True):
+    acc = Acc(path)
+    for line, f in _eagle_records(t, acc):
         if len(f) != len(_EAGLE_COLUMNS):
             acc.skip(line, f"expected {len(_EAGLE_COLUMNS)} CSV fields, got {len(f)}")
             continue
         rec = dict(zip(_EAGLE_COLUMNS, (x.strip() for x in f), strict=True))
         times = [("" if rec[k] in _UNKNOWN_TIMES else rec[k]) for k in _EAGLE_COLUMNS[10:13]]
-        nums = {k: _seconds_or_none(rec[k]) for k in ("nodes_req", "processors_req", "gpus_req")}
-        limit = _seconds_or_none(rec["wallclock_req"]) if rec["wallclock_req"] else None
+        counts = ("nodes_req", "processors_req", "gpus_req")
+        nums = {k: _seconds_or_none(rec[k], COUNT_MAX) for k in counts}
+        limit = _seconds_or_none(rec["wallclock_req"], LIMIT_MAX) if rec["wallclock_req"] else None
         if not rec["job_id"]:
             acc.skip(line, "empty job_id")
         elif any(x and not _ISO_SPACE.match(x) for x in times):
             acc.skip(line, "bad submit/start/end time")
+        elif any(x and int(x[:4]) not in _YEARS for x in times):
+            acc.skip(line, "submit/start/end year out of range (not 1970..2199)")
         elif any(v is None for v in nums.values()):
             acc.skip(line, "bad nodes/processors/gpus count")
         elif rec["wallclock_req"] and limit is None:
@@ -386,7 +449,7 @@ def read_eagle(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
                 nodes=nums["nodes_req"],
                 cpus=nums["processors_req"],
                 gpus=nums["gpus_req"],
-                run_time=_seconds_or_none(rec["run_time"]),
+                run_time=_seconds_or_none(rec["run_time"], TIME_MAX),
             )
     df = acc.frame()
     amb = miss = 0
@@ -422,49 +485,76 @@ def _swf_header(t: _Text) -> tuple[dict[str, str], dict[str, str], int]:
     return header, partitions, i
 
 
-def _first_data_fields(t: _Text, start: int) -> list[str]:
-    for ln in t.lines[start:]:
-        if ln.strip() and not ln.lstrip().startswith(";"):
-            return ln.split()
-    return []
+#: How many data rows format detection looks at (one odd first row must not hide a format).
+_SAMPLE = 20
+
+
+def _sample_fields(t: _Text, start: int) -> list[list[str]]:
+    """The fields of the first ``_SAMPLE`` data rows (blank and ";" lines left out)."""
+    rows = (ln for ln in t.lines[start:] if ln.strip() and not ln.lstrip().startswith(";"))
+    return [ln.split() for _, ln in zip(range(_SAMPLE), rows, strict=False)]
+
+
+def _mostly(sample: list[list[str]], test: Callable[[list[str]], bool]) -> bool:
+    """At least half of the sampled rows (and at least one) pass ``test``."""
+    good = sum(1 for fields in sample if test(fields))
+    return good > 0 and 2 * good >= len(sample)
 
 
 def _numeric(fields: list[str]) -> bool:
-    return all(_finite(x) for x in fields)
-
-
-def _finite(x: str) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except ValueError:
-        return False
+    return all(_number(x) is not None for x in fields)
 
 
 def _is_theta(t: _Text) -> bool:
+    """The ALCF pair: exactly this Installation, no Version or UnixStartTime (a standard
+    SWF always has them), tab-separated rows of 18 (argonne) or 19 (walltime) numbers."""
     header, _, start = _swf_header(t)
-    fields = _first_data_fields(t, start)
-    return "Theta" in header.get("Installation", "") and len(fields) in (18, 19)
+    if header.get("Installation") != "Theta Argonne" or {"Version", "UnixStartTime"} & set(header):
+        return False
+    first = next((ln for ln in t.lines[start:] if ln.strip()), "")
+    return "\t" in first and _mostly(
+        _sample_fields(t, start), lambda f: len(f) in {18, 19} and _numeric(f)
+    )
 
 
 def _is_swf_ext(t: _Text) -> bool:
     _, _, start = _swf_header(t)
-    fields = _first_data_fields(t, start)
-    return len(fields) == 21 and _numeric(fields[:18]) and fields[18].startswith("{")
+    return _mostly(
+        _sample_fields(t, start),
+        lambda f: len(f) == 21 and _numeric(f[:18]) and f[18].startswith("{"),
+    )
 
 
 def _is_swf(t: _Text) -> bool:
     header, _, start = _swf_header(t)
-    fields = _first_data_fields(t, start)
-    if len(fields) == 18 and _numeric(fields):
+    sample = _sample_fields(t, start)
+    if _mostly(sample, lambda f: len(f) == 18 and _numeric(f)):
         return True
-    return bool(header) and start == len(t.lines)  # header only: an empty SWF
+    return bool(header) and not sample  # header only: an empty SWF
 
 
-#: Larger SWF numbers are no times or counts (about 2.9e11 years in seconds).
+#: Larger SWF numbers are no ids, times or counts: above it a float loses integers (and
+#: submit + wait + run of three could wrap int64). Times, limits and counts get the tighter
+#: checks of ``check_times`` once the header's base time is added.
 SWF_MAX = 2**53
+#: SWF fields (1-based) that are identifiers: a fraction there is no id at all.
+_SWF_ID_FIELDS = (1, 12)
 
 
-def _swf_matrix(acc: _Acc, rows: list[tuple[int, str]], width: int,
+def _swf_problem(f: list[str], numeric: int) -> tuple[str, list[float]]:
+    """(why the row is refused or "", its first ``numeric`` fields as numbers)."""
+    nums = [_number(x) for x in f[:numeric]]
+    if any(v is None for v in nums):
+        return "non-numeric SWF field", []
+    values = [v for v in nums if v is not None]
+    if any(abs(v) > SWF_MAX for v in values):  # would wrap around as int64 (and sums)
+        return "SWF field out of range", []
+    if any(values[k - 1] != round(values[k - 1]) for k in _SWF_ID_FIELDS if k <= numeric):
+        return "fractional SWF job or user id", []
+    return "", values
+
+
+def _swf_matrix(acc: Acc, rows: list[tuple[int, str]], width: int,
                 numeric: int) -> tuple[np.ndarray, list[list[str]], list[int]]:  # fmt: skip
     """Split rows into fields; keep those with ``width`` fields and ``numeric`` numbers."""
     values: list[list[float]] = []
@@ -475,16 +565,9 @@ def _swf_matrix(acc: _Acc, rows: list[tuple[int, str]], width: int,
         if len(f) != width:
             acc.skip(line, f"expected {width} fields, got {len(f)}")
             continue
-        try:
-            nums = [float(x) for x in f[:numeric]]
-        except ValueError:
-            acc.skip(line, "non-numeric SWF field")
-            continue
-        if not all(math.isfinite(v) for v in nums):
-            acc.skip(line, "non-finite SWF field")
-            continue
-        if any(abs(v) > SWF_MAX for v in nums):  # would wrap around as int64 (and sums of them)
-            acc.skip(line, "SWF field out of range")
+        problem, nums = _swf_problem(f, numeric)
+        if problem:
+            acc.skip(line, problem)
             continue
         values.append(nums)
         extra.append(f[numeric:])
@@ -493,7 +576,7 @@ def _swf_matrix(acc: _Acc, rows: list[tuple[int, str]], width: int,
     return np.rint(matrix).astype(np.int64), extra, lines
 
 
-def _swf_frame(acc: _Acc, m: np.ndarray, lines: list[int], base: int,
+def _swf_frame(acc: Acc, m: np.ndarray, lines: list[int], base: int,
                notes: list[str]) -> pd.DataFrame:  # fmt: skip
     """Standard SWF columns (1-based field k is m[:, k-1]) into canonical columns.
 
@@ -543,16 +626,27 @@ def _swf_frame(acc: _Acc, m: np.ndarray, lines: list[int], base: int,
     )
 
 
+def _swf_base(header: dict[str, str]) -> tuple[int, str]:
+    """The epoch the header's submit times count from, and a note where there is none."""
+    text = header.get("UnixStartTime")
+    if text is None:
+        return 0, "no UnixStartTime in the header: submit times read as absolute epoch s"
+    base = _int_or_none(text)
+    if base is None or not 0 <= base <= TIME_MAX:
+        return 0, (
+            f"header UnixStartTime {text!r} is not an epoch time between 1970 and 2200: "
+            "ignored, submit times read as absolute epoch s"
+        )
+    return base, ""
+
+
 def read_swf(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """Standard Workload Format (v2.x, 18 fields)."""
     t = _text(path, raw)
     header, partitions, first = _swf_header(t)
-    acc = _Acc(path)
-    notes: list[str] = []
-    base = _int_or_none(header.get("UnixStartTime", ""))
-    if base is None:
-        base = 0
-        notes.append("no UnixStartTime in the header: submit times read as absolute epoch s")
+    acc = Acc(path)
+    base, note = _swf_base(header)
+    notes = [note] if note else []
     if not tz:
         tz = header.get("TimeZoneString", "")
         if tz:
@@ -560,7 +654,7 @@ def read_swf(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
                 zone(tz)
             except ValueError:
                 notes.append(f"header TimeZoneString {tz!r} is not an IANA zone (times are epoch)")
-    m, _, lines = _swf_matrix(acc, _data_rows(t, first, acc), 18, 18)
+    m, _, lines = _swf_matrix(acc, _data_rows(t, first, acc, ";"), 18, 18)
     df = _swf_frame(acc, m, lines, base, notes)
     df["partition"] = [
         partitions.get(str(p), str(p)) if p >= 0 else "" for p in df.pop("_partition_no")
@@ -575,14 +669,18 @@ def read_swf_ext(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """The 21-field extended SWF of CERIT-SC (absolute epoch submits, queue names)."""
     t = _text(path, raw)
     _, _, first = _swf_header(t)
-    acc = _Acc(path)
+    acc = Acc(path)
     notes: list[str] = []
-    m, extra, lines = _swf_matrix(acc, _data_rows(t, first, acc), 21, 18)
+    m, extra, lines = _swf_matrix(acc, _data_rows(t, first, acc, ";"), 21, 18)
     df = _swf_frame(acc, m, lines, 0, notes)
     kept = [e for e, k in zip(extra, _kept_mask(m, lines, df), strict=True) if k]
     df = df.drop(columns="_partition_no")
     df["partition"] = [e[1] for e in kept]
-    df["nodes"] = [int(g.group(1)) if (g := _SPEC_NODES.match(e[2])) else None for e in kept]
+    specs = [_SPEC_NODES.match(e[2]) for e in kept]
+    nodes = [int(g.group(1)) if g and _bounded(g.group(1), COUNT_MAX) else None for g in specs]
+    df["nodes"] = pd.array(nodes, dtype="Int64")
+    huge = np.array([g is not None and n is None for g, n in zip(specs, nodes, strict=True)])
+    df = acc.drop(df, huge, "nodes count out of range")
     df = _check_times(acc, df)
     return _finish(acc, df, "swf-ext", tz or "", notes)
 
@@ -606,7 +704,8 @@ def read_theta(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """The ALCF Theta pair (argonne: wait, nodes, walltime; walltime: requested nodes/time)."""
     t = _text(path, raw)
     _, _, first = _swf_header(t)
-    width = len(_first_data_fields(t, first))
+    widths = [len(f) for f in _sample_fields(t, first)]
+    width = max(set(widths), key=widths.count) if widths else 18
     partner = _theta_partner(path)
     if width == 19:  # given the walltime file: the wait is only in the argonne file
         if partner is None:
@@ -617,13 +716,67 @@ def read_theta(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     return _read_theta_pair(path, raw, str(partner), read_bytes(partner), tz)
 
 
+@dataclass
+class _SwfRows:
+    """One SWF file's data rows and what its parser kept of them."""
+
+    rows: list[tuple[int, str]]  # (line, text) of every data row (truncated last excluded)
+    m: np.ndarray  # the kept rows' numbers
+    lines: list[int]  # the kept rows' lines
+    acc: Acc
+
+    def positions(self, lines: list[int]) -> np.ndarray:
+        """0-based data-row positions of ``lines`` (a truncated last row comes last)."""
+        pos = {line: i for i, (line, _) in enumerate(self.rows)}
+        return np.array([pos.get(line, len(self.rows)) for line in lines], dtype=np.int64)
+
+
+def _swf_rows(path: str, raw: bytes, width: int, acc: Acc) -> _SwfRows:
+    t = _text(path, raw)
+    _, _, first = _swf_header(t)
+    rows = _data_rows(t, first, acc, ";")
+    m, _, lines = _swf_matrix(acc, rows, width, width)
+    return _SwfRows(rows, m, lines, acc)
+
+
+def _theta_align(a: _SwfRows, wpath: str, wraw: bytes) -> tuple[_SwfRows, np.ndarray]:
+    """The argonne rows and the walltime numbers, row for row.
+
+    The files are aligned by data row, so a row one file's parser skipped is dropped from
+    the other too; it counts once, as the skip (file, line, reason) where it is bad. Rows
+    readable in both must agree on job id, submit and run time, or the pair is refused.
+    """
+    w = _swf_rows(wpath, wraw, 19, Acc(wpath))
+    if w.acc.rows_read != a.acc.rows_read:
+        raise TraceFormatError(
+            wpath, f"not row-aligned with {a.acc.path} ({w.acc.rows_read} rows, "
+            f"{a.acc.path} has {a.acc.rows_read})"
+        )  # fmt: skip
+    a_pos, w_pos = a.positions(a.lines), w.positions(w.lines)
+    both = np.intersect1d(a_pos, w_pos)
+    a_keep, w_keep = np.isin(a_pos, both), np.isin(w_pos, both)
+    wm = w.m[w_keep]
+    kept = _SwfRows(a.rows, a.m[a_keep], [ln for ln, k in zip(a.lines, a_keep, strict=True) if k],
+                    a.acc)  # fmt: skip
+    if not np.array_equal(wm[:, [0, 1, 3]], kept.m[:, [0, 1, 3]]):
+        raise TraceFormatError(
+            wpath, f"not row-aligned with {a.acc.path} (job id, submit and run must match)"
+        )
+    a_bad = set(range(a.acc.rows_read)) - set(a_pos.tolist())
+    w_skip_pos = w.positions([s.line for s in w.acc.skipped]).tolist()
+    a.acc.skipped += [s for s, p in zip(w.acc.skipped, w_skip_pos, strict=True) if p not in a_bad]
+    return kept, wm
+
+
 def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | None,
                      tz: str | None) -> TraceLoad:  # fmt: skip
-    t = _text(apath, araw)
-    _, _, first = _swf_header(t)
-    acc = _Acc(apath)
+    acc = Acc(apath)
+    a = _swf_rows(apath, araw, 18, acc)
+    w: np.ndarray | None = None
+    if wpath is not None and wraw is not None:
+        a, w = _theta_align(a, wpath, wraw)
+    m, lines = a.m, a.lines
     notes: list[str] = []
-    m, _, lines = _swf_matrix(acc, _data_rows(t, first, acc), 18, 18)
     df = _swf_frame(acc, m, lines, 0, notes)
     keep = _kept_mask(m, lines, df)
     df = df.drop(columns=["_partition_no", "cpus"])  # Theta counts are nodes, not CPUs
@@ -632,15 +785,7 @@ def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | N
     unknown_user = int((df["user"] == "0").sum())
     df.loc[df["user"] == "0", "user"] = ""
     notes.append(f"user 0 (unknown) on {unknown_user} rows -> ''")
-    if wpath is not None and wraw is not None:
-        wt = _text(wpath, wraw)
-        _, _, wfirst = _swf_header(wt)
-        wacc = _Acc(wpath)
-        w, _, _ = _swf_matrix(wacc, _data_rows(wt, wfirst, wacc), 19, 19)
-        if w.shape[0] != m.shape[0] or not np.array_equal(w[:, [0, 1, 3]], m[:, [0, 1, 3]]):
-            raise TraceFormatError(
-                wpath, f"not row-aligned with {apath} (job id, submit and run must match)"
-            )
+    if wpath is not None and w is not None:
         wk = w[keep]
         differ = int(((wk[:, 8] >= 0) & (wk[:, 8] != df["time_limit"].to_numpy())).sum())
         df["nodes"] = np.where(wk[:, 7] >= 0, wk[:, 7], df["nodes"])
@@ -698,12 +843,13 @@ def load_trace(path: str | Path, fmt: str | None = None, tz: str | None = None) 
     if tz is not None:
         zone(tz)
     raw = read_bytes(path)
+    if fmt is not None and not raw.strip():  # as detection would refuse it
+        raise TraceFormatError(name, f"empty file: no {fmt} header or rows")
     fmt = fmt or detect_format(name, raw)
-    if fmt == "parquet":
-        from mirage.trace.parquet import read_parquet_bytes
+    from mirage.trace.parquet import read_parquet_bytes
 
-        return read_parquet_bytes(name, raw)
     readers: dict[str, Reader] = {
+        "parquet": lambda p, r, _tz: read_parquet_bytes(p, r),
         "ls6": read_ls6,
         "eagle": read_eagle,
         "theta": read_theta,

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mirage.trace.chains import ChainParams, find_chains
@@ -83,15 +84,19 @@ def _fmt_s(value: float | None) -> str:
 
 
 def render(summary: dict[str, Any], console: Console | None = None) -> None:
-    """Print ``summary`` (from :func:`summarize`) as rich tables."""
+    """Print ``summary`` (from :func:`summarize`) as rich tables.
+
+    Every string from the trace (path, zone, states, notes, skip reasons) is escaped:
+    rich would read "[/]" or "[red]" in it as markup (and fail on unbalanced tags).
+    """
     con = console or Console()
-    overview = Table(title=f"trace {summary['source']}", show_header=False)
+    overview = Table(title=f"trace {escape(summary['source'])}", show_header=False)
     overview.add_column("what", style="bold")
     overview.add_column("value")
     span = summary["span"]
     days = f"{span['days']:.1f} days" if span["days"] is not None else "-"
     rows = [
-        ("format / zone", f"{summary['format']} / {summary['tz'] or '-'}"),
+        ("format / zone", escape(f"{summary['format']} / {summary['tz'] or '-'}")),
         ("jobs", f"{summary['jobs']:,} kept of {summary['rows_read']:,} rows read"),
         ("skipped rows", str(summary["skipped"])),
         ("DST ambiguous / missing", f"{summary['ambiguous_times']} / {summary['missing_times']}"),
@@ -121,7 +126,7 @@ def render(summary: dict[str, Any], console: Console | None = None) -> None:
         [f"{_fmt_s(float(v))} x{c}" for v, c in summary["time_limit_s"]],
         [f"{v} x{c}" for v, c in summary["nodes"]],
         [f"{v} x{c}" for v, c in summary["gpus"]],
-        [f"{v} x{c}" for v, c in summary["states"]],
+        [escape(f"{v} x{c}") for v, c in summary["states"]],
     ]
     for i in range(max((len(c) for c in cols), default=0)):
         dist.add_row(*(c[i] if i < len(c) else "" for c in cols))
@@ -147,6 +152,7 @@ def render(summary: dict[str, Any], console: Console | None = None) -> None:
     )
     con.print(chains)
     for note in summary["notes"]:
-        con.print(f"[dim]note: {note}[/dim]")
+        con.print(f"[dim]note: {escape(note)}[/dim]")
     for row in summary["skipped_rows"]:
-        con.print(f"[yellow]skipped {row['file']}:{row['line']}: {row['reason']}[/yellow]")
+        where = escape(f"{row['file']}:{row['line']}: {row['reason']}")
+        con.print(f"[yellow]skipped {where}[/yellow]")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
@@ -221,3 +222,20 @@ def test_splits_with_times_of_day_and_protocol_bounds() -> None:
     for bad in ({"every_s": 0}, {"step_s": 0}, {"nodes": 0}, {"gpus": -1}, {"alpha": -1.0}):
         with pytest.raises(ValueError, match="must"):
             Protocol(**bad)
+
+
+def test_evaluate_and_train_need_jobs_that_can_be_replayed(tmp_path: Path) -> None:
+    head = "; UnixStartTime: 1000000000\n"
+    no_start = tmp_path / "nostart.swf"  # like the NASA iPSC trace: every wait unknown
+    no_start.write_text(head + "1 0 -1 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n")
+    no_submit = tmp_path / "nosubmit.parquet"
+    from mirage.trace.load import TraceLoad
+    from mirage.trace.parquet import write_parquet
+    from mirage.trace.schema import conform
+
+    jobs = conform(pd.DataFrame({"job_id": ["1"], "start": [1000], "end": [2000]}))
+    write_parquet(TraceLoad(jobs=jobs, source="x", format="ls6"), no_submit)
+    for cmd, out in (("evaluate", "--out"), ("train", "--models")):
+        base = [cmd, "--cluster", "ls6", out, str(tmp_path / "out")]
+        clean_error(invoke(*base, "--trace", str(no_start)), "no job in this trace has a known")
+        clean_error(invoke(*base, "--trace", str(no_submit)), "no job in this trace has a submit")

@@ -142,3 +142,17 @@ def test_full_ls6_is_fast() -> None:
     assert sum(len(c) for c in ch.chains) == 13127
     flat = [i for c in ch.chains for i in c]
     assert len(flat) == len(set(flat))
+
+
+def test_an_absurd_time_in_one_group_leaves_other_groups_alone() -> None:
+    # One job ending 2**52 s out once widened the float (group, end) keys so much that a
+    # later group's times rounded by several seconds: a resubmission 600 s after the end
+    # (the tolerance) was lost. Integer keys keep every group exact.
+    odd = [seg(0, 10, 2**52, name="x", user="u0")]
+    others = [seg(0, 10, 20, name="f", user=f"f{k}") for k in range(40)]
+    t = 1_700_000_000
+    for gap in (599, 600):
+        first = seg(t, t + 100, t + 2 * H, name="train", user="zz")
+        resubmit = t + 2 * H + gap
+        rows = [first, seg(resubmit, resubmit + 1000, t + 4 * H, name="train", user="zz")]
+        assert find_chains(table([*odd, *others, *rows])).chains == [[41, 42]], gap

@@ -184,3 +184,16 @@ def test_import_with_injected_client(tmp_path: Path, monkeypatch: pytest.MonkeyP
     result = CliRunner().invoke(trace, ["import", "--start", "x", "--end", "y", "--out", "o"])
     assert result.exit_code == 2
     assert "not an ISO date" in result.output
+
+
+def test_inspect_prints_trace_text_that_looks_like_markup(tmp_path: Path) -> None:
+    swf = tmp_path / "a[red]x[b].swf"  # a path, a zone and a skip reason with markup
+    swf.write_text(
+        "; UnixStartTime: 1000000000\n; TimeZoneString: [/dim]\n"
+        "1 0 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n"
+        "2 [/] 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n"
+    )
+    result = CliRunner().invoke(trace, ["inspect", str(swf)])
+    assert result.exit_code == 0, result.output
+    assert "[/dim]" in result.output
+    assert "a[red]x[b].swf" in result.output.replace("\n", "")

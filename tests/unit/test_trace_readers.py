@@ -312,7 +312,7 @@ def test_swf_unknown_wait_and_negative_values(tmp_path: Path) -> None:
     assert {s.line: s.reason for s in load.skipped} == {
         6: "negative wait",
         7: "negative submit",
-        8: "non-finite SWF field",
+        8: "non-numeric SWF field",  # "nan" is no plain number
         9: "SWF field out of range",  # would wrap around to a negative int64
         10: "SWF field out of range",
     }
@@ -449,3 +449,226 @@ def test_full_theta_and_eagle(shared: Path) -> None:
     assert eagle["state"].value_counts().to_dict() == {"COMPLETED": 985, "TIMEOUT": 15}
     assert eagle["gpus"].value_counts().to_dict() == {0: 996, 2: 3, 16: 1}
     assert (eagle["start"] - eagle["submit"]).median() == 4
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def reasons(load: Any) -> dict[int, str]:
+    return {s.line: s.reason for s in load.skipped}
+
+
+OK_TIMES = ("2023-01-01T01:00:00", "2023-01-01T00:00:00", "2023-01-01T02:00:00")
+
+
+def test_ls6_one_bad_number_or_year_costs_one_row(tmp_path: Path) -> None:
+    good = ls6_row("1", "ok", *OK_TIMES)
+    head = good.split("\t")[:7]  # JobID .. Priority
+
+    def row(limit: str, nodes: str) -> str:
+        return "\t".join([*head, limit, "0:0", nodes])
+
+    bad = [
+        row("60", "\u00b2"),  # "²" passes str.isdigit, not int()
+        row("\u00b3", "1"),
+        row("60", "99999999999999999999999"),
+        row("99999999999999999999", "1"),
+        ls6_row("6", "x", "2262-04-11T23:00:00", "2023-01-01T00:00:00", "2262-04-12T00:00:00"),
+        ls6_row("7", "x", "\uff12023-01-01T01:00:00", *OK_TIMES[1:]),  # full-width digit
+    ]
+    load = load_trace(write(tmp_path, "b.log", LS6_HEAD + "\n".join([good, *bad]) + "\n"))
+    assert list(load.jobs["job_id"]) == ["1"]
+    assert reasons(load) == {
+        5: "bad NNodes '²'",
+        6: "bad TimelimitR '³'",
+        7: "NNodes out of range",
+        8: "TimelimitR out of range",
+        9: "Start/Submit/End year out of range (not 1970..2199)",
+        10: "bad Start/Submit/End time",
+    }
+
+
+def test_ls6_steps_het_components_and_duplicates(tmp_path: Path) -> None:
+    ids = ["15", "15.batch", "15.extern", "15.0", "14+0", "14+1", "16", "16"]
+    rows = [ls6_row(j, "n", *OK_TIMES) for j in ids]
+    load = load_trace(write(tmp_path, "s.log", LS6_HEAD + "\n".join(rows) + "\n"))
+    assert list(load.jobs["job_id"]) == ["15", "14+0", "16"]
+    assert reasons(load) == {
+        5: "job step, not a job",
+        6: "job step, not a job",
+        7: "job step, not a job",
+        9: "heterogeneous job component (only the leader +0 is kept)",
+        11: "duplicate job 16 (the first one is kept)",
+    }
+
+
+EAGLE_ROW = (
+    "{id},u1,a,p1,normal,{limit},{nodes},36,0,0.0,2019-01-01 08:00:00,2019-01-01 08:00:04,"
+    "2019-01-01 09:00:04,3600.0,COMPLETED,{name},w,s"
+)
+
+
+def eagle(job: int, limit: str = "3600.0", nodes: str = "1", name: str = "n") -> str:
+    return EAGLE_ROW.format(id=job, limit=limit, nodes=nodes, name=name)
+
+
+def test_eagle_csv_quotes_and_huge_values(tmp_path: Path) -> None:
+    rows = [
+        eagle(1, name='"two\nlines"'),  # a quoted newline: one record over lines 2-3
+        eagle(2, name='"stray'),  # an unclosed quote: costs this row only
+        eagle(3),
+        eagle(4, limit="1e300"),
+        eagle(5, nodes="1e30"),
+        eagle(6, name='"' + "x" * 200_000 + '"'),  # over the csv module's field limit
+        eagle(7, nodes="\uff11"),  # full-width digit
+        eagle(8),
+    ]
+    load = load_trace(write(tmp_path, "e.csv", EAGLE_HEADER + "\n".join(rows) + "\n"))
+    j = load.jobs
+    assert list(j["job_id"]) == ["1", "3", "8"]
+    assert j["name"].iloc[0] == "two\nlines"
+    r = reasons(load)
+    assert set(r) == {4, 6, 7, 8, 9}
+    assert r[4] == "expected 18 CSV fields, got 16"
+    assert r[6] == "bad wallclock_req '1e300'"
+    assert r[7] == r[9] == "bad nodes/processors/gpus count"
+    assert "field larger than field limit" in r[8]
+    assert load.rows_read == 8
+
+
+def test_swf_times_range_ids_comments_and_base(tmp_path: Path) -> None:
+    rows = [
+        "1 0 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "; a comment in the middle of the file",
+        "2 1000000000000 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",  # year 33658
+        "3 0 4503599627370496 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",  # wait 2**52
+        "2.7 5 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "\uff14 5 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "6 1_000 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+        "1 5 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1",
+    ]
+    head = "; Version: 2.2\n; UnixStartTime: 0\n"
+    load = load_trace(write(tmp_path, "s.swf", head + "\n".join(rows) + "\n"))
+    assert list(load.jobs["job_id"]) == ["1"]
+    assert load.rows_read == 7  # the comment is no row
+    assert reasons(load) == {
+        5: "submit time out of range (not between 1970 and 2200)",
+        6: "start time out of range (not between 1970 and 2200)",
+        7: "fractional SWF job or user id",
+        8: "non-numeric SWF field",
+        9: "non-numeric SWF field",
+        10: "duplicate job 1 (the first one is kept)",
+    }
+    bad_base = write(tmp_path, "b.swf", "; UnixStartTime: soon\n" + rows[0] + "\n")
+    assert any("UnixStartTime 'soon' is not an epoch time" in n for n in load_trace(bad_base).notes)
+
+
+def test_swf_detection_samples_rows_and_theta_needs_the_pair_header(tmp_path: Path) -> None:
+    row = "1 0 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n"
+    for first in ("nan" + row[1:], " ".join(row.split()[:17]) + "\n"):
+        path = write(tmp_path, "d.swf", SWF_HEADER + first + row.replace("1 ", "2 ", 1))
+        load = load_trace(path)
+        assert (load.format, list(load.jobs["job_id"]), [s.line for s in load.skipped]) == (
+            "swf",
+            ["2"],
+            [4],
+        )
+    std = "; Version: 2.2\n; Installation: ANL Theta (SWF)\n; UnixStartTime: 1500000000\n"
+    load = load_trace(
+        write(tmp_path, "theta_argonne.swf", std + row.replace(" 100 4 ", " 100 64 "))
+    )
+    assert load.format == "swf"
+    assert load.jobs["submit"].iloc[0] == 1500000000  # UnixStartTime applied
+    assert load.jobs["time_limit"].iloc[0] == 3600  # field 9, not field 6
+
+
+def test_theta_bad_row_in_either_file_is_skipped_in_both(tmp_path: Path) -> None:
+    pa, pw = theta_files(tmp_path)
+    a_text = pa.read_text().replace("\t71\t", "\tx71\t")  # argonne row 1 unreadable
+    pa.write_text(a_text)
+    load = load_trace(pa)
+    assert list(load.jobs["job_id"]) == ["639448"]
+    assert [(Path(s.file).name, s.line) for s in load.skipped] == [("theta_argonne.swf", 5)]
+    pa.write_text(a_text.replace("\tx71\t", "\t71\t"))
+    pw.write_text(pw.read_text().replace("\t21600\t", "\tbad\t"))  # walltime row 2
+    load = load_trace(pa)
+    assert list(load.jobs["job_id"]) == ["639487"]
+    assert [(Path(s.file).name, s.line) for s in load.skipped] == [("theta_walltime.swf", 6)]
+    assert load.rows_read == 2
+
+
+def test_swf_ext_huge_resource_spec(tmp_path: Path) -> None:
+    rows = [
+        "0 1356996147 0 56011 64 1 1024 64 86400 687 1 62 1 1 -1 1 1 1 {1,2} q_1d 1:ppn=64",
+        "1 1356996147 0 56011 64 1 1024 64 86400 687 1 62 1 1 -1 1 1 1 {1} q "
+        "99999999999999999999:ppn=1",
+    ]
+    load = load_trace(write(tmp_path, "w.swf", "\n".join(rows) + "\n"))
+    assert list(load.jobs["job_id"]) == ["0"]
+    assert reasons(load) == {2: "nodes count out of range"}
+
+
+def test_forced_format_on_an_empty_file(tmp_path: Path) -> None:
+    empty = write(tmp_path, "empty.log", "")
+    for fmt in ("swf", "theta", "swf-ext", "ls6"):
+        with pytest.raises(TraceFormatError, match="empty file"):
+            load_trace(empty, fmt)
+
+
+# --------------------------------------------------------------------------- bad Parquet
+
+
+def bad_parquet(tmp_path: Path, meta: bytes | None = None, **cols: Any) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data: dict[str, Any] = {c: ["a", "b"] if c in ("job_id", "user", "name", "partition", "state")
+                            else [1, 2] for c in COLUMNS}  # fmt: skip
+    data.update(submit=[1000, 1100], start=[1010, 1110], end=[2000, 2100], job_id=["1", "2"])
+    data.update(cols)
+    table = pa.table(data)
+    if meta is not None:
+        table = table.replace_schema_metadata({b"mirage.trace": meta})
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+def test_parquet_wrong_column_types_are_format_errors(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    for value in ([1e30, 5.0], [float("inf"), 5.0], [True, False], [[1], [2]],
+                  pa.array([pd.Timestamp("2020-01-01"), pd.Timestamp("2020-01-02")])):  # fmt: skip
+        with pytest.raises(TraceFormatError, match="Parquet column 'submit' is"):
+            load_trace(bad_parquet(tmp_path, submit=value))
+
+
+def test_parquet_rows_checked_like_text(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"end": [0, 2100]}, "end before start"),
+        ({"submit": pa.array([2**64 - 1, 1100], pa.uint64())}, "submit time out of range"),
+        ({"submit": [2**63 - 1, 1100]}, "submit time out of range"),
+        ({"start": [10**15, 1110]}, "start time out of range"),
+        ({"time_limit": [-5, 3600]}, "time limit out of range"),
+        ({"job_id": ["2", "2"]}, "duplicate job 2"),
+    ]
+    for cols, reason in cases:
+        load = load_trace(bad_parquet(tmp_path, **cols))
+        assert len(load.jobs) == 1, cols
+        assert load.rows_read == 2
+        assert [(s.line, s.reason.startswith(reason)) for s in load.skipped] == [(1, True)] or [
+            (s.line, s.reason.startswith(reason)) for s in load.skipped
+        ] == [(2, True)], load.skipped
+
+
+def test_parquet_bad_metadata_is_ignored_with_a_note(tmp_path: Path) -> None:
+    metas = [b'{"notes": 5, "ambiguous_times": "x"}', b'{"notes": "abc", "tz": null}',
+             b'{"ambiguous_times": 1e400}', b"\xff\xfe", b'{"tz": "Nowhere/Land"}']  # fmt: skip
+    for meta in metas:
+        load = load_trace(bad_parquet(tmp_path, meta))
+        assert load.ambiguous_times == 0
+        assert load.tz == ""
+        assert all(isinstance(n, str) and len(n) > 3 for n in load.notes)
+        assert any("metadata ignored" in n for n in load.notes), meta
