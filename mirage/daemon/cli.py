@@ -216,6 +216,8 @@ def chain_submit(
             "submitted": f", segment 1 is job {job_id}",
             "registered": "; the daemon submits segment 1",
             "unknown": "; sbatch did not answer: the daemon will find the job by its token",
+            "unanswered": "; sbatch's answer was unreadable: the daemon will find the job by its "
+            "token",
         }[outcome]
         click.echo(f"chain {new.id} registered{tail}")
 
@@ -479,7 +481,7 @@ def daemon_cmd(
     --profile models/ls6/profile.toml --nodes 70 --demo-chains 4`.
     """
     from mirage.daemon.core import Daemon
-    from mirage.daemon.identity import action_clients, owner_marker_check
+    from mirage.daemon.identity import action_clients, owner_marker_check, runs_as_owner
     from mirage.daemon.service import open_store, run_service
 
     cfg = _config(config_path)
@@ -521,6 +523,8 @@ def daemon_cmd(
             config=cfg,
             action_clients=action_clients(cfg),
             marker_check=owner_marker_check(cfg),
+            # a root daemon runs each chain's jobs as its owner: root's chains only if asked
+            refuse_root_chains=runs_as_owner(cfg) and not cfg.daemon.allow_root_chains,
         )
         if cycles:
             try:

@@ -22,6 +22,9 @@ never silently falls back to a default. Durations are seconds (``_s``).
     run_as_owner = "auto"          # "auto" (when root), "always", "never" (per-user daemon)
     sees_all_jobs = true           # false: squeue shows only our jobs (queue policies fall back)
     test_only_per_cycle = 0        # sbatch --test-only estimates per cycle (each costs a job id)
+    max_chains_per_user = 100      # active chains one user may have registered at once
+    max_script_bytes = 1048576     # the largest batch script a chain may register
+    allow_root_chains = false      # true: a daemon submitting as owners runs uid 0's chains
 
     [slurm]
     bin_dir = ""                   # directory of squeue/sacct/sbatch/scancel; "" = $PATH
@@ -92,6 +95,9 @@ class DaemonSection:
     run_as_owner: Literal["auto", "always", "never"] = "auto"
     sees_all_jobs: bool = True
     test_only_per_cycle: int = 0
+    max_chains_per_user: int = 100
+    max_script_bytes: int = 1_048_576
+    allow_root_chains: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 TOKEN_RE = re.compile(r"(?<![0-9A-Za-z])(mg[0-9a-f]{16})(?![0-9A-Za-z])")
 CURSOR_KEY = "accounting_cursor"
+#: The script of a policy's ``sbatch --test-only`` request (never run).
+TEST_ONLY_SCRIPT = b"#!/bin/sh\ntrue\n"
 #: The event committed before a handoff signal is sent (the "handoff" event follows it).
 HANDOFF_INTENT = "handoff.intent"
 
@@ -193,6 +195,7 @@ class CycleReport:
     decisions: int = 0
     error: str = ""
     duration_s: float = 0.0
+    submit_stalled: bool = False  # an sbatch timed out or lost the controller
 
 
 @dataclass
@@ -220,6 +223,7 @@ class Daemon:
         metrics: DaemonMetrics | None = None,
         action_clients: ActionClients | None = None,
         marker_check: MarkerCheck | None = None,
+        refuse_root_chains: bool = False,
     ) -> None:
         self.store = store
         self.client = client
@@ -249,6 +253,11 @@ class Daemon:
             self.store.set_value(model_key(name), str(int(lp.created_at)) if lp.created_at else "")
         self.action_clients = action_clients or (lambda _chain: client)
         self.marker_check = marker_check or local_marker_check
+        # A chain of uid 0 would have its jobs run as root by a daemon that submits as each
+        # owner: one registered as root, or a row written into the database by anyone who
+        # can (its password may be in a configuration users read). Refused unless the
+        # configuration allows it ([daemon] allow_root_chains).
+        self.refuse_root_chains = refuse_root_chains
         self._failures = 0
         self._next_poll = 0
         cursor = store.get_value(CURSOR_KEY)
@@ -877,6 +886,9 @@ class Daemon:
         report.ended.append(chain.id)
         s.add(event_row(now, "chain.end", chain.id, reason, state=state.value))
         self._stop_segments(s, chain, rest, now, report)
+        # The environment snapshot may hold secrets and is needed only to submit: an ended
+        # chain submits nothing more (a cancel runs with the minimal environment).
+        chain.environment = {}
 
     def _stop_segments(
         self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
@@ -990,17 +1002,25 @@ class Daemon:
             return f"{pcfg.fallback} (fallback: {name} needs the whole queue)", fb
         return name, policy
 
-    def estimate(self, request: SubmitRequest) -> StartEstimate:
+    def estimate(self, request: SubmitRequest, chain: Chain | None = None) -> StartEstimate:
         """Slurm's start estimate for ``request`` (``sbatch --test-only``), within what is
-        left of this cycle's ``test_only_per_cycle``; none once it is spent."""
+        left of this cycle's ``test_only_per_cycle``; none once it is spent.
+
+        A chain's own request (its script and options) runs as the chain's owner, like its
+        submission: as root, the user's options and ``#SBATCH`` lines would be read with
+        root's rights. A policy's request (Mirage's own fields only) runs as the daemon,
+        with a stub script: ``--test-only`` never runs it, but sbatch needs one."""
         if self._test_only_left <= 0:
             return StartEstimate(None, None)
         self._test_only_left -= 1
         self.metrics.test_only.inc()
         self.metrics.slurm_commands.labels("sbatch_test_only").inc()
+        if request.script is None and request.script_path is None:
+            request = replace(request, script=TEST_ONLY_SCRIPT)
+        client = self.client if chain is None else self.action_clients(chain)
         try:
-            return self.client.test_only(request)
-        except SlurmError as exc:
+            return client.test_only(request)
+        except (SlurmError, ValueError, OSError) as exc:
             log.info("sbatch --test-only failed: %s", exc)
             return StartEstimate(None, None)
 
@@ -1068,7 +1088,7 @@ class Daemon:
                 break
             if w.chain.slurm_estimate_for == w.index:
                 continue
-            est = self.estimate(build_request(w.chain, "mg" + "0" * 16, w.time_limit))
+            est = self.estimate(build_request(w.chain, "mg" + "0" * 16, w.time_limit), w.chain)
             w.chain.slurm_estimate = est.start
             w.chain.slurm_estimate_for = w.index
 
@@ -1081,7 +1101,13 @@ class Daemon:
                 self.metrics.cycles_skipped.labels("submit_limit").inc()
                 break
             budget -= 1
-            sub = self.submit(
+            if w.chain.uid == 0 and self.refuse_root_chains:
+                why = "chains of uid 0 are refused ([daemon] allow_root_chains = false)"
+                self._end_chain(
+                    s, w.chain, ChainState.FAILED, reason=why, rest=[], now=now, report=report
+                )
+                continue
+            self.submit(
                 s,
                 w.chain,
                 index=w.index,
@@ -1092,8 +1118,9 @@ class Daemon:
                 decision=w.decision,
                 pending=w.pending,
             )
-            if sub.state is SubmissionState.UNKNOWN:
-                # sbatch timed out or lost the controller: the rest wait for a good poll
+            if report.submit_stalled:
+                # sbatch timed out or lost the controller: the rest wait for a good poll (a
+                # chain whose own sbatch was killed or answered garbage stops no one else)
                 self.metrics.cycles_skipped.labels("submit_unknown").inc()
                 break
 
@@ -1147,8 +1174,9 @@ class Daemon:
                 self._end_chain(
                     s, chain, ChainState.FAILED, reason=why, rest=[], now=now, report=report
                 )
-        elif outcome == "unknown":
+        elif outcome in ("unknown", "unanswered"):
             report.unknown.append(sub.token)
+            report.submit_stalled = report.submit_stalled or outcome == "unknown"
             self.metrics.presubmissions.labels("unknown").inc()
         else:
             assert sub.job_id is not None
@@ -1229,15 +1257,18 @@ def record_intent(
 def perform_submission(
     s: Session, chain: Chain, sub: Submission, client: SlurmClient, now: int
 ) -> str:
-    """Run sbatch for a committed intent; "submitted", "unknown" or "rejected" (not committed).
+    """Run sbatch for a committed intent: "submitted", "rejected", "unknown" (the controller
+    timed out or could not be reached) or "unanswered" (sbatch was killed, or its answer
+    could not be read). Not committed.
 
-    A refusal (SubmitError) means no job exists: REJECTED. Any other failure (timeout,
-    lost connection, unreadable answer) may hide a job: UNKNOWN, resolved by its token.
+    A refusal (SubmitError) means no job exists: REJECTED, and so does a request that
+    could not be started at all (a NUL byte in a value, a user the system cannot switch
+    to: ValueError, OSError). Any other failure may hide a job: UNKNOWN, resolved by its
+    token.
     """
-    request = build_request(chain, sub.token, sub.time_limit_s)
     try:
-        job_id = client.submit(request)
-    except SubmitError as exc:
+        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s))
+    except (SubmitError, ValueError, OSError) as exc:
         sub.state = SubmissionState.REJECTED
         sub.resolved_at = now
         sub.error = str(exc)[:2000]
@@ -1248,7 +1279,8 @@ def perform_submission(
         sub.state = SubmissionState.UNKNOWN
         sub.error = str(exc)[:2000]
         s.add(event_row(now, "submit.unknown", chain.id, str(exc), token=sub.token))
-        return "unknown"
+        stalled = isinstance(exc, SlurmUnreachableError | SlurmTimeoutError)
+        return "unknown" if stalled else "unanswered"
     sub.state = SubmissionState.SUBMITTED
     sub.job_id = job_id
     sub.resolved_at = now

@@ -14,10 +14,12 @@ outage does not (the cycle finishes, with an error counted).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -69,6 +71,43 @@ class Watchdog:
         return ok
 
 
+#: At most one cycle woken by users' requests per this many seconds: a loop of requests
+#: must not turn into back-to-back squeue and sacct calls on the controller.
+WAKE_MIN_GAP_S = 15.0
+
+
+class Wakeups:
+    """When a cycle woken by a request may run: at once, or WAKE_MIN_GAP_S after the
+    last woken one (requests in between share it)."""
+
+    def __init__(self, clock: Callable[[], float], gap_s: float = WAKE_MIN_GAP_S) -> None:
+        self.clock = clock
+        self.gap_s = gap_s
+        self.last: float | None = None
+
+    def delay(self) -> float:
+        now = self.clock()
+        at = now if self.last is None else max(now, self.last + self.gap_s)
+        self.last = at
+        return at - now
+
+
+def serve_metrics(daemon: Daemon, config: Config) -> bool:
+    """Start the Prometheus exporter; whether it serves. A port that cannot be bound (in
+    use, perhaps taken by another local user, or an address this host lacks) is logged as
+    an error and the daemon runs on without metrics: provisioning matters more, and the
+    scrape target's absence is what monitoring sees."""
+    if not config.metrics.port:
+        return False
+    where = f"{config.metrics.address}:{config.metrics.port}"
+    try:
+        daemon.metrics.serve(config.metrics.address, config.metrics.port)
+    except OSError as exc:
+        log.error("cannot serve metrics on %s: %s; running without metrics", where, exc)
+        return False
+    return True
+
+
 def run_service(daemon: Daemon, config: Config) -> None:
     """Block: run cycles until SIGTERM/SIGINT."""
     from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
@@ -77,12 +116,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
     interval = config.daemon.poll_interval_s
     notifier = Notifier()
     watchdog = Watchdog(interval, notifier, time.monotonic)
-    if config.metrics.port:
-        where = f"{config.metrics.address}:{config.metrics.port}"
-        try:
-            daemon.metrics.serve(config.metrics.address, config.metrics.port)
-        except OSError as exc:  # in use, or an address this host does not have
-            raise StartupError(f"cannot serve metrics on {where}: {exc}") from exc
+    serve_metrics(daemon, config)
 
     def tick() -> None:
         try:
@@ -109,10 +143,14 @@ def run_service(daemon: Daemon, config: Config) -> None:
     scheduler.add_listener(skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
     from mirage.daemon.api import Api, ApiServer
 
+    woken = Wakeups(time.monotonic)
+
     def wake() -> None:  # a user registered or cancelled a chain: cycle soon
         import datetime as dt
 
-        scheduler.modify_job("cycle", next_run_time=dt.datetime.now(dt.UTC))
+        delay = woken.delay()
+        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
+        scheduler.modify_job("cycle", next_run_time=when)
 
     try:
         api = ApiServer(
@@ -145,6 +183,16 @@ def run_service(daemon: Daemon, config: Config) -> None:
     daemon.store.release_lease(config.daemon.cluster, daemon.holder)
 
 
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Files created inside are readable by their owner only (umask 077)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def open_store(config: Config) -> Store:
     """The configured database, migrated to the current schema (``alembic upgrade head``).
 
@@ -159,7 +207,14 @@ def open_store(config: Config) -> Store:
     url = database_url(config.daemon.database_url, config.daemon.state_dir)
     try:
         if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            # users' scripts and environments (secrets among them) are stored there: the
+            # folder and the files SQLite creates (database, -wal, -shm) are the daemon's
+            # alone, whatever umask it was started with (systemd's UMask=0027 is stricter
+            # than most shells' 022, but a hand-started daemon gets the shell's)
+            folder = Path(url.removeprefix("sqlite:///")).parent
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with private_umask():
+                return Store.open(url)
         return Store.open(url)
     except (OSError, SQLAlchemyError, CommandError) as exc:
         shown = make_url(url).render_as_string(hide_password=True)

@@ -171,8 +171,9 @@ def test_daemon_options_and_profiles_checked(env: tuple[Path, Path]) -> None:
     assert res.output.count(str(bad)) == 1  # the path once, not twice
 
 
-def test_daemon_with_its_metrics_port_taken_stops_with_an_error(tmp_path: Path) -> None:
-    """Run as a process: were the port free, the daemon would run on (killed by the timeout)."""
+def test_daemon_with_its_metrics_port_taken_runs_on_without_metrics(tmp_path: Path) -> None:
+    """Another process (perhaps another user's) holds the port: the daemon says so and
+    keeps provisioning. Run as a process, stopped once it has said it (or after 60 s)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -184,10 +185,24 @@ def test_daemon_with_its_metrics_port_taken_stops_with_an_error(tmp_path: Path) 
         )
         code = "from mirage.cli import main; main()"
         argv = [sys.executable, "-c", code, "daemon", "--config", str(cfg)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1, done.stderr
-    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
-    assert "Traceback" not in done.stderr
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        timer = threading.Timer(60, proc.terminate)
+        timer.start()
+        lines = []
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if "running without metrics" in line:
+                    break
+            running = proc.poll() is None
+        finally:
+            timer.cancel()
+            proc.terminate()
+            proc.wait(timeout=30)
+    said = "".join(lines)
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in said and running, said
+    assert "Traceback" not in said
 
 
 # ---- mirage evaluate and mirage train -----------------------------------------------------
