@@ -11,6 +11,13 @@ options Mirage manages itself are taken out of the passthrough list:
   ``--dependency/-d``, ``--hold/-H``, ``--array/-a``, ``--wrap``, ``--parsable``,
   ``--test-only`` (they would break the chain's bookkeeping).
 
+sbatch parses its options with getopt_long, which takes any unambiguous prefix of a long
+option (``--dep`` is ``--dependency``, ``--j`` is ``--job-name``) and letters run
+together after one dash (``-vJx`` is ``-v -J x``): both are read as sbatch reads them.
+
+Every string the daemon later hands to a process or to the filesystem is checked here:
+exec, open and the environment take C strings, where a NUL byte cannot be.
+
 ``#SBATCH`` lines of the script give the time limit, partition, nodes and GPUs when the
 command line does not (the command line wins, as in sbatch).
 """
@@ -62,6 +69,13 @@ MANAGED = {
     "--export": "export",
 }
 _FLAGS = {"--hold", "-H", "--parsable", "--test-only"}
+#: Our long options, any prefix of which sbatch may take for one of them.
+_LONG = tuple(sorted(o for o in (*REFUSED, *MANAGED) if o.startswith("--")))
+#: sbatch's short options that take a value (22.05; ``k``'s is optional and attached). In
+#: a word such as ``-vJx`` the letters before the first of these are flags, and the rest of
+#: the word is its value. A letter not listed is scanned as a flag: at worst a value is
+#: read as options and refused, never an option of ours let through as a value.
+_SHORT_WITH_VALUE = frozenset("ABCDFGJLMNSabcdeikmnopqtwx")
 #: In the script's #SBATCH lines these are harmless: the command line overrides them.
 OVERRIDDEN_IN_SCRIPT = frozenset({"--comment", "--job-name", "-J"})
 
@@ -119,22 +133,73 @@ def split_options(
         if not arg.startswith("-"):
             spec.rest.append(arg)  # the value of the pass-through option before it
             continue
-        name, eq, value = arg.partition("=")
-        if not eq and not name.startswith("--") and len(name) > 2:
-            name, value, eq = name[:2], name[2:], "="  # -t60, -pgpu
-        if name in REFUSED and name not in allowed:
-            raise ChainSpecError(f"{name} (in the {where}) is not allowed: {REFUSED[name]}")
-        if name not in MANAGED and name not in REFUSED:
-            spec.rest.append(arg)
+        passed, name, value = _our_option(arg, allowed, where)
+        if passed:
+            spec.rest.append(passed)
+        if not name:
             continue
-        if not eq and name not in _FLAGS:
+        if value is None and name not in _FLAGS:
             if i >= len(args):
                 raise ChainSpecError(f"{name} needs a value")
             value = args[i]
             i += 1
         if name in MANAGED:
-            spec.managed[MANAGED[name]] = value
+            spec.managed[MANAGED[name]] = value or ""
     return spec
+
+
+def _our_option(arg: str, allowed: frozenset[str], where: str) -> tuple[str, str, str | None]:
+    """(what passes through to sbatch, the refused or managed option in ``arg`` or "",
+    its attached value or None); refuses what is not allowed."""
+    if arg.startswith("--"):
+        typed, eq, value = arg.partition("=")
+        name = _long_name(typed, allowed, where)
+        if not name:
+            return arg, "", None
+        return "", name, value if eq else None
+    flags, name, attached = _short_option(arg)
+    if name in REFUSED and name not in allowed:
+        raise ChainSpecError(f"{name} (in the {where}) is not allowed: {REFUSED[name]}")
+    # "-p=gpu" has always been read as -p gpu here (sbatch would take "=gpu"): kept
+    return flags, name, attached.removeprefix("=") or None
+
+
+def _long_name(typed: str, allowed: frozenset[str], where: str) -> str:
+    """The refused or managed option that ``typed`` is or abbreviates, or "" for none.
+
+    getopt_long takes an abbreviation when it is unambiguous among ALL of sbatch's
+    options, which Mirage does not list: so every prefix of one of ours counts as it (an
+    ambiguous one sbatch refuses anyway). A refused option is refused; an abbreviated
+    managed one too, since Mirage cannot tell which option sbatch would take it for.
+    """
+    if typed == "--":
+        return ""  # the end of the options, or a bare "--=..." sbatch refuses itself
+    exact = typed in REFUSED or typed in MANAGED
+    hits = [typed] if exact else [o for o in _LONG if o.startswith(typed)]
+    refused = [o for o in hits if o in REFUSED and o not in allowed]
+    if refused:
+        name = refused[0]
+        why = REFUSED[name] if exact else f"it abbreviates {name}: {REFUSED[name]}"
+        raise ChainSpecError(f"{typed} (in the {where}) is not allowed: {why}")
+    if exact or not hits:
+        return typed if exact else ""
+    if all(o in REFUSED for o in hits):
+        return hits[0]  # allowed here (a token carrier in the script's lines): ignored
+    raise ChainSpecError(
+        f"{typed} (in the {where}) abbreviates {' or '.join(hits)}: write the option in full"
+    )
+
+
+def _short_option(arg: str) -> tuple[str, str, str]:
+    """Split ``-vJx`` into ("-v", "-J", "x"): the flags before the first refused or managed
+    letter, that letter's option and its attached value; (arg, "", "") when it has none."""
+    for i, letter in enumerate(arg[1:], start=1):
+        name = f"-{letter}"
+        if name in REFUSED or name in MANAGED:
+            return (arg[:i] if i > 1 else ""), name, arg[i + 1 :]
+        if letter in _SHORT_WITH_VALUE:
+            break  # the rest of the word is this option's value
+    return arg, "", ""
 
 
 _DIRECTIVE = re.compile(rb"^#SBATCH\s+(.*)$")
@@ -155,6 +220,55 @@ def script_directives(script: bytes) -> list[str]:
     return out
 
 
+def check_text(what: str, value: str) -> None:
+    """Refuse a string that cannot become a C string for exec, open or the environment.
+
+    Such a string would only fail later, in the daemon's cycle, as an exception that no
+    error message reaches the user through (a NUL byte; a lone surrogate, which no file
+    system encoding can write).
+    """
+    if "\0" in value:
+        raise ChainSpecError(f"{what} contains a NUL byte")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        raise ChainSpecError(f"{what} is not encodable text (a lone surrogate)") from None
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """The variables must be ones that execve can pass: NAME=value, NAME without '='."""
+    for key, value in environ.items():
+        if not key or "=" in key:
+            raise ChainSpecError(f"environment variable name {key!r}: empty or contains '='")
+        check_text(f"environment variable name {key!r}", key)
+        check_text(f"the value of environment variable {key}", value)
+
+
+def _check_request(
+    script_path: str,
+    cwd: str,
+    *,
+    until_file: str | None,
+    name: str | None,
+    sbatch_args: Sequence[str],
+    environ: Mapping[str, str],
+) -> None:
+    check_text("the script path", script_path)
+    check_text("the working directory", cwd)
+    for label, value in (("--until-file", until_file), ("--name", name)):
+        if value is not None:
+            check_text(label, value)
+    for arg in sbatch_args:
+        check_text(f"the sbatch option {arg!r}", arg)
+    check_environment(environ)
+
+
+def _check_managed(managed: Mapping[str, str], where: str) -> None:
+    # values read from the script's bytes reach sbatch's command line as options
+    for key, value in managed.items():
+        check_text(f"{where} {key} value {value!r}", value)
+
+
 def build_chain(
     script_path: str,
     script: bytes,
@@ -171,6 +285,9 @@ def build_chain(
     cluster: str = "",
 ) -> Chain:
     """A new ACTIVE chain from the registering user's request (not stored yet)."""
+    _check_request(
+        script_path, cwd, until_file=until_file, name=name, sbatch_args=sbatch_args, environ=environ
+    )
     if until_file is not None and not until_file.strip():
         raise ChainSpecError("--until-file needs a path")
     if segments is None and until_file is None:
@@ -184,6 +301,7 @@ def build_chain(
         script_directives(script), allowed=OVERRIDDEN_IN_SCRIPT, where="script's #SBATCH lines"
     )
     managed = {**directives.managed, **cli.managed}
+    _check_managed(directives.managed, "the script's #SBATCH")
     if "time" not in managed:
         raise ChainSpecError(
             "the segments' time limit is needed: --time in the options or #SBATCH --time"

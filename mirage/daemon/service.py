@@ -148,13 +148,16 @@ def run_service(daemon: Daemon, config: Config) -> None:
     def wake() -> None:  # a user registered or cancelled a chain: cycle soon
         import datetime as dt
 
-        delay = woken.delay()
-        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
+        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=woken.delay())
+        job = scheduler.get_job("cycle")
+        if job is not None and job.next_run_time is not None and job.next_run_time <= when:
+            return  # the regular cycle comes sooner: a wake never postpones it
         scheduler.modify_job("cycle", next_run_time=when)
 
     try:
         api = ApiServer(
-            config.socket.path, Api(daemon.store, cluster=config.daemon.cluster, wake=wake)
+            config.socket.path,
+            Api(daemon.store, cluster=config.daemon.cluster, wake=wake, config=config),
         )
     except OSError as exc:
         raise StartupError(f"cannot open the socket {config.socket.path}: {exc}") from exc

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mirage.daemon.api import Api, ApiServer, call
+from mirage.daemon.config import Config, DaemonSection
 from tests.unit.test_daemon_support import make_store
 
 SCRIPT = b"#!/bin/bash\n#SBATCH --time=10\ntrue\n"
@@ -34,7 +35,9 @@ def register(segments: int = 2) -> dict[str, object]:
 def server(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
     sockdir = Path(tempfile.mkdtemp(prefix="mirage-api-"))
     sockdir.chmod(0o755)
-    srv = ApiServer(sockdir / "mirage.sock", Api(make_store(tmp_path)))
+    # the test registers as itself, which may be root (refused by default)
+    config = Config(daemon=DaemonSection(allow_root_chains=True))
+    srv = ApiServer(sockdir / "mirage.sock", Api(make_store(tmp_path), config=config))
     srv.start()
     yield srv, sockdir / "mirage.sock"
     srv.stop()
