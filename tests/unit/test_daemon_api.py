@@ -6,15 +6,11 @@ import base64
 import json
 import os
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mirage.daemon.api import Api, ApiServer, call
-from mirage.daemon.config import Config, DaemonSection
-from tests.unit.test_daemon_support import make_store
+from mirage.daemon.api import ApiServer, call
 
 SCRIPT = b"#!/bin/bash\n#SBATCH --time=10\ntrue\n"
 
@@ -29,19 +25,6 @@ def register(segments: int = 2) -> dict[str, object]:
         "cwd": "/tmp",
         "environ": {"PATH": "/usr/bin"},
     }
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
-    sockdir = Path(tempfile.mkdtemp(prefix="mirage-api-"))
-    sockdir.chmod(0o755)
-    # the test registers as itself, which may be root (refused by default)
-    config = Config(daemon=DaemonSection(allow_root_chains=True))
-    srv = ApiServer(sockdir / "mirage.sock", Api(make_store(tmp_path), config=config))
-    srv.start()
-    yield srv, sockdir / "mirage.sock"
-    srv.stop()
-    sockdir.rmdir()
 
 
 #: A client without Mirage (the venv may not be readable by the other user).

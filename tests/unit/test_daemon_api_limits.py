@@ -13,7 +13,6 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,17 +245,6 @@ def test_active_chains_per_user_are_bounded(
 
 
 # ---- 5. the socket's own limits -----------------------------------------------------------
-
-
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ApiServer, Path]]:
-    sockdir = Path(tempfile.mkdtemp(prefix="mirage-lim-"))  # short: AF_UNIX paths are
-    config = Config(daemon=DaemonSection(allow_root_chains=True))
-    srv = ApiServer(sockdir / "s.sock", Api(make_store(tmp_path), config=config))
-    srv.start()
-    yield srv, sockdir / "s.sock"
-    srv.stop()
-    sockdir.rmdir()
 
 
 def raw(path: Path, data: bytes, timeout: float = 20.0) -> bytes:
