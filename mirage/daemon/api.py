@@ -252,16 +252,18 @@ def _opt_str(req: dict[str, Any], key: str) -> str | None:
 class _Slots:
     """The requests being served, in all and per uid: a bounded number, never a queue."""
 
-    def __init__(self, total: int, per_uid: int) -> None:
+    def __init__(self, total: int, per_uid: int, exempt: frozenset[int] = frozenset({0})) -> None:
         self.total = total
         self.per_uid = per_uid
+        self.exempt = exempt  # never "busy": root (an admin's `mirage status`)
         self._lock = threading.Lock()
         self._by_uid: dict[int, int] = {}
 
     def take(self, uid: int) -> bool:
         with self._lock:
             mine = self._by_uid.get(uid, 0)
-            if sum(self._by_uid.values()) >= self.total or mine >= self.per_uid:
+            full = sum(self._by_uid.values()) >= self.total or mine >= self.per_uid
+            if full and uid not in self.exempt:
                 return False
             self._by_uid[uid] = mine + 1
             return True
@@ -406,11 +408,27 @@ def _refuse_non_socket(path: Path) -> None:
         raise FileExistsError(errno.EEXIST, "exists and is not a socket", str(path))
 
 
+class UntrustedServer(ConnectionError):
+    """The process listening at the socket is neither root nor the caller."""
+
+
+def _check_server(sock: socket.socket, path: str | Path) -> None:
+    """A request carries the caller's environment snapshot (its secrets among them): send
+    it only to a daemon run by root (the system's) or by the caller (a per-user one), never
+    to whatever another user put at a path in a folder they can write."""
+    _pid, uid, _gid = peer_credentials(sock)
+    if uid not in (0, os.getuid()):
+        raise UntrustedServer(
+            f"{path} is served by uid {uid}, neither root nor you: not sending a request"
+        )
+
+
 def call(path: str | Path, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
     """Send one request to the daemon's socket and return its answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))
+        _check_server(sock, path)
         # a daemon that stops reading (a request too large) has answered why: read that
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(json.dumps(request).encode() + b"\n")

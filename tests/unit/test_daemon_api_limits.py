@@ -20,6 +20,8 @@ import pytest
 
 from mirage.daemon import api as api_module
 from mirage.daemon.api import (
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_UID,
     MAX_REQUEST,
     Api,
     ApiServer,
@@ -329,6 +331,7 @@ def test_trickling_client_is_dropped_by_the_server(server: tuple[ApiServer, Path
 
 def test_busy_beyond_the_connection_bounds(server: tuple[ApiServer, Path]) -> None:
     srv, path = server
+    srv.slots = _Slots(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_UID, exempt=frozenset())  # root too
     held = []
     try:
         for _ in range(4):  # one uid's share, each sending nothing
@@ -358,6 +361,19 @@ def test_slots_bound_each_uid_and_the_total() -> None:
     slots.give(1)
     assert slots.take(4) and not slots.take(1)
     assert slots.in_use() == 6
+    assert slots.take(0) and slots.in_use() == 7  # root is never turned away
+
+
+def test_the_client_sends_nothing_to_a_stranger_s_socket(
+    server: tuple[ApiServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests carry the caller's environment: only root's or the caller's own daemon
+    gets them, never a socket another user put in place."""
+    _srv, path = server
+    assert call(path, {"op": "list"})["ok"]  # served by this process: the caller (or root)
+    monkeypatch.setattr(api_module, "peer_credentials", lambda _sock: (1, 54321, 54321))
+    with pytest.raises(api_module.UntrustedServer, match="uid 54321, neither root nor you"):
+        call(path, {"op": "list"})
 
 
 @pytest.mark.parametrize(
