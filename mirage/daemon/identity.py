@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: Environment a segment gets when the chain's export policy is not ALL (PATH for sbatch).
 MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+#: Output kept of a chain's sbatch/scancel/scontrol (run in the user's environment, which
+#: may make them print without end); Slurm's own answers are a few lines.
+MAX_ACTION_OUTPUT = 16 * 1024 * 1024
 
 
 class OwnerRunner(SubprocessRunner):
@@ -42,8 +45,9 @@ class OwnerRunner(SubprocessRunner):
         *,
         timeout: float = 30.0,
         base_env: Mapping[str, str] | None = None,
+        max_output: int | None = None,
     ) -> None:
-        super().__init__(timeout=timeout, base_env=base_env)
+        super().__init__(timeout=timeout, base_env=base_env, max_output=max_output)
         self.uid = uid
         self.gid = gid
         self.groups = list(groups)
@@ -88,10 +92,17 @@ def action_clients(config: Config) -> Callable[[Chain], SlurmClient]:
         runner: SubprocessRunner
         if as_owner:
             runner = OwnerRunner(
-                chain.uid, chain.gid, chain.groups, timeout=sl.timeout_s, base_env=env
+                chain.uid,
+                chain.gid,
+                chain.groups,
+                timeout=sl.timeout_s,
+                base_env=env,
+                max_output=MAX_ACTION_OUTPUT,
             )
         else:
-            runner = SubprocessRunner(timeout=sl.timeout_s, base_env=env)
+            runner = SubprocessRunner(
+                timeout=sl.timeout_s, base_env=env, max_output=MAX_ACTION_OUTPUT
+            )
         client = CliSlurmClient(
             runner=runner,
             binaries=binaries,

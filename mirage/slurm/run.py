@@ -27,11 +27,13 @@ silently change their output or behaviour. Removed from the child's environment:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -198,8 +200,13 @@ class SubprocessRunner:
         tz: str | None = "UTC",
         env_extra: Mapping[str, str] | None = None,
         base_env: Mapping[str, str] | None = None,
+        max_output: int | None = None,
     ) -> None:
         self.timeout = timeout
+        # Bytes a command may print on stdout or stderr before it is killed (None: no
+        # bound). The commands run in a user's environment (their sbatch, under their
+        # LD_PRELOAD) are bounded: whatever they print is held in the daemon's memory.
+        self.max_output = max_output
         self.keep_slurm_conf = keep_slurm_conf
         self.tz = tz
         self.env_extra = dict(env_extra or {})
@@ -214,6 +221,34 @@ class SubprocessRunner:
         """Extra ``subprocess.run`` options (e.g. the user to run as); none by default."""
         return {}
 
+    def _run_bounded(
+        self, args: tuple[str, ...], stdin: bytes | None, timeout: float, max_output: int
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``subprocess.run`` with at most ``max_output`` bytes kept of each stream: a
+        command that prints more is killed, and its outcome is unknown (SlurmError)."""
+        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell, clean env
+            args,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.environment(),
+            **self.spawn_options(),
+        )
+        with proc:
+            reader = _Bounded(proc, max_output)
+            reader.feed(stdin)
+            try:
+                rc = reader.run(timeout)
+            except subprocess.TimeoutExpired as exc:
+                exc.stderr = bytes(reader.err)
+                raise
+        if reader.over:
+            raise SlurmError(
+                args, rc, _decode(bytes(reader.err[-2000:])),
+                f"{args[0]} printed more than {max_output} bytes on {reader.over}: killed",
+            )  # fmt: skip
+        return subprocess.CompletedProcess(args, rc, bytes(reader.out), bytes(reader.err))
+
     def __call__(
         self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
@@ -223,16 +258,19 @@ class SubprocessRunner:
         limit = self.timeout if timeout is None else timeout
         started = time.monotonic()
         try:
-            proc = subprocess.run(  # noqa: S603 - argv list, no shell, clean env
-                args,
-                input=stdin,
-                stdin=None if stdin is not None else subprocess.DEVNULL,
-                capture_output=True,
-                timeout=limit,
-                env=self.environment(),
-                check=False,
-                **self.spawn_options(),
-            )
+            if self.max_output is not None:
+                proc = self._run_bounded(args, stdin, limit, self.max_output)
+            else:
+                proc = subprocess.run(  # noqa: S603 - argv list, no shell, clean env
+                    args,
+                    input=stdin,
+                    stdin=None if stdin is not None else subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=limit,
+                    env=self.environment(),
+                    check=False,
+                    **self.spawn_options(),
+                )
         except subprocess.TimeoutExpired as exc:
             duration = time.monotonic() - started
             log.debug("slurm: %s timed out after %.3fs", args, duration)
@@ -246,6 +284,59 @@ class SubprocessRunner:
         return CommandResult(
             args, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration
         )
+
+
+class _Bounded:
+    """A child's output, read by threads that kill the child once either stream passes
+    ``limit`` bytes (``over`` then names the stream)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limit: int) -> None:
+        self.proc = proc
+        self.limit = limit
+        self.out = bytearray()
+        self.err = bytearray()
+        self.over = ""
+        self.threads = [
+            threading.Thread(target=self._drain, args=(proc.stdout, self.out, "stdout")),
+            threading.Thread(target=self._drain, args=(proc.stderr, self.err, "stderr")),
+        ]
+
+    def _drain(self, stream: Any, buf: bytearray, name: str) -> None:
+        while chunk := stream.read1(65536):
+            if len(buf) + len(chunk) > self.limit:
+                self.over = self.over or name
+                with contextlib.suppress(OSError):  # already gone
+                    self.proc.kill()
+                return
+            buf.extend(chunk)
+
+    def feed(self, data: bytes | None) -> None:
+        """Write stdin in its own thread: a child that never reads it cannot block us."""
+        stdin = self.proc.stdin
+        if data is None or stdin is None:
+            return
+
+        def write() -> None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                stdin.write(data)
+                stdin.close()
+
+        self.threads.append(threading.Thread(target=write, daemon=True))
+
+    def run(self, timeout: float) -> int:
+        for t in self.threads:
+            t.daemon = True
+            t.start()
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+            raise
+        finally:
+            for t in self.threads:
+                t.join(timeout=5)
+        return rc
 
 
 def _decode(data: bytes | str | None) -> str:

@@ -160,3 +160,17 @@ def test_the_database_is_the_daemons_alone(tmp_path: Path) -> None:
     assert files and all(stat.S_IMODE(f.stat().st_mode) & 0o077 == 0 for f in files), [
         (f.name, oct(f.stat().st_mode)) for f in files
     ]
+
+
+def test_a_chains_commands_keep_a_bounded_output(tmp_path: Path) -> None:
+    """sbatch runs in the user's environment (their LD_PRELOAD may make it print without
+    end): what the daemon keeps of its output is bounded, as owner or not."""
+    from mirage.daemon.identity import MAX_ACTION_OUTPUT, action_clients
+    from mirage.slurm.cli_backend import CliSlurmClient
+
+    chain = make_chain(make_store(tmp_path), segments=1)
+    for mode in ("always", "never"):
+        config = Config(daemon=DaemonSection(run_as_owner=mode))
+        client = action_clients(config)(chain)
+        assert isinstance(client, CliSlurmClient)
+        assert getattr(client.runner, "max_output", None) == MAX_ACTION_OUTPUT

@@ -234,3 +234,28 @@ def test_genuine_refusals_stay_submit_errors(stderr: str) -> None:
     assert not is_unreachable(stderr)
     with pytest.raises(SubmitError):
         check_result(CommandResult(("sbatch",), 1, "", stderr + "\n"), SubmitError)
+
+
+def test_bounded_runner_answers_like_the_plain_one(tmp_path: Path) -> None:
+    """The runner of users' commands keeps at most ``max_output`` bytes; under it, the
+    same answers: exit code and streams, stdin past a pipe's buffer, timeouts."""
+    talk = script(tmp_path, "talk", 'echo out "$1"; echo err >&2; exit 3\n')
+    cat = script(tmp_path, "cat", "exec cat\n")
+    slow = script(tmp_path, "slow", "exec sleep 30\n")
+    big = bytes(range(256)) * 4096  # 1 MiB: more than a pipe holds
+    for runner in (SubprocessRunner(), SubprocessRunner(max_output=2 << 20)):
+        got = runner([talk, "a b"])
+        assert (got.returncode, got.stdout, got.stderr) == (3, "out a b\n", "err\n")
+        assert runner([cat], stdin=big).stdout == big.decode("utf-8", errors="replace")
+        assert runner([cat]).stdout == ""
+        with pytest.raises(SlurmTimeoutError):
+            runner([slow], timeout=0.3)
+
+
+@pytest.mark.parametrize("stream", ["", ">&2"])
+def test_output_past_the_bound_kills_the_command(tmp_path: Path, stream: str) -> None:
+    flood = script(tmp_path, "flood", f"exec yes {stream}\n")  # prints without end
+    with pytest.raises(SlurmError, match="printed more than 100000 bytes on std") as info:
+        SubprocessRunner(max_output=100_000, timeout=30)([flood])
+    # its outcome is unknown (an sbatch may have submitted): neither a refusal nor a timeout
+    assert not isinstance(info.value, SubmitError | SlurmTimeoutError)
