@@ -487,7 +487,7 @@ def daemon_cmd(
     cfg = _config(config_path)
     if trace_path and backend != "sim":
         raise click.UsageError("--trace needs --backend sim")
-    with _startup_errors():  # a model, profile, database or port that cannot be used: say why
+    with _startup_errors():  # a model, profile, database or socket that cannot be used: say why
         if demo_chains is not None:
             if not trace_path:
                 raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
@@ -542,7 +542,8 @@ def daemon_cmd(
 @contextlib.contextmanager
 def _startup_errors() -> Iterator[None]:
     """What stops the daemon from starting becomes one CLI error: a trained model (loaded
-    once, when the daemon is built), a profile, the database, the metrics port, the socket."""
+    once, when the daemon is built), a profile, the database, the socket (a metrics port
+    that cannot be bound is only logged: ``service.serve_metrics``)."""
     from mirage.daemon.service import StartupError
     from mirage.learn.artifacts import ModelError
     from mirage.profile.schema import ProfileError

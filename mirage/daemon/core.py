@@ -55,6 +55,7 @@ from mirage.policy.base import Decision, DecisionContext, PendingTransition, Pol
 from mirage.policy.cost import Transition
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.client import SlurmClient
+from mirage.slurm.parse import digits
 from mirage.slurm.types import (
     JobState,
     QueueSnapshot,
@@ -156,7 +157,7 @@ def index_tokens(
 
 def _id_order(job: SlurmJob) -> tuple[int, str]:
     head = job.job_id.split("_")[0].split("+")[0]
-    return (int(head), job.job_id) if head.isdigit() else (2**63, job.job_id)
+    return (int(head), job.job_id) if digits(head) else (2**63, job.job_id)
 
 
 def job_name(chain_name: str, token: str) -> str:

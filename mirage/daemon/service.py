@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class StartupError(Exception):
-    """The daemon's database, metrics port or socket cannot be used: nothing was started."""
+    """The daemon's database or socket cannot be used: nothing was started."""
 
 
 class Notifier:
@@ -92,20 +92,18 @@ class Wakeups:
         return at - now
 
 
-def serve_metrics(daemon: Daemon, config: Config) -> bool:
-    """Start the Prometheus exporter; whether it serves. A port that cannot be bound (in
-    use, perhaps taken by another local user, or an address this host lacks) is logged as
-    an error and the daemon runs on without metrics: provisioning matters more, and the
+def serve_metrics(daemon: Daemon, config: Config) -> None:
+    """Start the Prometheus exporter (port 0: none). A port that cannot be bound (in use,
+    perhaps taken by another local user, or an address this host lacks) is logged as an
+    error and the daemon runs on without metrics: provisioning matters more, and the
     scrape target's absence is what monitoring sees."""
     if not config.metrics.port:
-        return False
+        return
     where = f"{config.metrics.address}:{config.metrics.port}"
     try:
         daemon.metrics.serve(config.metrics.address, config.metrics.port)
     except OSError as exc:
         log.error("cannot serve metrics on %s: %s; running without metrics", where, exc)
-        return False
-    return True
 
 
 def run_service(daemon: Daemon, config: Config) -> None:

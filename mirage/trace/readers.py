@@ -182,10 +182,6 @@ def _local_times_to_utc(
     return check_times(acc, df), amb, miss
 
 
-def _check_times(acc: Acc, df: pd.DataFrame) -> pd.DataFrame:
-    return check_times(acc, df)
-
-
 def _finish(  # noqa: PLR0917
     acc: Acc, df: pd.DataFrame, fmt: str, tz: str, notes: list[str], amb: int = 0, miss: int = 0
 ) -> TraceLoad:
@@ -659,7 +655,7 @@ def read_swf(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     df["partition"] = [
         partitions.get(str(p), str(p)) if p >= 0 else "" for p in df.pop("_partition_no")
     ]
-    df = _check_times(acc, df)
+    df = check_times(acc, df)
     if header.get("MaxJobs") and header["MaxJobs"] != str(acc.rows_read):
         notes.append(f"header MaxJobs {header['MaxJobs']} but {acc.rows_read} rows in the file")
     return _finish(acc, df, "swf", tz, notes)
@@ -681,7 +677,7 @@ def read_swf_ext(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     df["nodes"] = pd.array(nodes, dtype="Int64")
     huge = np.array([g is not None and n is None for g, n in zip(specs, nodes, strict=True)])
     df = acc.drop(df, huge, "nodes count out of range")
-    df = _check_times(acc, df)
+    df = check_times(acc, df)
     return _finish(acc, df, "swf-ext", tz or "", notes)
 
 
@@ -798,7 +794,7 @@ def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | N
         notes.append("no theta_walltime partner: nodes are allocated nodes (field 5)")
     for col in ("nodes", "time_limit"):
         df[col] = df[col].astype("Int64").mask(df[col] < 0)
-    df = _check_times(acc, df)
+    df = check_times(acc, df)
     sub = df["submit"].to_numpy(dtype=float)
     if len(sub) > 1 and bool((np.diff(sub) < 0).any()):
         notes.append("rows are not sorted by submit (kept in file order)")
