@@ -142,6 +142,15 @@ class Chain(Base):
     # sbatch --test-only's answer for the successor not yet submitted, and for which k
     slurm_estimate: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     slurm_estimate_for: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # This chain's own trouble, kept apart from every other chain's (the cycle goes on for
+    # them): the last error in its decision, submission or bookkeeping, when, and how many
+    # so far; cleared ("") by its next step that succeeds.
+    error: Mapped[str] = mapped_column(Text, default="")
+    error_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    # Why the chain is not being pre-submitted as its policy would (a fallback and its
+    # reason, the last segment running, ...); "" when nothing needs saying.
+    note: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
 
