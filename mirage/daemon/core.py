@@ -250,6 +250,7 @@ class Daemon:
             self.metrics.model_age.set_function(lambda: max(0.0, time.time() - created))
         else:
             self.metrics.model_age.set(0)  # a baseline has no trained model
+        self._used = used
         for name, lp in loaded.items():  # for `mirage status`: each model's age
             self.store.set_value(model_key(name), str(int(lp.created_at)) if lp.created_at else "")
         self.action_clients = action_clients or (lambda _chain: client)
@@ -267,6 +268,23 @@ class Daemon:
         self._warmed = False  # the policies' accounting history read (see _warmup)
         self.last_report: CycleReport | None = None
         self._fault = _fault_from_env()
+
+    def policy_summary(self) -> dict[str, Any]:
+        """The configured default policy as the start line and ``mirage status`` show it:
+        ``policy``, ``model`` (a trained model: name, cluster, creation time; "" for a
+        baseline), ``model_created_at`` (epoch seconds or None) and ``fallback`` (why the
+        daemon does not use it as is, "" when it does)."""
+        pcfg = self.config.policy
+        used = self._used
+        model = ""
+        if used.kind == "learned":
+            model = f"{pcfg.default} ({pcfg.cluster}, trained {used.created})"
+        return {
+            "policy": pcfg.default,
+            "model": model,
+            "model_created_at": int(used.created_at) if used.created_at else None,
+            "fallback": "",
+        }
 
     def _fault_point(self, point: str) -> None:
         """kill -9 here when MIRAGE_FAULT names this point (see FAULT_POINTS)."""
