@@ -7,6 +7,14 @@ child drops privileges before exec, without ``preexec_fn``). A per-user daemon (
 itself. Either way the child's environment is the chain's snapshot (``--export=ALL``)
 or nothing but Mirage's clean defaults, never the daemon's own; and the command is an
 argv list: no user string reaches a shell.
+
+sbatch runs in the chain's directory (so that the job's ``SLURM_SUBMIT_DIR`` is where the
+chain was registered). ``subprocess`` changes directory before it drops privileges, which
+would enter it as root: wrong both ways (root may enter what the owner may not; on an NFS
+home exported with root_squash root may not enter what the owner may). So an owner's
+command that needs a directory runs as ``env --chdir=DIR -- COMMAND …`` (GNU coreutils
+8.28 or later): the owner's own process changes directory, then execs the command; a
+directory it cannot enter is that submission's :class:`~mirage.slurm.run.WorkdirError`.
 """
 
 from __future__ import annotations
@@ -23,7 +31,13 @@ from mirage.daemon.config import Config
 from mirage.daemon.store import Chain
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.run import SubprocessRunner
+from mirage.slurm.run import (
+    CommandResult,
+    SubprocessRunner,
+    WorkdirError,
+    workdir_message,
+)
+from mirage.slurm.types import SlurmUnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +46,11 @@ MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 #: Output kept of a chain's sbatch/scancel/scontrol (run in the user's environment, which
 #: may make them print without end); Slurm's own answers are a few lines.
 MAX_ACTION_OUTPUT = 16 * 1024 * 1024
+#: Changes directory as the owner, then execs the command (``--chdir``: coreutils 8.28+).
+ENV = "/usr/bin/env"
+#: env's own exit codes: it failed itself (125: e.g. chdir), the command could not be
+#: executed (126) or was not found (127); its messages then start with "/usr/bin/env: ".
+_ENV_FAILED, _ENV_CANNOT_EXEC, _ENV_NOT_FOUND = 125, 126, 127
 
 
 class OwnerRunner(SubprocessRunner):
@@ -56,6 +75,42 @@ class OwnerRunner(SubprocessRunner):
         # the child drops to the owner before exec (no preexec_fn: unsafe with threads);
         # cwd "/" so that it never depends on a directory the owner cannot enter
         return {"user": self.uid, "group": self.gid, "extra_groups": self.groups, "cwd": "/"}
+
+    def launch(
+        self, args: tuple[str, ...], cwd: str | None
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        # the owner's process enters cwd (see the module docstring), never root's
+        if cwd is None:
+            return args, self.spawn_options()
+        return (ENV, f"--chdir={cwd}", "--", *args), self.spawn_options()
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        result = super().__call__(argv, stdin=stdin, timeout=timeout, cwd=cwd)
+        if cwd is not None:
+            _check_env_wrapper(result, cwd)
+        return result
+
+
+def _check_env_wrapper(result: CommandResult, cwd: str) -> None:
+    """Raise what env's own failure means: the directory (the command never ran), or a
+    command that cannot be executed (no Slurm client, as for an unwrapped command)."""
+    if not result.stderr.startswith(f"{ENV}: "):
+        return  # the command's own answer (sbatch's messages start with "sbatch: ")
+    if result.returncode == _ENV_FAILED:
+        raise WorkdirError(
+            result.argv, result.returncode, result.stderr, workdir_message(result.argv, cwd)
+        )
+    if result.returncode in (_ENV_CANNOT_EXEC, _ENV_NOT_FOUND):
+        raise SlurmUnreachableError(
+            result.argv, result.returncode, result.stderr, f"cannot run {result.argv[0]}"
+        )
 
 
 def runs_as_owner(config: Config) -> bool:

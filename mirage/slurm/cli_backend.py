@@ -10,6 +10,12 @@ cleaned environment with ``TZ=UTC``); every output goes through the pure parsers
   with both bounds explicit (``sacct`` otherwise looks back only to midnight) and with
   ``-X`` (allocations only): the JSON then carries no step records, which Mirage does not
   use, and the output stays small. Times are ISO strings in UTC (the runner sets TZ=UTC).
+
+:meth:`CliSlurmClient.submit` runs sbatch *in* the request's ``chdir`` (besides passing
+``--chdir``): sbatch records its own working directory as the job's ``SLURM_SUBMIT_DIR``,
+which batch scripts use to find their files (Slurm runs a spool copy of the script, so
+``$0`` leads nowhere). A directory sbatch cannot run in is a
+:class:`~mirage.slurm.run.WorkdirError` (a :class:`SubmitError`: nothing was submitted).
 """
 
 from __future__ import annotations
@@ -165,11 +171,13 @@ class CliSlurmClient(SlurmClient):
         timeout: float | None = None,
         error: type[SlurmError] = SlurmError,
         check: bool = True,
+        cwd: str | None = None,
     ) -> CommandResult:
         argv = [self.binary(name), *args]
-        result = self.runner(
-            argv, stdin=stdin, timeout=self.timeout if timeout is None else timeout
-        )
+        limit = self.timeout if timeout is None else timeout
+        # cwd only when asked: runners written before it existed keep working
+        extra = {} if cwd is None else {"cwd": cwd}
+        result = self.runner(argv, stdin=stdin, timeout=limit, **extra)
         return check_result(result, error) if check else result
 
     # -- reads
@@ -204,7 +212,12 @@ class CliSlurmClient(SlurmClient):
         tail, stdin = _script_arg(request)
         args = ["--parsable", *sbatch_options(request), *tail]
         result = self._run(
-            "sbatch", args, stdin=stdin, timeout=self.submit_timeout, error=SubmitError
+            "sbatch",
+            args,
+            stdin=stdin,
+            timeout=self.submit_timeout,
+            error=SubmitError,
+            cwd=request.chdir,  # the job's SLURM_SUBMIT_DIR (see the module docstring)
         )
         return parsed(result, parse_sbatch_parsable)
 

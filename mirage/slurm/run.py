@@ -10,6 +10,12 @@ A runner only raises for what prevents a result from existing at all (timeout:
 Turning a non-zero exit into a typed error is :func:`check_result`'s job, so that fakes and
 real runs are classified by the same code.
 
+Working directory: a runner runs a command in ``cwd`` when one is given (sbatch, so that
+the job's ``SLURM_SUBMIT_DIR`` is the directory the chain was registered from, as sbatch
+run there by hand would make it), else wherever the runner runs. A command that cannot
+start there (the directory is gone, is not one, or its user may not enter it) never ran:
+:class:`WorkdirError`, a :class:`SubmitError` (nothing was submitted).
+
 Environment cleaning (:func:`clean_environment`): Slurm's commands read many variables that
 silently change their output or behaviour. Removed from the child's environment:
 
@@ -39,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mirage.slurm.types import SlurmError, SlurmTimeoutError, SlurmUnreachableError
+from mirage.slurm.types import SlurmError, SlurmTimeoutError, SlurmUnreachableError, SubmitError
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +111,11 @@ _UNREACHABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 _SHELL_SIGNAL_BASE = 128
 
 
+class WorkdirError(SubmitError):
+    """The command could not start in its working directory (gone, not a directory, or
+    not enterable by the user it runs as): it never ran, so nothing was submitted."""
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What one command run produced."""
@@ -117,10 +128,15 @@ class CommandResult:
 
 
 class Runner(Protocol):
-    """Runs one command: argv list, optional stdin, timeout in seconds."""
+    """Runs one command: argv list, optional stdin, timeout in seconds, working directory."""
 
     def __call__(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
     ) -> CommandResult: ...
 
 
@@ -221,8 +237,27 @@ class SubprocessRunner:
         """Extra ``subprocess.run`` options (e.g. the user to run as); none by default."""
         return {}
 
+    def launch(
+        self, args: tuple[str, ...], cwd: str | None
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """(argv to execute, ``subprocess`` options) for ``args`` run in ``cwd``.
+
+        Here the child changes directory itself (``cwd=``): it runs as this process's
+        user, so it may enter exactly what that user may. A runner that switches users
+        overrides this (``subprocess`` changes directory before it drops privileges).
+        """
+        options = self.spawn_options()
+        if cwd is not None:
+            options["cwd"] = cwd
+        return args, options
+
     def _run_bounded(
-        self, args: tuple[str, ...], stdin: bytes | None, timeout: float, max_output: int
+        self,
+        args: tuple[str, ...],
+        stdin: bytes | None,
+        timeout: float,
+        max_output: int,
+        options: dict[str, Any],
     ) -> subprocess.CompletedProcess[bytes]:
         """``subprocess.run`` with at most ``max_output`` bytes kept of each stream: a
         command that prints more is killed, and its outcome is unknown (SlurmError)."""
@@ -232,7 +267,7 @@ class SubprocessRunner:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=self.environment(),
-            **self.spawn_options(),
+            **options,
         )
         with proc:
             reader = _Bounded(proc, max_output)
@@ -250,26 +285,32 @@ class SubprocessRunner:
         return subprocess.CompletedProcess(args, rc, bytes(reader.out), bytes(reader.err))
 
     def __call__(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         args = tuple(str(a) for a in argv)
         if not args:
             raise ValueError("empty argv")
         limit = self.timeout if timeout is None else timeout
+        executed, options = self.launch(args, cwd)
         started = time.monotonic()
         try:
             if self.max_output is not None:
-                proc = self._run_bounded(args, stdin, limit, self.max_output)
+                proc = self._run_bounded(executed, stdin, limit, self.max_output, options)
             else:
                 proc = subprocess.run(  # noqa: S603 - argv list, no shell, clean env
-                    args,
+                    executed,
                     input=stdin,
                     stdin=None if stdin is not None else subprocess.DEVNULL,
                     capture_output=True,
                     timeout=limit,
                     env=self.environment(),
                     check=False,
-                    **self.spawn_options(),
+                    **options,
                 )
         except subprocess.TimeoutExpired as exc:
             duration = time.monotonic() - started
@@ -277,13 +318,22 @@ class SubprocessRunner:
             raise SlurmTimeoutError(
                 args, None, _decode(exc.stderr), f"{args[0]} timed out after {limit:g}s"
             ) from exc
-        except OSError as exc:  # binary missing / not executable: no Slurm client here
+        except OSError as exc:
+            if cwd is not None and options.get("cwd") == cwd and exc.filename == cwd:
+                # the child's chdir failed (subprocess names the directory): never ran
+                raise WorkdirError(args, None, str(exc), workdir_message(args, cwd)) from exc
+            # binary missing / not executable: no Slurm client here
             raise SlurmUnreachableError(args, None, str(exc), f"cannot run {args[0]}") from exc
         duration = time.monotonic() - started
         log.debug("slurm: %s -> rc=%d in %.3fs", args, proc.returncode, duration)
         return CommandResult(
             args, proc.returncode, _decode(proc.stdout), _decode(proc.stderr), duration
         )
+
+
+def workdir_message(args: Sequence[str], cwd: str) -> str:
+    """What a :class:`WorkdirError` says: which command, which directory."""
+    return f"cannot run {args[0] if args else '?'} in {cwd}"
 
 
 class _Bounded:

@@ -42,6 +42,7 @@ class Step:
     returncode: int = 0
     stdin: bytes | None = None
     raises: Exception | None = None
+    cwd: str | None = None
 
 
 class Conversation:
@@ -52,12 +53,18 @@ class Conversation:
         self.timeouts: list[float | None] = []
 
     def __call__(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         assert self.steps, f"unexpected call {list(argv)}"
         step = self.steps.pop(0)
         assert list(argv) == step.argv
         assert stdin == step.stdin
+        assert cwd == step.cwd, f"{list(argv)} run in {cwd}, not {step.cwd}"
         self.timeouts.append(timeout)
         if step.raises is not None:
             raise step.raises
@@ -165,10 +172,45 @@ def test_submit_script_on_stdin_with_every_option() -> None:
             ],
             stdin=b"#!/bin/bash\nsrun train.py\n",
             stdout="13;mirage\n",
+            cwd="/work",  # sbatch runs there: the job's SLURM_SUBMIT_DIR
         )
     )
     assert client(conv, bin_dir="/opt/slurm/bin/").submit(request) == "13"
     conv.done()
+
+
+def test_submit_runs_sbatch_in_the_request_chdir_and_nothing_else_there() -> None:
+    """sbatch (not --test-only, not scancel) runs in chdir; without chdir, no cwd at all."""
+    conv = Conversation(
+        Step(
+            ["sbatch", "--parsable", "--chdir=/home/a/run", "job.sh"],
+            stdout="7\n",
+            cwd="/home/a/run",
+        ),
+        Step(["sbatch", "--parsable", "job.sh"], stdout="8\n"),
+        Step(
+            ["sbatch", "--test-only", "--chdir=/home/a/run", "job.sh"],
+            stderr=recorded("sbatch-test-only-free.stderr"),
+        ),
+        Step(["scancel", "7"]),
+    )
+    c = client(conv)
+    assert c.submit(SubmitRequest(script_path="job.sh", chdir="/home/a/run")) == "7"
+    assert c.submit(SubmitRequest(script_path="job.sh")) == "8"
+    c.test_only(SubmitRequest(script_path="job.sh", chdir="/home/a/run"))
+    c.cancel(["7"])
+    conv.done()
+
+
+def test_submit_works_with_a_runner_that_knows_no_cwd() -> None:
+    """A runner written before cwd existed still serves every request without chdir."""
+
+    def old(
+        argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        return CommandResult(tuple(argv), 0, "9\n", "")
+
+    assert CliSlurmClient(runner=old).submit(SubmitRequest(script_path="j.sh")) == "9"  # type: ignore[arg-type]
 
 
 def test_submit_script_path_and_refusal() -> None:

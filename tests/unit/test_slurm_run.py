@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from mirage.slurm.run import (
     CommandResult,
     SubprocessRunner,
+    WorkdirError,
     check_result,
     clean_environment,
     is_unreachable,
@@ -259,3 +264,66 @@ def test_output_past_the_bound_kills_the_command(tmp_path: Path, stream: str) ->
         SubprocessRunner(max_output=100_000, timeout=30)([flood])
     # its outcome is unknown (an sbatch may have submitted): neither a refusal nor a timeout
     assert not isinstance(info.value, SubmitError | SlurmTimeoutError)
+
+
+# ---- the working directory (sbatch runs in the chain's directory: SLURM_SUBMIT_DIR) -----
+
+
+@pytest.mark.parametrize("bounded", [None, 1 << 20])
+def test_command_runs_in_cwd(tmp_path: Path, bounded: int | None) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    result = SubprocessRunner(max_output=bounded)(["/bin/pwd", "-P"], cwd=str(work))
+    assert result.stdout.strip() == str(work.resolve())
+    assert result.argv == ("/bin/pwd", "-P")
+
+
+@pytest.mark.parametrize("bounded", [None, 1 << 20])
+def test_unusable_cwd_is_a_workdir_error_not_an_outage(tmp_path: Path, bounded: int | None) -> None:
+    plain = tmp_path / "file"
+    plain.write_text("")
+    for bad in (tmp_path / "gone", plain):
+        with pytest.raises(WorkdirError) as info:
+            SubprocessRunner(max_output=bounded)(["/bin/true"], cwd=str(bad))
+        assert isinstance(info.value, SubmitError)  # refused: nothing was submitted
+        assert f"cannot run /bin/true in {bad}" in str(info.value)
+    # a missing binary is still "no Slurm client here", even with a good cwd
+    with pytest.raises(SlurmUnreachableError):
+        SubprocessRunner()([str(tmp_path / "no-such-sbatch")], cwd=str(tmp_path))
+
+
+@pytest.fixture
+def nobody_dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(a directory nobody may enter, one only root may enter)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: runs commands as nobody")
+    top = Path(tempfile.mkdtemp(prefix="mirage-cwd-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        (top / "open").mkdir(mode=0o755)
+        (top / "closed").mkdir(mode=0o700)  # root's: root could enter it, nobody cannot
+        yield top / "open", top / "closed"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_owner_runner_enters_cwd_as_the_owner(nobody_dirs: tuple[Path, Path]) -> None:
+    from mirage.daemon.identity import OwnerRunner
+
+    open_dir, closed = nobody_dirs
+    runner = OwnerRunner(65534, 65534, [], base_env={"PATH": "/usr/bin:/bin"})
+    ran = runner(["/bin/sh", "-c", 'pwd -P; id -u; echo "$0" >&2'], cwd=str(open_dir))
+    assert ran.stdout.split() == [str(open_dir), "65534"]
+    assert ran.argv == ("/bin/sh", "-c", 'pwd -P; id -u; echo "$0" >&2')  # not env's
+    # root may enter it, the owner may not: the owner's submission error, never root's cd
+    for bad in (closed, open_dir / "gone"):
+        with pytest.raises(WorkdirError) as info:
+            runner(["/bin/true"], cwd=str(bad))
+        assert f"cannot run /bin/true in {bad}" in str(info.value)
+    with pytest.raises(SlurmUnreachableError):
+        runner([str(open_dir / "no-such-sbatch")], cwd=str(open_dir))
+    # the command's own failure stays the command's (here: exit 125 of its own)
+    own = runner(["/bin/sh", "-c", "echo 'sbatch: error: no' >&2; exit 125"], cwd=str(open_dir))
+    assert own.returncode == 125
+    # without cwd, as before: "/" (never a directory the owner cannot enter)
+    assert runner(["/bin/pwd"]).stdout.strip() == "/"
