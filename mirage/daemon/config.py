@@ -15,7 +15,6 @@ never silently falls back to a default. Durations are seconds (``_s``).
     sacct_overlap_s = 300          # each sacct window starts this long before the last poll
     max_submits_per_cycle = 50     # sbatch calls per cycle, at most
     max_rejections = 3             # sbatch refusals of one chain in a row before it FAILs
-    min_segment_s = 300            # do not run a last segment shorter than this
     handoff = true                 # signal the predecessor when its successor starts
     handoff_signal = "USR1"        # the signal (scancel --batch --signal=…)
     revoke = true                  # cancel a pending pre-submission a policy finds far too early
@@ -40,8 +39,13 @@ never silently falls back to a default. Durations are seconds (``_s``).
                                    # (may be negative: submit later than the simulation says)
     lookahead_runtime = "median"   # lookahead: run time from the user's history: median, mean, q25
     lookahead_draws = 1            # lookahead: >1: median start over simulations of drawn run times
-    fallback = "reactive"          # when the chosen policy cannot run (sees_all_jobs=false)
-    models_dir = ""                # trained policies: <models_dir>/<cluster>/<policy>/ ("" = none)
+    fallback = "reactive"          # when the chosen policy cannot run: sees_all_jobs=false, a
+                                   # model tuned for another cluster or partition, coverage lost
+    coverage_window = 20           # a forecaster is set aside (fallback) when fewer than
+    coverage_min = 0.6             # coverage_min of its last coverage_window stated 90%
+                                   # intervals held the successor's start (0 = never)
+    models_dir = "/var/lib/mirage/models"  # trained policies: <models_dir>/<cluster>/<policy>/
+                                   # (where mirage-recalibrate@ rewrites them; "" = none)
     cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
 
     [policy.partitions]            # per-partition policy names (override `default`)
@@ -88,7 +92,6 @@ class DaemonSection:
     sacct_overlap_s: int = 300
     max_submits_per_cycle: int = 50
     max_rejections: int = 3
-    min_segment_s: int = 300
     handoff: bool = True
     handoff_signal: str = "USR1"
     revoke: bool = True
@@ -116,7 +119,9 @@ class PolicySection:
     lookahead_runtime: str = "median"
     lookahead_draws: int = 1
     fallback: str = "reactive"
-    models_dir: str = ""
+    coverage_window: int = 20
+    coverage_min: float = 0.6
+    models_dir: str = "/var/lib/mirage/models"  # where mirage-recalibrate@.service writes
     cluster: str = ""
     partitions: dict[str, str] = field(default_factory=dict)
 
@@ -257,6 +262,10 @@ def _check_policy(p: PolicySection, source: str) -> None:
         raise ConfigError(f"{source} [policy]: lookahead_runtime: {exc}") from exc
     if not 1 <= p.lookahead_draws <= MAX_DRAWS:
         raise ConfigError(f"{source} [policy]: lookahead_draws must be 1 to {MAX_DRAWS}")
+    if p.coverage_window < 1:
+        raise ConfigError(f"{source} [policy]: coverage_window must be at least 1")
+    if not 0.0 <= p.coverage_min <= 1.0:
+        raise ConfigError(f"{source} [policy]: coverage_min must be 0 (never) to 1")
     valid = (*POLICY_NAMES, *LEARNED)
     for name in [p.default, p.fallback, *p.partitions.values()]:
         if name not in valid:

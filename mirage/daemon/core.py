@@ -35,10 +35,19 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from mirage.daemon import revoke
+from mirage.daemon import health, revoke
+from mirage.daemon.chains import script_directives
 from mirage.daemon.config import Config
-from mirage.daemon.metrics import DaemonMetrics, interval_outcome
-from mirage.daemon.policies import build_policies, learned_profile, model_key
+from mirage.daemon.metrics import FALLBACK_WHYS, DaemonMetrics, interval_outcome
+from mirage.daemon.policies import (
+    LoadedPolicy,
+    build_policies,
+    learned_profile,
+    model_key,
+    profile_path,
+    shape_mismatch,
+    tuned_elsewhere,
+)
 from mirage.daemon.states import Action, segment_action
 from mirage.daemon.store import (
     Chain,
@@ -53,7 +62,7 @@ from mirage.daemon.store import (
 )
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.cost import Transition
-from mirage.profile.schema import ClusterProfile
+from mirage.profile.schema import ClusterProfile, Partition, ProfileError
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import digits
 from mirage.slurm.types import (
@@ -197,6 +206,23 @@ class CycleReport:
     error: str = ""
     duration_s: float = 0.0
     submit_stalled: bool = False  # an sbatch timed out or lost the controller
+    failed: bool = False  # the cycle failed as a whole (error says why)
+    chain_errors: list[str] = field(default_factory=list)  # chains whose own step failed
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """The policy deciding one chain, and why it is not the configured one (``note``;
+    ``why`` is its kind: one of metrics.FALLBACK_WHYS, "" when the configured one runs)."""
+
+    label: str
+    policy: Policy
+    note: str = ""
+    why: str = ""
+
+
+#: How often the live cluster's partitions are read again (`scontrol show partition|node`).
+LIVE_REFRESH_S = 3600
 
 
 @dataclass
@@ -268,6 +294,20 @@ class Daemon:
         self._warmed = False  # the policies' accounting history read (see _warmup)
         self.last_report: CycleReport | None = None
         self._fault = _fault_from_env()
+        self._loaded: dict[str, LoadedPolicy] = loaded
+        # A trained model whose profile is not the one its constants were tuned on (ls6's
+        # model beside a profile captured from this cluster) is set aside from the start.
+        self._tuned_note = {
+            name: note
+            for name, lp in loaded.items()
+            if lp.kind == "learned" and (note := tuned_elsewhere(lp, profile_path(pcfg)))
+        }
+        self._live: tuple[Partition, ...] | None = None  # the cluster's partitions, as read
+        self._live_at: int | None = None
+        self._coverage_note: dict[str, str] = {}  # policy name -> why set aside (this cycle)
+        self._warned: set[str] = set()
+        self.cycle_failures = 0
+        self._slurm_fact: tuple[bool, str] | None = None
 
     def policy_summary(self) -> dict[str, Any]:
         """The configured default policy as the start line and ``mirage status`` show it:
@@ -283,7 +323,7 @@ class Daemon:
             "policy": pcfg.default,
             "model": model,
             "model_created_at": int(used.created_at) if used.created_at else None,
-            "fallback": "",
+            "fallback": self._tuned_note.get(pcfg.default, ""),
         }
 
     def _fault_point(self, point: str) -> None:
@@ -294,15 +334,49 @@ class Daemon:
     # ---- the cycle -----------------------------------------------------------------
 
     def cycle(self, now: int) -> CycleReport:
+        """One cycle. A failure inside one chain's step is that chain's (recorded on it,
+        counted, the cycle goes on); a failure outside every chain's step fails the cycle
+        as a whole: counted (``mirage_cycle_failures_total``), recorded for ``mirage
+        status``, and the report says so (``failed``). Only when even that record cannot
+        be written (the database is gone) does the error propagate: then the service
+        skips the watchdog, and systemd restarts a daemon that can make no progress."""
         started = time.perf_counter()
         report = CycleReport(now=now)
         try:
             self._cycle(now, report)
+        except Exception as exc:
+            report.failed = True
+            report.error = f"{type(exc).__name__}: {exc}"
+            self.cycle_failures += 1
+            self.metrics.cycle_failures.inc()
+            log.exception("cycle failed as a whole")
         finally:
             report.duration_s = time.perf_counter() - started
             self.metrics.cycle_duration.observe(report.duration_s)
             self.last_report = report
+        self._record_cycle(report)
         return report
+
+    def _record_cycle(self, report: CycleReport) -> None:
+        """The cycle's facts for ``mirage status`` (raises if the database is gone)."""
+        info = health.CycleInfo(
+            at=report.now,
+            finished=not report.failed,
+            skipped=report.skipped,
+            error=report.error[:2000],
+            failures_total=self.cycle_failures,
+            chain_errors=len(report.chain_errors),
+        )
+        health.write(self.store, health.CYCLE_KEY, info)
+        if report.skipped in ("lease", "backoff"):
+            return  # nothing was asked of Slurm
+        fact = (not report.skipped, report.error[:500] if report.skipped else "")
+        if fact != self._slurm_fact:
+            reachable, error = fact
+            health.write(
+                self.store, health.SLURM_KEY, health.SlurmInfo(reachable, error, report.now)
+            )
+            self._slurm_fact = fact
 
     def _cycle(self, now: int, report: CycleReport) -> None:
         if not self.store.acquire_lease(self.cfg.cluster, self.holder, now, self.cfg.lease_ttl_s):
@@ -321,7 +395,9 @@ class Daemon:
         snapshot, records, accounting = polled
         report.acted = True
         self._observe(now, snapshot, accounting)
+        self._refresh_live(now)
         with self.store.sessions() as s:
+            self._coverage_note = self._coverage(s)
             queued = frozenset(j.job_id for j in snapshot.jobs)
             wants, revocable = self._reconcile(s, now, records, report, queued)
             s.commit()
@@ -338,7 +414,44 @@ class Daemon:
             s.commit()
             revoke.act(self, s, now=now, snapshot=snapshot, candidates=revocable, report=report)
             s.commit()
+            self._clear_errors(s, report)
             self._chain_gauges(s)
+
+    # ---- one chain's failure is that chain's ----------------------------------------
+
+    def chain_failed(
+        self,
+        s: Session,
+        chain_id: str,
+        step: str,
+        exc: Exception,
+        *,
+        now: int,
+        report: CycleReport,
+    ) -> None:
+        """Record an error of one chain's step on that chain (its uncommitted work is
+        rolled back; what other chains did this cycle is already committed), count it and
+        go on. Nothing else of the chain changes: it is retried next cycle."""
+        s.rollback()
+        text = f"{step}: {type(exc).__name__}: {exc}"[:2000]
+        log.error("chain %s: %s", chain_id, text, exc_info=exc)
+        self.metrics.chain_errors.labels(step).inc()
+        report.chain_errors.append(chain_id)
+        chain = s.get(Chain, chain_id)
+        if chain is None:
+            return
+        chain.error, chain.error_at, chain.errors = text, now, chain.errors + 1
+        s.add(event_row(now, "chain.error", chain_id, text, step=step))
+        s.commit()
+
+    def _clear_errors(self, s: Session, report: CycleReport) -> None:
+        """A chain whose every step went through this cycle has no current error (its
+        count and time stay, for ``mirage status``)."""
+        q = select(Chain).where(Chain.state == ChainState.ACTIVE, Chain.error != "")
+        for chain in s.scalars(q):
+            if chain.id not in report.chain_errors:
+                chain.error = ""
+        s.commit()
 
     # ---- poll --------------------------------------------------------------------------
 
@@ -434,26 +547,28 @@ class Daemon:
             live[seg.chain_id].append(seg)
         self._transitions(s, now, records)
         self._cancel_extras(s, now, extras, report)
+        s.commit()  # what holds for every chain is kept whatever one chain does next
 
         wants: list[_Want] = []
         revocable: list[revoke.Revocable] = []
-        for chain_id, chain in chains.items():
-            segs = sorted(live.get(chain_id, []), key=lambda g: g.index)
-            want = self._advance_chain(
-                s,
-                chain,
-                segs,
-                has_unresolved=bool(unresolved.get(chain_id)),
-                now=now,
-                report=report,
-            )
+        for chain_id in list(chains):
+            try:
+                want, cand = self._reconcile_chain(
+                    s,
+                    chains[chain_id],
+                    live.get(chain_id, []),
+                    has_unresolved=bool(unresolved.get(chain_id)),
+                    now=now,
+                    report=report,
+                )
+                s.commit()
+            except Exception as exc:
+                self.chain_failed(s, chain_id, "reconcile", exc, now=now, report=report)
+                continue
             if want is not None:
                 wants.append(want)
-            if chain.state is ChainState.ACTIVE:
-                rest = [g for g in segs if not g.finished]
-                cand = self._revocable(s, chain, rest, now)
-                if cand is not None:
-                    revocable.append(cand)
+            if cand is not None:
+                revocable.append(cand)
         # segments of chains that ended elsewhere (cancel by the user): clean up
         for chain_id, segs in live.items():
             if chain_id not in chains:
@@ -461,6 +576,25 @@ class Daemon:
                 if ended is not None:
                     self._stop_segments(s, ended, [g for g in segs if not g.finished], now, report)
         return wants, revocable
+
+    def _reconcile_chain(
+        self,
+        s: Session,
+        chain: Chain,
+        live: list[Segment],
+        *,
+        has_unresolved: bool,
+        now: int,
+        report: CycleReport,
+    ) -> tuple[_Want | None, revoke.Revocable | None]:
+        """One chain's bookkeeping: advance it, and its revocable successor if any."""
+        segs = sorted(live, key=lambda g: g.index)
+        want = self._advance_chain(
+            s, chain, segs, has_unresolved=has_unresolved, now=now, report=report
+        )
+        if chain.state is not ChainState.ACTIVE:
+            return want, None
+        return want, self._revocable(s, chain, [g for g in segs if not g.finished], now)
 
     def _own_record(
         self, seg: Segment, records: Mapping[str, SlurmJob], queued: frozenset[str]
@@ -595,7 +729,8 @@ class Daemon:
             and not segs[1].requeued
         ):
             limit = segs[1].time_limit_s or chain.time_limit_s
-            return revoke.Revocable(chain, segs[1], self._transition(chain, segs[0], limit))
+            move = self._transition(chain, segs[0], limit, self.resolve_partition(chain))
+            return revoke.Revocable(chain, segs[1], move)
         for g in segs:
             if g.revoke_at is not None and g.job_state == pending and g is segs[0]:
                 revoke.keep(self, s, chain, g, now)
@@ -716,36 +851,31 @@ class Daemon:
                     s, chain, final, reason=verdict.reason, rest=segs, now=now, report=report
                 )
                 return None
-            left = self._budget_left(chain)
-            if left is not None and left < self.cfg.min_segment_s:
-                running = [g for g in segs if g.job_state == JobState.RUNNING.value]
-                if not running:
-                    reason = f"trained {chain.trained_s}s of {chain.budget_s}s"
-                    self._end_chain(
-                        s,
-                        chain,
-                        ChainState.COMPLETED,
-                        reason=reason,
-                        rest=segs,
-                        now=now,
-                        report=report,
-                    )
-                    return None
+            if not segs and segments_done(chain):
+                reason = f"ran its {chain.segments_target} segments"
+                self._end_chain(
+                    s, chain, ChainState.COMPLETED, reason=reason, rest=[], now=now, report=report
+                )
+                return None
         if has_unresolved:
+            self._note(chain, "a submission's outcome is not known yet: no new one until then")
             return None  # never a new submission while one may exist
         return self._next_want(chain, segs, now)
+
+    @staticmethod
+    def _note(chain: Chain, text: str) -> None:
+        if chain.note != text:
+            chain.note = text
 
     def _next_want(self, chain: Chain, segs: list[Segment], now: int) -> _Want | None:
         """No live segment: submit now. One running: ask the policy. Else nothing.
 
-        The successor of a running segment is needed when the budget is not used up by
-        the running one at its full limit. Its time limit is what the budget would still
-        need if it started now (a handoff then cuts the predecessor here): never short,
-        at most the lead too long.
+        ``--segments N`` is N jobs: the N-th segment gets no successor. Every segment gets
+        the chain's time limit.
         """
+        limit = chain.time_limit_s
         if not segs:
-            left = self._budget_left(chain)
-            limit = chain.time_limit_s if left is None else min(chain.time_limit_s, left)
+            self._note(chain, "")
             return _Want(chain, chain.next_index, limit, presubmit=False)
         pred = segs[0]
         if (
@@ -754,20 +884,23 @@ class Daemon:
             or pred.start is None
             or pred.missing_since is not None  # unseen this poll: its state is a memory
         ):
+            if len(segs) == 1 and pred.job_state == JobState.PENDING.value:
+                self._note(chain, "")
             return None
-        pred_limit = pred.time_limit_s or chain.time_limit_s
-        left = self._budget_left(chain)
-        limit = chain.time_limit_s
-        if left is not None:
-            if left - pred_limit < self.cfg.min_segment_s:
-                return None  # the running segment is the last one
-            if_now = left - max(0, min(pred_limit, now - pred.start))
-            limit = min(chain.time_limit_s, max(self.cfg.min_segment_s, if_now))
-        pending = self._transition(chain, pred, limit)
+        if segments_done(chain):
+            self._note(
+                chain,
+                f"segment {pred.index + 1} of {chain.segments_target} is the last: "
+                "no successor to pre-submit",
+            )
+            return None
+        pending = self._transition(chain, pred, limit, self.resolve_partition(chain))
         return _Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
 
     @staticmethod
-    def _transition(chain: Chain, pred: Segment, limit: int) -> PendingTransition:
+    def _transition(
+        chain: Chain, pred: Segment, limit: int, partition: str | None
+    ) -> PendingTransition:
         """The transition from the running segment ``pred`` to a successor of ``limit``."""
         assert pred.start is not None
         return PendingTransition(
@@ -778,15 +911,10 @@ class Daemon:
             succ_nodes=chain.nodes,
             succ_gpus=chain.nodes * chain.gpus_per_node,
             succ_time_limit=limit,
-            partition=chain.partition or "",
+            partition=partition or "",
             user=chain.owner,
             segment_index=pred.index,
         )
-
-    @staticmethod
-    def _budget_left(chain: Chain) -> int | None:
-        budget = chain.budget_s
-        return None if budget is None else budget - chain.trained_s
 
     def _maybe_handoff(
         self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
@@ -1012,14 +1140,119 @@ class Daemon:
         for policy in policies:
             policy.observe(ctx)
 
-    def policy_for(self, partition: str | None) -> tuple[str, Policy]:
+    # ---- which policy decides a chain -------------------------------------------
+
+    def _refresh_live(self, now: int) -> None:
+        """The cluster's partitions (default, node counts, GPUs per node, MaxTime), read
+        at the first good poll and hourly: a chain without ``-p`` goes to the default
+        partition, as sbatch sends it, and a trained model is used only on partitions of
+        the shape it was tuned for. A failure keeps what was known (logged)."""
+        if self._live_at is not None and now - self._live_at < LIVE_REFRESH_S:
+            return
+        from mirage.profile.capture import capture_profile
+
+        self._live_at = now
+        try:
+            self._live = capture_profile(self.client, "live").partitions
+        except Exception as exc:
+            log.warning("cannot read the cluster's partitions (scontrol show): %s", exc)
+
+    def live_partition(self, name: str | None) -> Partition | None:
+        """The live partition ``name`` (None: the default one), if known."""
+        parts = self._live or ()
+        if name is None:
+            return next((p for p in parts if p.default), None)
+        return next((p for p in parts if p.name == name), None)
+
+    def resolve_partition(self, chain: Chain) -> str | None:
+        """The partition a chain's jobs run in: its ``-p``, else the cluster's default
+        (from the live cluster, else from the profile); None when nothing says."""
+        if chain.partition:
+            return chain.partition.split(",")[0]  # sbatch -p a,b: the first, for policies
+        live = self.live_partition(None)
+        if live is not None:
+            return live.name
+        if self.profile is not None and self.profile.partitions:
+            return self.profile.partition(None).name
+        return None
+
+    def _coverage(self, s: Session) -> dict[str, str]:
+        """Trained forecasters whose stated 90% intervals stopped covering: fewer than
+        ``coverage_min`` of the last ``coverage_window`` stated intervals (transitions
+        recorded since the model was written) held the successor's start."""
         pcfg = self.config.policy
+        if pcfg.coverage_min <= 0:
+            return {}
+        out: dict[str, str] = {}
+        for name, lp in self._loaded.items():
+            if lp.kind != "learned":
+                continue
+            q = (
+                select(Event.data)
+                .where(Event.kind == "transition", Event.at >= int(lp.created_at))
+                .order_by(Event.id.desc())
+                .limit(20 * pcfg.coverage_window)
+            )
+            held = [d.get("interval") for d in s.scalars(q) if d and d.get("interval")]
+            last = held[: pcfg.coverage_window]
+            if len(last) < pcfg.coverage_window:
+                continue
+            inside = sum(1 for h in last if h == "inside")
+            if inside < pcfg.coverage_min * len(last):
+                out[name] = (
+                    f"{name}'s stated 90% intervals held {inside} of the last {len(last)} "
+                    f"starts (under {pcfg.coverage_min:.0%}): recalibrate it "
+                    "(mirage train --recalibrate)"
+                )
+        return out
+
+    def _set_aside(self, name: str, chain: Chain, partition: str | None) -> tuple[str, str]:
+        """Why the trained model ``name`` must not decide this chain, and the kind of why
+        (metrics.FALLBACK_WHYS); ("", "") when it may."""
+        lp = self._loaded.get(name)
+        if lp is None or lp.kind != "learned":
+            return "", ""
+        if name in self._tuned_note:
+            return f"{name}: {self._tuned_note[name]}", "cluster"
+        profile = self.profile
+        try:
+            if profile is None or partition is None:
+                raise ProfileError(f"no partition known for chain {chain.id}")
+            model_part = profile.partition(partition)
+        except ProfileError as exc:
+            return f"{name}: {exc}", "partition"
+        if self._live is None:
+            return f"{name}: this cluster's partitions are not known yet", "cluster"
+        live = self.live_partition(partition)
+        if live is None:
+            return f"{name}: partition {partition!r} is not on this cluster", "partition"
+        if mismatch := shape_mismatch(model_part, live):
+            return f"{name} ({lp.meta.cluster if lp.meta else '?'}): {mismatch}", "cluster"
+        if name in self._coverage_note:
+            return self._coverage_note[name], "coverage"
+        return "", ""
+
+    def policy_for(self, chain: Chain) -> PolicyChoice:
+        """The policy deciding ``chain``: the one configured for its partition, or the
+        fallback (``[policy] fallback``) with the reason."""
+        pcfg = self.config.policy
+        partition = self.resolve_partition(chain)
         name = pcfg.partitions.get(partition or "", pcfg.default)
         policy = self.policies[name]
+        fb = pcfg.fallback
         if not self.cfg.sees_all_jobs and getattr(policy, "needs_queue", True):
-            fb = self.policies[pcfg.fallback]
-            return f"{pcfg.fallback} (fallback: {name} needs the whole queue)", fb
-        return name, policy
+            note = f"{name} needs the whole queue (sees_all_jobs = false)"
+            return PolicyChoice(f"{fb} (fallback: {name})", self.policies[fb], note, "queue")
+        note, why = self._set_aside(name, chain, partition)
+        if note:
+            self._warn_once(note)
+            return PolicyChoice(f"{fb} (fallback: {name})", self.policies[fb], note, why)
+        return PolicyChoice(name, policy)
+
+    def _warn_once(self, note: str) -> None:
+        if note not in self._warned:
+            self._warned.add(note)
+            log.warning("using [policy] fallback for some chains: %s", note)
 
     def estimate(self, request: SubmitRequest, chain: Chain | None = None) -> StartEstimate:
         """Slurm's start estimate for ``request`` (``sbatch --test-only``), within what is
@@ -1051,43 +1284,101 @@ class Daemon:
         wants: list[_Want],
         report: CycleReport,
     ) -> list[_Want]:
-        """One batched ``decide`` per policy in use; the wants whose answer is "submit"."""
+        """One batched ``decide`` per policy in use; the wants whose answer is "submit".
+
+        A batch that raises is asked again one chain at a time, so that a chain whose
+        decision fails (its error recorded on it) is not pre-submitted this cycle (its
+        successor goes in when its predecessor ends, as reactive submission would) and
+        every other chain is decided as usual."""
         if not wants:
             return []
         self._test_only_left = self.cfg.test_only_per_cycle
         groups: dict[str, tuple[Policy, list[_Want]]] = {}
+        fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_WHYS, 0)
         for w in wants:
-            label, policy = self.policy_for(w.chain.partition)
-            groups.setdefault(label, (policy, []))[1].append(w)
+            choice = self.policy_for(w.chain)
+            self._note(w.chain, choice.note)
+            if choice.why:
+                fallbacks[choice.why] += 1
+            groups.setdefault(choice.label, (choice.policy, []))[1].append(w)
         out: list[_Want] = []
-        profile = self.profile
         for label, (policy, group) in groups.items():
-            ctx = DecisionContext(
-                now=now,
-                snapshot=snapshot,
-                profile=profile,  # type: ignore[arg-type]
-                estimate_start=self.estimate,
-            )
-            pend = [w.pending for w in group if w.pending is not None]
-            decisions = policy.decide(ctx, pend)
-            report.decisions += len(decisions)
-            for w, d in zip(group, decisions, strict=True):
-                c = w.chain
-                lo, hi = d.interval if d.interval is not None else (None, None)
-                if c.policy != label:
-                    c.policy = label
-                if (c.predicted_start, c.predicted_low, c.predicted_high) != (
-                    d.predicted_start,
-                    lo,
-                    hi,
-                ):
-                    c.predicted_start, c.predicted_low, c.predicted_high = d.predicted_start, lo, hi
-                c.decided_at = now
+            for w, d in self._decide_group(
+                s, now=now, snapshot=snapshot, policy=policy, group=group, report=report
+            ):
+                self._apply_decision(w.chain, label, d, now)
                 if d.submit:
                     w.decision = d
                     out.append(w)
+        fallbacks["error"] = len({c for c in report.chain_errors})
+        for why, n in fallbacks.items():
+            self.metrics.policy_fallbacks.labels(why).set(n)
         self._slurm_estimates([w for w in wants if w.decision is None])
         return out
+
+    def _decide_group(
+        self,
+        s: Session,
+        *,
+        now: int,
+        snapshot: QueueSnapshot,
+        policy: Policy,
+        group: list[_Want],
+        report: CycleReport,
+    ) -> list[tuple[_Want, Decision]]:
+        ctx = DecisionContext(
+            now=now,
+            snapshot=snapshot,
+            profile=self.profile,  # type: ignore[arg-type]
+            estimate_start=self.estimate,
+        )
+        try:
+            decisions = policy.decide(ctx, [w.pending for w in group if w.pending is not None])
+            report.decisions += len(decisions)
+            return list(zip(group, decisions, strict=True))
+        except Exception:
+            if len(group) == 1:
+                return self._decide_one(
+                    s, now=now, ctx=ctx, policy=policy, w=group[0], report=report
+                )
+        out: list[tuple[_Want, Decision]] = []
+        for w in group:
+            out.extend(self._decide_one(s, now=now, ctx=ctx, policy=policy, w=w, report=report))
+        return out
+
+    def _decide_one(
+        self,
+        s: Session,
+        *,
+        now: int,
+        ctx: DecisionContext,
+        policy: Policy,
+        w: _Want,
+        report: CycleReport,
+    ) -> list[tuple[_Want, Decision]]:
+        assert w.pending is not None
+        try:
+            (d,) = policy.decide(ctx, [w.pending])
+        except Exception as exc:
+            s.commit()  # the other chains' decisions so far stay
+            self.chain_failed(s, w.chain.id, "decide", exc, now=now, report=report)
+            note = "its policy failed (see error): submitted when its predecessor ends"
+            chain = s.get(Chain, w.chain.id)
+            if chain is not None:
+                self._note(chain, note)
+                s.commit()
+            return []
+        report.decisions += 1
+        return [(w, d)]
+
+    @staticmethod
+    def _apply_decision(c: Chain, label: str, d: Decision, now: int) -> None:
+        lo, hi = d.interval if d.interval is not None else (None, None)
+        if c.policy != label[:64]:
+            c.policy = label[:64]
+        if (c.predicted_start, c.predicted_low, c.predicted_high) != (d.predicted_start, lo, hi):
+            c.predicted_start, c.predicted_low, c.predicted_high = d.predicted_start, lo, hi
+        c.decided_at = now
 
     def _slurm_estimates(self, waiting: list[_Want]) -> None:
         """Slurm's own estimate for successors not yet submitted, for ``mirage status``.
@@ -1126,17 +1417,24 @@ class Daemon:
                     s, w.chain, ChainState.FAILED, reason=why, rest=[], now=now, report=report
                 )
                 continue
-            self.submit(
-                s,
-                w.chain,
-                index=w.index,
-                time_limit=w.time_limit,
-                now=now,
-                report=report,
-                presubmit=w.presubmit,
-                decision=w.decision,
-                pending=w.pending,
-            )
+            chain_id = w.chain.id
+            try:
+                self.submit(
+                    s,
+                    w.chain,
+                    index=w.index,
+                    time_limit=w.time_limit,
+                    now=now,
+                    report=report,
+                    presubmit=w.presubmit,
+                    decision=w.decision,
+                    pending=w.pending,
+                )
+            except Exception as exc:
+                # A committed intent whose sbatch never ran is resolved by its token (LOST
+                # after unknown_timeout_s): never a second job for one segment.
+                self.chain_failed(s, chain_id, "submit", exc, now=now, report=report)
+                continue
             if report.submit_stalled:
                 # sbatch timed out or lost the controller: the rest wait for a good poll (a
                 # chain whose own sbatch was killed or answered garbage stops no one else)
@@ -1183,7 +1481,9 @@ class Daemon:
         s.commit()  # the intent is durable before sbatch runs
         self._fault_point("after-intent")
         self.metrics.slurm_commands.labels("sbatch").inc()
-        outcome = perform_submission(s, chain, sub, self.action_clients(chain), now)
+        outcome = perform_submission(
+            s, chain, sub, self.action_clients(chain), now, signal=self.cfg.handoff_signal
+        )
         self._fault_point("after-sbatch")  # the job exists; its id is not committed
         if outcome == "rejected":
             report.rejected.append(sub.token)
@@ -1213,11 +1513,35 @@ class Daemon:
             self.metrics.chains.labels(st.value).set(counts.get(st, 0))
 
 
-def build_request(chain: Chain, token: str, time_limit: int) -> SubmitRequest:
-    """The sbatch request of one segment, from the chain's snapshot (script on stdin)."""
+#: The warning signal's lead before a segment's time limit: a tenth of the limit, within
+#: these bounds (300 s, the usual lead, would take a short segment's whole run).
+SIGNAL_LEAD_MIN_S = 10
+SIGNAL_LEAD_MAX_S = 300
+
+
+def signal_lead(time_limit: int) -> int:
+    return max(SIGNAL_LEAD_MIN_S, min(SIGNAL_LEAD_MAX_S, time_limit // 10))
+
+
+def sets_signal(chain: Chain) -> bool:
+    """Whether the chain's own options or ``#SBATCH`` lines choose a ``--signal``."""
+    own = [*chain.sbatch_args, *script_directives(chain.script or b"")]
+    return any(a == "--signal" or a.startswith("--signal=") for a in own)
+
+
+def build_request(
+    chain: Chain, token: str, time_limit: int, signal: str | None = "USR1"
+) -> SubmitRequest:
+    """The sbatch request of one segment, from the chain's snapshot (script on stdin).
+
+    Unless the chain sets its own, the batch shell gets ``signal`` (the handoff signal) a
+    tenth of the limit before it (10 s to 300 s): the job's cue to checkpoint, whatever
+    its limit."""
     extra = [*chain.sbatch_args]
     if chain.export:
         extra.append(f"--export={chain.export}")
+    if signal and not sets_signal(chain):
+        extra.append(f"--signal=B:{signal.removeprefix('SIG')}@{signal_lead(time_limit)}")
     return SubmitRequest(
         script=chain.script,
         job_name=job_name(chain.name, token),
@@ -1274,7 +1598,13 @@ def record_intent(
 
 
 def perform_submission(
-    s: Session, chain: Chain, sub: Submission, client: SlurmClient, now: int
+    s: Session,
+    chain: Chain,
+    sub: Submission,
+    client: SlurmClient,
+    now: int,
+    *,
+    signal: str | None = "USR1",
 ) -> str:
     """Run sbatch for a committed intent: "submitted", "rejected", "unknown" (the controller
     timed out or could not be reached) or "unanswered" (sbatch was killed, or its answer
@@ -1286,7 +1616,7 @@ def perform_submission(
     token.
     """
     try:
-        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s))
+        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s, signal))
     except (SubmitError, ValueError, OSError) as exc:
         sub.state = SubmissionState.REJECTED
         sub.resolved_at = now
@@ -1349,5 +1679,11 @@ def register_chain(
 
 
 def first_limit(chain: Chain) -> int:
-    budget = chain.budget_s
-    return chain.time_limit_s if budget is None else min(chain.time_limit_s, budget)
+    return chain.time_limit_s
+
+
+def segments_done(chain: Chain) -> bool:
+    """Whether the chain has had all its ``--segments N`` (each submitted segment counts;
+    a revoked pre-submission gives its index back)."""
+    target = chain.segments_target
+    return target is not None and chain.next_index >= target

@@ -41,6 +41,12 @@ def interval_outcome(start: int, low: int | None, high: int | None) -> str | Non
     return "late" if start > high else "inside"
 
 
+#: the steps of a cycle that are one chain's own (``mirage_chain_errors_total{step}``)
+CHAIN_STEPS = ("reconcile", "decide", "submit", "revoke")
+#: why a chain's configured policy is not used (``mirage_policy_fallback_chains{why}``)
+FALLBACK_WHYS = ("queue", "partition", "cluster", "coverage", "error")
+
+
 class DaemonMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
@@ -122,6 +128,33 @@ class DaemonMetrics:
         )
         for outcome in INTERVAL_OUTCOMES:  # exported at 0 before the first
             self.predicted_interval.labels(outcome)
+        # one chain's failure is that chain's: counted here, the cycle goes on for the rest
+        self.chain_errors = Counter(
+            "mirage_chain_errors",
+            "Chains whose own step failed in a cycle (the cycle went on for the others), by "
+            "step: reconcile, decide, submit or revoke",
+            ["step"],
+            registry=r,
+        )
+        for step in CHAIN_STEPS:
+            self.chain_errors.labels(step)
+        self.cycle_failures = Counter(
+            "mirage_cycle_failures",
+            "Cycles that failed as a whole (an error outside any one chain's step)",
+            registry=r,
+        )
+        # chains whose configured policy is not used as is, by why (fallback reasons)
+        self.policy_fallbacks = Gauge(
+            "mirage_policy_fallback_chains",
+            "Active chains decided by the fallback policy instead of the configured one, by "
+            "why: queue (the daemon cannot see the whole queue), partition (the model's "
+            "profile lacks the chain's partition), cluster (the model was tuned for another "
+            "cluster), coverage (its stated intervals stopped covering), error",
+            ["why"],
+            registry=r,
+        )
+        for why in FALLBACK_WHYS:
+            self.policy_fallbacks.labels(why)
         self.test_only = Counter(
             "mirage_test_only", "sbatch --test-only estimates run (each costs a job id)", registry=r
         )

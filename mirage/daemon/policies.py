@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mirage.daemon.config import PolicySection
 from mirage.policy.base import Policy
 from mirage.policy.simple import PROFILE_POLICIES, make_policy
-from mirage.profile.schema import ClusterProfile
+from mirage.profile.schema import ClusterProfile, Partition
+
+if TYPE_CHECKING:
+    from mirage.learn.artifacts import ModelMeta
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,15 @@ class LoadedPolicy:
     kind: str  # "baseline", "learned" or "model" (``lookahead``: needs the profile too)
     created: str = ""  # a trained model's creation time (UTC ISO), "" for baselines
     created_at: float = 0.0  # the same, epoch seconds (0 for baselines)
+    meta: ModelMeta | None = None  # a trained model's metadata
+
+    @property
+    def wait_scale_h(self) -> float | None:
+        """The mean wait of a reactive successor on the tuning split the model's constants
+        were tuned on (reactive's J there is its wait): the wait scale it knows."""
+        tune = (self.meta.metrics.get("tune") or {}) if self.meta is not None else {}
+        value = tune.get("reactive_mean_J_h") if isinstance(tune, dict) else None
+        return float(value) if isinstance(value, int | float) else None
 
 
 def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
@@ -37,7 +50,7 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
                              draws=cfg.lookahead_draws)  # fmt: skip
         return LoadedPolicy(policy, "model" if name in PROFILE_POLICIES else "baseline")
     policy, meta = load_policy(Path(cfg.models_dir) / cfg.cluster / name)
-    return LoadedPolicy(policy, "learned", meta.created, meta.created_epoch() or 0.0)
+    return LoadedPolicy(policy, "learned", meta.created, meta.created_epoch() or 0.0, meta)
 
 
 def model_key(name: str) -> str:
@@ -63,3 +76,49 @@ def learned_profile(cfg: PolicySection) -> ClusterProfile:
         raise ModelError(
             f"trained policies need the cluster profile (node counts) at {path}: {exc}"
         ) from exc
+
+
+def profile_path(cfg: PolicySection) -> Path:
+    return Path(cfg.models_dir) / cfg.cluster / "profile.toml"
+
+
+def tuned_elsewhere(lp: LoadedPolicy, path: Path) -> str:
+    """Why the profile at ``path`` (the one beside the model, whose node counts normalise
+    its features) is not the one the model's constants were tuned on; "" when it is, or
+    when the model does not record it (older metadata)."""
+    import hashlib
+
+    if lp.meta is None:
+        return ""
+    want = str(lp.meta.training.get("profile_sha256") or "")
+    if not want:
+        return ""
+    try:
+        have = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    if have == want:
+        return ""
+    return (
+        f"tuned for cluster {lp.meta.cluster!r} on another profile than {path} "
+        "(recalibrate it for this cluster: mirage train --recalibrate)"
+    )
+
+
+#: A live partition matches the model's when its GPUs per node are the same and its node
+#: count within this factor: features are normalised by node and GPU counts, and the
+#: tuned constants hold for a queue of about that size (the demo's 70 of ls6's 79 nodes).
+NODE_FACTOR = 1.5
+
+
+def shape_mismatch(model: Partition, live: Partition) -> str:
+    """Why the live partition is not the shape the model knows; "" when it is."""
+    nodes, live_nodes = model.nodes or 0, live.nodes or 0
+    same_gpus = model.gpus_per_node == live.gpus_per_node
+    near = nodes > 0 and live_nodes > 0 and 1 / NODE_FACTOR <= live_nodes / nodes <= NODE_FACTOR
+    if same_gpus and near:
+        return ""
+    return (
+        f"tuned for {model.name}: {nodes} nodes x {model.gpus_per_node} GPUs; "
+        f"{live.name} here: {live_nodes} x {live.gpus_per_node}"
+    )

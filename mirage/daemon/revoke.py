@@ -124,24 +124,61 @@ def act(
     call per policy) and revoke where they say so."""
     ask: dict[str, tuple[Policy, list[Revocable]]] = {}
     for c in candidates:
-        if c.succ.revoke_at is not None:
-            cancel(d, s, c.chain, c.succ, now=now, report=report, why="an interrupted revocation")
+        chain_id = c.chain.id
+        try:
+            if c.succ.revoke_at is not None:
+                why = "an interrupted revocation"
+                cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
+                continue
+            choice = d.policy_for(c.chain)
+            if not d.cfg.revoke or not choice.policy.revocable:
+                continue
+            if revocations(s, c.chain.id, c.succ.index) >= MAX_REVOCATIONS:
+                continue
+        except Exception as exc:
+            d.chain_failed(s, chain_id, "revoke", exc, now=now, report=report)
             continue
-        label, policy = d.policy_for(c.chain.partition)
-        if not d.cfg.revoke or not policy.revocable:
-            continue
-        if revocations(s, c.chain.id, c.succ.index) >= MAX_REVOCATIONS:
-            continue
-        ask.setdefault(label, (policy, []))[1].append(c)
+        ask.setdefault(choice.label, (choice.policy, []))[1].append(c)
     for label, (policy, group) in ask.items():
         # as for decide: Slurm's estimate where the cycle's --test-only budget allows
         ctx = DecisionContext(now=now, snapshot=snapshot, profile=d.profile,  # type: ignore[arg-type]
                               estimate_start=d.estimate)  # fmt: skip
-        answers = policy.revoke(ctx, [c.pending for c in group])
-        for c, yes in zip(group, answers, strict=True):
-            if yes:
-                why = f"{label}: too early, {c.pending.remaining(now) / 3600:.2f} h left"
+        for c, yes in _answers(d, s, ctx=ctx, policy=policy, group=group, now=now, report=report):
+            if not yes:
+                continue
+            why = f"{label}: too early, {c.pending.remaining(now) / 3600:.2f} h left"
+            try:
                 cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
+            except Exception as exc:
+                d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
+
+
+def _answers(
+    d: Daemon,
+    s: Session,
+    *,
+    ctx: DecisionContext,
+    policy: Policy,
+    group: list[Revocable],
+    now: int,
+    report: CycleReport,
+) -> list[tuple[Revocable, bool]]:
+    """The policy's revoke answers for the group; a batch that raises is asked again one
+    chain at a time, and a chain whose answer fails keeps its successor (its error
+    recorded on it)."""
+    try:
+        return list(zip(group, policy.revoke(ctx, [c.pending for c in group]), strict=True))
+    except Exception:
+        pass
+    out: list[tuple[Revocable, bool]] = []
+    for c in group:
+        try:
+            (yes,) = policy.revoke(ctx, [c.pending])
+        except Exception as exc:
+            d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
+            continue
+        out.append((c, yes))
+    return out
 
 
 def cancel(

@@ -72,15 +72,14 @@ def test_fixed_lead_presubmits_and_hands_off(tmp_path: Path) -> None:
     assert sim.signals[0] == (segs[0].job_id, "USR1")
     # seen running at the next poll (3060): signalled then, exits then
     assert segs[0].outcome == "CONTINUE" and segs[0].end == 3060
-    # --segments 3 = 3 time limits of training: cut-short segments count what they ran
-    assert c.trained_s >= 3 * 3600 - 60
+    # --segments 3 = 3 jobs (what users read it as): two cut short by handoffs, the last
+    # runs its whole limit; every segment gets the chain's limit
     assert sum((g.end or 0) - (g.start or 0) for g in segs) == c.trained_s
     assert set(sim.tokens().values()) == {1}
     assert len(events(store, "handoff")) == len(segs) - 1
-    # the cut-short time is made up by the last segment's limit, not by a spiral of tiny ones
-    # (limit = budget left if it started at the decision, 9000: 10800 - 6120 - 3000)
-    assert len(segs) == 4 and segs[-1].time_limit_s == 1680
-    assert c.trained_s == 3 * 3060 + 1680
+    assert len(segs) == 3 and {g.time_limit_s for g in segs} == {3600}
+    assert c.trained_s == 2 * 3060 + 3600
+    assert c.reason == "ran its 3 segments"
 
 
 class StatedLead(FixedLeadPolicy):
@@ -137,11 +136,10 @@ def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None
     assert segment_line(runs[2]).endswith(f"predicted={runs[2]['predicted_start']} [{low}, {high}]")
     assert "predicted=" not in segment_line(runs[0])
     # `mirage status`: the last 7 days' transitions by outcome (the run ended at 6 h)
-    # (a fourth, cut-short segment's successor reuses the last interval: late again)
     held = status(store, 6 * 3600, None)["stated_intervals_7d"]
-    assert held == {"inside": 1, "early": 1, "late": 2}
+    assert held == {"inside": 1, "early": 1, "late": 1}
     line = interval_summary(held, "last 7 days")
-    assert line.startswith("stated 90% intervals, last 7 days: 1 of 4")
+    assert line.startswith("stated 90% intervals, last 7 days: 1 of 3")
     assert stated_intervals(store, 6 * 3600) == {"inside": 0, "early": 0, "late": 0}
 
 

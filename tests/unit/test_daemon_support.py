@@ -128,7 +128,7 @@ def make_store(tmp_path: Path, name: str = "mirage.sqlite") -> Store:
 
 
 def make_config(policy: str = "reactive", lead_s: int = 600, **daemon: object) -> Config:
-    base: dict[str, object] = {"poll_interval_s": 60, "lease_ttl_s": 180, "min_segment_s": 60}
+    base: dict[str, object] = {"poll_interval_s": 60, "lease_ttl_s": 180}
     base.update(daemon)
     return Config(
         daemon=DaemonSection(**base),  # type: ignore[arg-type]
