@@ -9,7 +9,8 @@ systemd (``Type=notify``): ``READY=1`` once the database is migrated and the lea
 runs; ``WATCHDOG=1`` only after a cycle *finished*, and only if the previous finished
 cycle is at most three intervals old (``WatchdogSec`` should be three intervals too):
 a hung cycle (a stuck sbatch, a dead database) gets the daemon restarted; a controller
-outage does not (the cycle finishes, with an error counted).
+outage does not (the cycle finishes, with an error counted), nor does a cycle that failed
+as a whole but could record that (``mirage_cycle_failures_total``, ``mirage status``).
 """
 
 from __future__ import annotations
@@ -117,12 +118,16 @@ def run_service(daemon: Daemon, config: Config) -> None:
     serve_metrics(daemon, config)
 
     def tick() -> None:
+        # A cycle that failed as a whole returns (counted and recorded, for `mirage
+        # status`) and still feeds the watchdog: the daemon makes progress and a restart
+        # would not help. Only a cycle that cannot even record that (the database is
+        # gone) raises here, and the watchdog then restarts the daemon.
         try:
             report = daemon.cycle(int(time.time()))
         except Exception:
-            log.exception("cycle failed")
+            log.exception("cycle failed and could not be recorded")
             return
-        log.info(
+        log.debug(
             "cycle: acted=%s skipped=%s reads=%d submitted=%d unknown=%d in %.3fs",
             report.acted,
             report.skipped,
