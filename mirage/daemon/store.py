@@ -27,9 +27,14 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
+import os
+import re
 import secrets
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    case,
     create_engine,
     event,
     insert,
@@ -53,6 +59,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+log = logging.getLogger(__name__)
 
 #: A job's token: "mg" + 16 hex digits, carried in --comment ("mirage:<token>") and in the
 #: job name ("<name>.<token>").
@@ -286,6 +294,45 @@ def migrate(engine: Engine, revision: str = "head", *, downgrade: bool = False) 
             command.upgrade(cfg, revision)
 
 
+#: The daemon's lease holder name, ``f"{hostname}:{pid}:{tag}"`` (``Daemon.__init__``).
+_HOLDER = re.compile(r"(?P<host>[^:\s]+):(?P<pid>[1-9][0-9]{0,9}):(?P<tag>[0-9a-f]+)", re.ASCII)
+#: Linux's largest pid_max (2**22): a larger "pid" is taken for a malformed name.
+_PID_MAX = 4_194_304
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """A held lease (:meth:`Store.lease_info`)."""
+
+    holder: str
+    acquired_at: int
+    expires_at: int
+    alive: bool | None  # None: the holder is on another host, or its name is not host:pid:tag
+
+
+def holder_alive(holder: str) -> bool | None:
+    """Whether the process named by a lease holder ``host:pid:tag`` is alive.
+
+    True or False only for a holder on this host (its host is ``socket.gethostname()``):
+    False when no process has its pid, True when one does (including one this process may
+    not signal, and one that reused the pid: the lease is then waited out, never taken
+    early). None for a holder on another host or a name not of that form.
+    """
+    m = _HOLDER.fullmatch(holder)
+    if m is None or m["host"] != socket.gethostname():
+        return None
+    pid = int(m["pid"])
+    if pid > _PID_MAX:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Store:
     """Sessions on one database, and the lease."""
 
@@ -318,19 +365,28 @@ class Store:
 
         Atomic on SQLite and PostgreSQL alike: one conditional UPDATE (renew, or take an
         expired lease), else one INSERT that fails on the primary key if another holds it.
+
+        An unexpired lease is taken at once, without waiting out its ``ttl_s``, only from a
+        holder that is certainly dead: its name says it ran on this host
+        (``socket.gethostname()``) as a process that no longer exists (``kill(pid, 0)``:
+        no such process), e.g. a daemon killed with ``kill -9``. The take is one UPDATE
+        conditional on the dead holder's exact name, so two daemons racing for it cannot
+        both win. A holder on another host, one whose process lives (or may: ``EPERM``) and
+        a name not of the daemon's ``host:pid:tag`` form are waited out as before.
         """
+        acquired = case((Lease.holder == holder, Lease.acquired_at), else_=now)
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(Lease)
                 .where(Lease.name == name)
                 .where((Lease.holder == holder) | (Lease.expires_at < now))
-                .values(holder=holder, expires_at=now + ttl_s)
+                .values(holder=holder, acquired_at=acquired, expires_at=now + ttl_s)
             )
             if res.rowcount == 1:
                 return True
-            exists = conn.execute(select(Lease.holder).where(Lease.name == name)).first()
-            if exists is not None:
-                return False
+            current = conn.execute(select(Lease.holder).where(Lease.name == name)).scalar()
+        if current is not None:
+            return self._take_from_dead(name, str(current), holder, now, ttl_s)
         try:
             with self.engine.begin() as conn:
                 conn.execute(
@@ -342,6 +398,21 @@ class Store:
             return False
         return True
 
+    def _take_from_dead(self, name: str, dead: str, holder: str, now: int, ttl_s: int) -> bool:
+        """Take the lease from ``dead`` if its process is certainly gone (see acquire_lease)."""
+        if holder_alive(dead) is not False:
+            return False
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == dead)
+                .values(holder=holder, acquired_at=now, expires_at=now + ttl_s)
+            )
+        if res.rowcount != 1:
+            return False  # another daemon took it first, or the holder renewed
+        log.warning("lease %s held by dead process %s: taken over", name, dead)
+        return True
+
     def release_lease(self, name: str, holder: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(
@@ -349,11 +420,31 @@ class Store:
             )
 
     def lease_holder(self, name: str, now: int) -> str | None:
+        info = self.lease_info(name, now)
+        return None if info is None else info.holder
+
+    def lease_info(self, name: str, now: int) -> LeaseInfo | None:
+        """Who holds the lease ``name`` at ``now``, or None when nobody does (never taken,
+        released, or expired: any daemon may take it).
+
+        ``holder`` is the daemon's ``host:pid:tag``; ``acquired_at`` when that holder took
+        it (a renewal keeps it), ``expires_at`` when it lapses unless renewed (epoch
+        seconds). ``alive``: True when the holder runs on this host and its process exists
+        (or cannot be signalled: another user's), False when it ran on this host and its
+        process is gone (a daemon started now takes the lease at once), None when that
+        cannot be told (another host, or a holder name not of the ``host:pid:tag`` form).
+        """
         with self.engine.connect() as conn:
             row = conn.execute(select(Lease).where(Lease.name == name)).first()
         if row is None or row.expires_at < now:
             return None
-        return str(row.holder)
+        holder = str(row.holder)
+        return LeaseInfo(
+            holder=holder,
+            acquired_at=int(row.acquired_at),
+            expires_at=int(row.expires_at),
+            alive=holder_alive(holder),
+        )
 
     # ---- small helpers ----------------------------------------------------------------
 
