@@ -10,7 +10,9 @@ user who can open the database file: that fallback is for single-user setups.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -29,7 +31,11 @@ from mirage.daemon.config import (
 )
 
 if TYPE_CHECKING:
+    from mirage.daemon.core import Daemon
+    from mirage.daemon.health import StartInfo
     from mirage.daemon.simdemo import DemoSpec
+
+log = logging.getLogger(__name__)
 
 config_option = click.option(
     "--config",
@@ -82,18 +88,26 @@ def _uid() -> int | None:
 
 
 def _when(t: int | None, now: int) -> str:
+    """A time in UTC ISO form with how far it is from now: "2026-11-20T01:02:03Z (42s ago)"."""
     if t is None:
         return "-"
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
     delta = t - now
-    rel = f"in {_dur(delta)}" if delta >= 0 else f"{_dur(-delta)} ago"
+    rel = "now" if delta == 0 else f"in {_dur(delta)}" if delta > 0 else f"{_dur(-delta)} ago"
     return f"{stamp}Z ({rel})"
 
 
 def _dur(s: int | None) -> str:
+    """A span, to the second while it is short: "42s", "3m05s", "1h02m", "2d03h04m"."""
     if s is None:
         return "-"
-    d, rest = divmod(int(s), 86400)
+    s = int(s)
+    if s < 0:
+        return f"-{_dur(-s)}"
+    if s < 3600:
+        m, sec = divmod(s, 60)
+        return f"{m}m{sec:02d}s" if m else f"{sec}s"
+    d, rest = divmod(s, 86400)
     h, rest = divmod(rest, 3600)
     m = rest // 60
     return f"{d}d{h:02d}h{m:02d}m" if d else f"{h}h{m:02d}m"
@@ -117,7 +131,8 @@ def chain() -> None:
     "--segments",
     type=click.IntRange(min=1),
     default=None,
-    help="N time limits of training.",
+    help="Run at most N segments (jobs) of the chain; with --until-file the chain also ends "
+    "when the job writes that file.",
 )
 @click.option("--until-file", default=None, help="The chain ends when the job writes this file.")
 @click.option("--name", default=None, help="The chain's name (default: the script's name).")
@@ -222,12 +237,85 @@ def chain_submit(
         click.echo(f"chain {new.id} registered{tail}")
 
 
+all_option = click.option(
+    "--all", "show_all", is_flag=True, help="Ended chains too (default: only the ACTIVE ones)."
+)
+
+
+def _owner_column() -> bool:
+    """Root sees every user's chains: the human output then says whose each is."""
+    return _uid() is None
+
+
+def _owner_cell(r: dict[str, Any], owner: bool) -> str:
+    return f"{r.get('owner') or '-':<12} " if owner else ""
+
+
+def _seg_text(k: int | None, n: int | None) -> str:
+    """ "segment k of N" (``--segments N``), "segment k" (``--until-file`` alone)."""
+    if k is None:
+        return "no segment yet"
+    return f"segment {k}" if n is None else f"segment {k} of {n}"
+
+
+def _job_text(
+    state: str | None,
+    reason: str = "",
+    *,
+    cancel_pending: bool = False,
+    missing_since: int | None = None,
+    now: int,
+) -> str:
+    """A job's state as it stands: "PENDING (Priority)", "RUNNING (cancel pending)"."""
+    notes = [reason] if reason else []
+    if cancel_pending:
+        notes.append("cancel pending")
+    if missing_since is not None:
+        notes.append(f"not listed by Slurm since {_when(missing_since, now)}")
+    text = state or "-"
+    return f"{text} ({'; '.join(notes)})" if notes else text
+
+
+def _current_job(r: dict[str, Any], now: int) -> str:
+    """A chain's current segment and job, as in ``mirage status`` and ``chain list``."""
+    seg = _seg_text(r.get("segment"), r.get("segments"))
+    if not r.get("job_id"):
+        return f"{seg}: no job yet"
+    job = _job_text(
+        r.get("job_state"),
+        r.get("job_reason") or "",
+        cancel_pending=bool(r.get("cancel_pending")),
+        missing_since=r.get("missing_since"),
+        now=now,
+    )
+    return f"{seg}: job {r['job_id']} {job}"
+
+
+def _trouble_lines(r: dict[str, Any], now: int) -> list[str]:
+    """The chain's own error (with how many so far and when) and its note."""
+    out = []
+    if r.get("error"):
+        at = r.get("error_at")
+        when = f", last {_dur(now - at)} ago" if at is not None else ""
+        out.append(f"    error ({r.get('errors') or 1} so far{when}): {r['error']}")
+    if r.get("note"):
+        out.append(f"    note: {r['note']}")
+    return out
+
+
+def _hidden_line(hidden: int) -> list[str]:
+    if not hidden:
+        return []
+    return [f"{hidden} ended chain{'s' if hidden > 1 else ''} hidden (--all)"]
+
+
 @chain.command("list")
 @config_option
 @json_option
-def chain_list(config_path: str | None, as_json: bool) -> None:
-    """Your chains."""
-    from mirage.daemon.status import list_chains
+@all_option
+def chain_list(config_path: str | None, as_json: bool, show_all: bool) -> None:
+    """Your active chains (--all: ended ones too); root: everyone's."""
+    from mirage.daemon.status import hide_ended, list_chains
 
     cfg = _config(config_path)
     sock = _socket(cfg)
@@ -235,12 +323,23 @@ def chain_list(config_path: str | None, as_json: bool) -> None:
         rows = _ask(sock, {"op": "list"})["chains"]
     else:
         rows = list_chains(_store(cfg), _uid())
+    # the daemon answers every chain (older daemons know no filter): the CLI filters
+    hidden = 0
+    if not show_all:
+        rows, hidden = hide_ended(rows)
     if as_json:
         _echo_json(rows)
         return
+    now, owner = int(time.time()), _owner_column()
     for r in rows:
-        budget = f"{_dur(r['trained_s'])}/{_dur(r['budget_s'])}" if r["budget_s"] else "-"
-        click.echo(f"{r['id']}  {r['name']:<20} {r['state']:<10} trained {budget}  {r['reason']}")
+        click.echo(
+            f"{_owner_cell(r, owner)}{r['id']}  {r['name']:<20} {r['state']:<10} "
+            f"{_current_job(r, now)}" + (f"  {r['reason']}" if r.get("reason") else "")
+        )
+        for line in _trouble_lines(r, now):
+            click.echo(line)
+    for line in _hidden_line(hidden):
+        click.echo(line)
 
 
 @chain.command("show")
@@ -262,22 +361,56 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     if as_json:
         _echo_json(data)
         return
-    for key in ("id", "name", "state", "reason", "chdir", "script_sha256", "policy"):
-        click.echo(f"{key:>14}: {data[key]}")
+    now = int(time.time())
+    for key, value in _show_fields(data, now):
+        click.echo(f"{key:>14}: {value}")
+    for line in _trouble_lines(data, now):
+        click.echo(line)
     for g in data["segments_run"]:
-        click.echo(segment_line(g))
+        click.echo(segment_line(g, now))
 
 
-def segment_line(g: dict[str, Any]) -> str:
+def _show_fields(data: dict[str, Any], now: int) -> list[tuple[str, str]]:
+    """`mirage chain show`'s header: the chain, where it stands, its trouble, its snapshot."""
+    fields = [
+        ("id", data["id"]),
+        ("name", data["name"]),
+        ("owner", data.get("owner") or "-"),
+        ("state", data["state"]),
+        ("reason", data.get("reason") or "-"),
+        ("current", _current_job(data, now)),
+        ("policy", data.get("policy") or "-"),
+        ("created", _when(data.get("created_at"), now)),
+        ("updated", _when(data.get("updated_at"), now)),
+    ]
+    fields += [("chdir", data["chdir"]), ("script_sha256", data["script_sha256"])]
+    return [(k, str(v)) for k, v in fields]
+
+
+def segment_line(g: dict[str, Any], now: int | None = None) -> str:
     """One segment of `mirage chain show`: its job, times, outcome, and the forecast it was
     pre-submitted on (predicted start and stated 90% interval), where there was one."""
+    now = int(time.time()) if now is None else now
     # a revoked pre-submission keeps its row (outcome REVOKED); one being revoked says so
     revoking = " (being revoked)" if g.get("revoke_at") and g["outcome"] is None else ""
     stated = g.get("predicted_interval")
-    forecast = f" predicted={g['predicted_start']} [{stated[0]}, {stated[1]}]" if stated else ""
+    forecast = ""
+    if stated:
+        forecast = (
+            f"; predicted start {_when(g['predicted_start'], now)} "
+            f"[{_when(stated[0], now)} .. {_when(stated[1], now)}]"
+        )
+    job = _job_text(
+        g["state"],
+        g.get("reason") or "",
+        cancel_pending=bool(g.get("cancel_pending")),
+        missing_since=g.get("missing_since"),
+        now=now,
+    )
     return (
-        f"  segment {g['index'] + 1}: job {g['job_id']} {g['state']} "
-        f"start={g['start']} end={g['end']} outcome={g['outcome']}{revoking}{forecast}"
+        f"  segment {g['index'] + 1}: job {g['job_id']} {job}; submitted "
+        f"{_when(g.get('submitted_at'), now)}, started {_when(g['start'], now)}, ended "
+        f"{_when(g['end'], now)}; outcome {g['outcome'] or '-'}{revoking}{forecast}"
     )
 
 
@@ -326,48 +459,168 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
 @click.command("status")
 @config_option
 @json_option
-def status_cmd(config_path: str | None, as_json: bool) -> None:
-    """Per chain: segment, time left, successor, predicted start, Slurm's estimate, policy."""
-    from mirage.daemon.status import interval_summary, status
+@all_option
+def status_cmd(config_path: str | None, as_json: bool, show_all: bool) -> None:
+    """The daemon, Slurm, and per active chain (--all: ended ones too): segment, job, time
+    left, successor, predicted start, Slurm's estimate, policy, error."""
+    from mirage.daemon.status import hide_ended, status
 
     cfg = _config(config_path)
     now = int(time.time())
     sock = _socket(cfg)
     if sock is not None:
         data = _ask(sock, {"op": "status"})["status"]
+        now = int(data.get("now") or now)  # the daemon's clock: its times are relative to it
     else:
         data = status(_store(cfg), now, _uid(), cluster=cfg.daemon.cluster)
+    # the daemon answers every chain (older daemons know no filter): the CLI filters
+    data["ended_hidden"] = 0
+    if not show_all:
+        data["chains"], data["ended_hidden"] = hide_ended(data["chains"])
     if as_json:
         _echo_json(data)
         return
-    click.echo(
-        f"daemon: lease {data['lease_holder'] or 'not held'}, last poll "
-        f"{_when(data['last_poll'], now)}"
-    )
+    for line in _status_lines(data, now, owner=_owner_column()):
+        click.echo(line)
+
+
+def _status_lines(data: dict[str, Any], now: int, *, owner: bool) -> list[str]:
+    from mirage.daemon.status import interval_summary
+
+    lines = _daemon_lines(data, now)
     held = data.get("stated_intervals_7d") or {}
     if sum(held.values()):
-        click.echo(interval_summary(held, "last 7 days"))
+        lines.append(interval_summary(held, "last 7 days"))
     for r in data["chains"]:
-        seg = f"{r['segment']}/{r['segments'] or '?'}" if r["segment"] else "-"
-        click.echo(
-            f"{r['id']} {r['name']} [{r['state']}] segment {seg} job {r['job_id'] or '-'} "
-            f"{r['job_state'] or ''} left {_dur(r['time_left_s'])}"
+        lines += _chain_lines(r, now, owner=owner)
+    return lines + _hidden_line(data.get("ended_hidden") or 0)
+
+
+def _daemon_lines(data: dict[str, Any], now: int) -> list[str]:
+    """Who started the daemon, with what; whether it holds the lease; its last cycle; Slurm."""
+    facts = data.get("daemon") or {}
+    start = facts.get("start")
+    if start:
+        head = (
+            f"daemon: mirage {start.get('version') or '?'} on {start.get('host') or '?'} "
+            f"(pid {start.get('pid') or '?'}), started {_when(start.get('started_at'), now)}"
         )
-        if r["state"] != "ACTIVE":
-            click.echo(f"    {r['reason']}")
-            continue
-        succ = r["successor_job_id"]
-        sub = f"{succ} pre-submitted {_when(r['successor_submitted_at'], now)}" if succ else "-"
-        click.echo(f"    successor: {sub}")
-        interval = r["predicted_interval"]
-        pred = _when(r["predicted_start"], now)
+        lines = [head, f"    {_start_policy(start, now)}", f"    {_start_places(start)}"]
+    else:
+        lines = ["daemon: no start recorded"]
+    lines.append(f"    lease: {_lease_text(data.get('lease_holder'), start, facts.get('live'))}")
+    lines.append(
+        f"    last cycle: {_cycle_text(facts.get('last_cycle'), now)}; last good poll "
+        f"{_when(data.get('last_poll'), now)}"
+    )
+    lines.append(_slurm_line(data.get("slurm") or {}, now))
+    return lines
+
+
+def start_text(start: dict[str, Any], now: int) -> str:
+    """The daemon's start facts (``health.StartInfo``), for its start line: policy, model and
+    its age, fallback, socket, metrics, database, models."""
+    return f"{_start_policy(start, now)}, {_start_places(start)}"
+
+
+def _start_policy(start: dict[str, Any], now: int) -> str:
+    text = f"policy {start.get('policy') or '-'}"
+    if start.get("model"):
+        created = start.get("model_created_at")
+        age = f", age {_dur(now - created)}" if isinstance(created, int) else ""
+        text += f" [model {start['model']}{age}]"
+    if start.get("fallback"):
+        text += f" [fallback: {start['fallback']}]"
+    return text
+
+
+def _start_places(start: dict[str, Any]) -> str:
+    return (
+        f"socket {start.get('socket') or '-'}, metrics {start.get('metrics') or 'off'}, "
+        f"database {start.get('database') or '-'}, models {start.get('models_dir') or 'none'}"
+    )
+
+
+def _lease_text(holder: str | None, start: dict[str, Any] | None, live: bool | None) -> str:
+    if not holder:
+        return "not held (no daemon acts now)"
+    if live:
+        return f"held by {holder} (the daemon above)"
+    return f"held by {holder}" + (" (not the daemon that started last)" if start else "")
+
+
+def _cycle_text(cycle: dict[str, Any] | None, now: int) -> str:
+    if not cycle:
+        return "none recorded"
+    text = _when(cycle.get("at"), now)
+    if not cycle.get("finished", True):
+        text += f", FAILED: {cycle.get('error') or 'no error recorded'}"
+    elif cycle.get("skipped"):
+        text += f", skipped ({cycle['skipped']})"
+        text += f": {cycle['error']}" if cycle.get("error") else ""
+    if cycle.get("chain_errors"):
+        text += f", {cycle['chain_errors']} chain(s) had an error"
+    if cycle.get("failures_total"):
+        text += f"; {cycle['failures_total']} cycle(s) failed since the daemon started"
+    return text
+
+
+def _slurm_line(slurm: dict[str, Any], now: int) -> str:
+    reachable = slurm.get("reachable")
+    if reachable is None:
+        return "Slurm: unknown (no poll recorded)"
+    since = slurm.get("since")
+    if reachable:
+        return f"Slurm: reachable since {_when(since, now)}"
+    return f"Slurm: UNREACHABLE since {_when(since, now)}: {slurm.get('error') or '-'}"
+
+
+def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
+    """One chain of ``mirage status``: where it stands, its successor, and for an ACTIVE one
+    the forecast and the policy; its error and note."""
+    left = f", {_dur(r['time_left_s'])} left" if r.get("time_left_s") is not None else ""
+    lines = [
+        f"{_owner_cell(r, owner)}{r['id']} {r['name']} [{r['state']}] {_current_job(r, now)}{left}"
+    ]
+    if r["state"] != "ACTIVE":
+        lines.append(f"    {r.get('reason') or 'ended'}")
+    if r.get("successor_job_id") or r["state"] == "ACTIVE":
+        lines.append(f"    successor: {_successor_text(r, now)}")
+    if r["state"] == "ACTIVE":
+        interval = r.get("predicted_interval")
+        pred = _when(r.get("predicted_start"), now)
         if interval:
             pred += f" [{_when(interval[0], now)} .. {_when(interval[1], now)}]"
-        click.echo(
-            f"    predicted start: {pred}; Slurm's estimate: {_when(r['slurm_estimate'], now)}"
+        lines.append(
+            f"    predicted start: {pred}; Slurm's estimate: {_when(r.get('slurm_estimate'), now)}"
         )
-        note = " (fallback: the daemon cannot see the whole queue)" if r["policy_fallback"] else ""
-        click.echo(f"    policy: {r['policy'] or '-'}{note}; model age: baseline (no model)")
+        lines.append(f"    policy: {_policy_text(r)}")
+    return lines + _trouble_lines(r, now)
+
+
+def _successor_text(r: dict[str, Any], now: int) -> str:
+    succ = r.get("successor_job_id")
+    if not succ:
+        return "-"
+    job = _job_text(
+        r.get("successor_state"),
+        r.get("successor_reason") or "",
+        cancel_pending=bool(r.get("successor_cancel_pending")),
+        now=now,
+    )
+    return f"job {succ} {job}, pre-submitted {_when(r.get('successor_submitted_at'), now)}"
+
+
+def _policy_text(r: dict[str, Any]) -> str:
+    """The policy that decides for the chain, what it stands in for, and its model's age
+    (why a fallback decides is the chain's note)."""
+    label = r.get("policy") or ""
+    if not label:
+        return "- (no decision yet)"
+    used = r.get("policy_used") or label.split(" ", 1)[0]
+    text = used + (f" (fallback: {r['fallback']})" if r.get("fallback") else "")
+    age = r.get("model_age_s")
+    return text + (f", model age {_dur(age)}" if age is not None else ", no trained model")
 
 
 # ---- mirage daemon ---------------------------------------------------------------------
@@ -526,6 +779,7 @@ def daemon_cmd(
             # a root daemon runs each chain's jobs as its owner: root's chains only if asked
             refuse_root_chains=runs_as_owner(cfg) and not cfg.daemon.allow_root_chains,
         )
+        announce(daemon, cfg)
         if cycles:
             try:
                 for n in range(cycles):
@@ -537,6 +791,55 @@ def daemon_cmd(
                 store.release_lease(cfg.daemon.cluster, daemon.holder)
             return
         run_service(daemon, cfg)
+
+
+def announce(daemon: Daemon, cfg: Config) -> None:
+    """The daemon's one start line (what an admin checks first in the journal) and the same
+    facts in the database, for ``mirage status``."""
+    from mirage.daemon import health
+
+    info = start_info(daemon, cfg, int(time.time()))
+    health.write(daemon.store, health.START_KEY, info)
+    facts = dataclasses.asdict(info)
+    log.info(
+        "mirage %s started: %s, lease holder %s",
+        info.version,
+        start_text(facts, info.started_at),
+        info.holder,
+    )
+
+
+def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
+    """What the daemon starts with: its version, process, policy and model, and where it
+    serves and stores (the database URL's password hidden)."""
+    import socket
+
+    from sqlalchemy.engine import make_url
+
+    from mirage import __version__
+    from mirage.daemon.health import StartInfo
+    from mirage.daemon.store import database_url
+
+    summary = daemon.policy_summary()
+    url = database_url(cfg.daemon.database_url, cfg.daemon.state_dir)
+    pcfg = cfg.policy
+    # trained policies live in <models_dir>/<cluster>/ (policies.py)
+    models = str(Path(pcfg.models_dir) / pcfg.cluster) if pcfg.models_dir else ""
+    return StartInfo(
+        version=__version__,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        holder=daemon.holder,
+        started_at=now,
+        policy=str(summary["policy"]),
+        model=str(summary.get("model") or ""),
+        model_created_at=summary.get("model_created_at"),
+        fallback=str(summary.get("fallback") or ""),
+        socket=cfg.socket.path,
+        metrics=f"{cfg.metrics.address}:{cfg.metrics.port}" if cfg.metrics.port else "",
+        database=make_url(url).render_as_string(hide_password=True),
+        models_dir=models,
+    )
 
 
 @contextlib.contextmanager
@@ -578,8 +881,6 @@ def _run_sim(
     if any(p.nodes is None for p in profile.partitions):
         if nodes is None:
             raise click.UsageError(f"profile {profile.name!r} leaves node counts open: --nodes N")
-        import dataclasses
-
         parts = tuple(
             p if p.nodes is not None else dataclasses.replace(p, nodes=nodes)
             for p in profile.partitions
@@ -615,8 +916,6 @@ def _sim_loop(daemon: Any, client: Any, cfg: Config, t: int, *, speed: float, cy
 
 def _replay_trace(sim: Any, profile: Any, path: str, fmt: str | None, t0: int) -> None:
     """Add a trace's jobs to the simulation, shifted so that the first arrives at ``t0``."""
-    import dataclasses
-
     from mirage.sim.workload import from_table
     from mirage.trace.load import TraceFormatError
     from mirage.trace.readers import load_trace

@@ -208,6 +208,6 @@ def test_chain_submit_refused_by_sbatch_fails_the_chain(
     )
     assert res.exit_code != 0 and "Requested node configuration" in res.output
     listed = json.loads(
-        runner.invoke(main, ["chain", "list", "--json", "--config", str(cfg)]).output
+        runner.invoke(main, ["chain", "list", "--all", "--json", "--config", str(cfg)]).output
     )
     assert listed[0]["state"] == "FAILED"
