@@ -11,11 +11,28 @@ from mirage import __version__
 
 @click.group()
 @click.version_option(__version__, prog_name="mirage")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More logging (-v: Mirage's debug lines, e.g. one per daemon cycle; -vv: every "
+    "library's too).",
+)
 def main(verbose: int) -> None:
     """Mirage: proactive provisioning of chained jobs on Slurm GPU clusters."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(verbose)
+
+
+def setup_logging(verbose: int) -> None:
+    """Mirage's own loggers at INFO (the daemon's start line, warnings), DEBUG with -v; every
+    other library's (APScheduler, Alembic, SQLAlchemy, urllib3, numexpr, ...) at WARNING
+    unless -vv: their INFO lines (a job added, a migration context) drown the daemon's."""
+    root = logging.DEBUG if verbose >= 2 else logging.WARNING
+    logging.basicConfig(level=root, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # basicConfig sets nothing when the root logger already has a handler (an embedding
+    # program, a test runner): the levels are set either way
+    logging.getLogger().setLevel(root)
+    logging.getLogger("mirage").setLevel(logging.INFO if verbose == 0 else logging.DEBUG)
 
 
 def _register() -> None:
