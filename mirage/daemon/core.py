@@ -875,7 +875,7 @@ class Daemon:
         """
         limit = chain.time_limit_s
         if not segs:
-            self._note(chain, "")
+            self._note(chain, self.policy_for(chain).note)
             return _Want(chain, chain.next_index, limit, presubmit=False)
         pred = segs[0]
         if (
@@ -885,7 +885,7 @@ class Daemon:
             or pred.missing_since is not None  # unseen this poll: its state is a memory
         ):
             if len(segs) == 1 and pred.job_state == JobState.PENDING.value:
-                self._note(chain, "")
+                self._note(chain, self.policy_for(chain).note)
             return None
         if segments_done(chain):
             self._note(
