@@ -15,7 +15,7 @@ from mirage.slurm.cli_backend import (
     format_time,
     format_time_limit,
 )
-from mirage.slurm.run import CommandResult
+from mirage.slurm.run import CommandResult, SubprocessRunner
 from mirage.slurm.types import (
     JobState,
     SlurmError,
@@ -421,3 +421,21 @@ def test_submit_killed_by_signal_is_outcome_unknown() -> None:
     with pytest.raises(SlurmUnreachableError):
         c.submit(SubmitRequest(script_path="job.sh"))
     conv.done()
+
+
+def test_submit_from_a_directory_that_is_gone_is_refused_before_sbatch(tmp_path: Path) -> None:
+    """The chain's directory was removed: a SubmitError (the daemon records a rejection
+    for that chain), and sbatch never ran."""
+    calls = tmp_path / "calls"
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text(f'#!/bin/sh\necho "$PWD" >> {calls}\necho 5\n')
+    sbatch.chmod(0o755)
+    c = CliSlurmClient(runner=SubprocessRunner(), binaries={"sbatch": str(sbatch)})
+    work = tmp_path / "work"
+    work.mkdir()
+    assert c.submit(SubmitRequest(script=b"#!/bin/sh\n", chdir=str(work))) == "5"
+    assert calls.read_text() == f"{work}\n"  # run there: the job's SLURM_SUBMIT_DIR
+    work.rmdir()
+    with pytest.raises(SubmitError, match=f"cannot run {sbatch} in {work}"):
+        c.submit(SubmitRequest(script=b"#!/bin/sh\n", chdir=str(work)))
+    assert calls.read_text() == f"{work}\n"
