@@ -39,18 +39,19 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 
-from mirage.daemon.chains import ChainSpecError, build_chain
+from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
 from mirage.daemon.config import Config
 from mirage.daemon.core import register_chain
 from mirage.daemon.identity import runs_as_owner
 from mirage.daemon.status import list_chains, show_chain, status
 from mirage.daemon.store import Chain, ChainState, Store, event_row
+from mirage.profile.schema import Partition
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,11 @@ class Api:
         clock: Callable[[], float] = time.time,
         wake: Callable[[], None] | None = None,
         config: Config | None = None,
+        partitions: Callable[[int], Sequence[Partition]] | None = None,
     ) -> None:
         self.store = store
+        # the cluster's partitions (default, MaxTime), to refuse what would pend forever
+        self.partitions = partitions
         self.cluster = cluster
         self.clock = clock
         self.wake = wake
@@ -186,6 +190,8 @@ class Api:
             groups=os.getgrouplist(user.pw_name, gid),
             cluster=self.cluster,
         )
+        if self.partitions is not None:
+            check_limits(chain, self.partitions(int(self.clock())))
         with self._register_lock:
             over = self._over_quota(uid)
             if over:

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage.daemon.store import Chain, ChainState, new_chain_id
-from mirage.sim.backend import gres_gpus
+from mirage.profile.schema import Partition
+from mirage.sim.backend import gres_gpus, slurm_duration
 from mirage.slurm.parse import digits
 
 
@@ -269,6 +270,40 @@ def _check_managed(managed: Mapping[str, str], where: str) -> None:
         check_text(f"{where} {key} value {value!r}", value)
 
 
+#: sbatch's input environment variables for the options Mirage manages (sbatch(1), "INPUT
+#: ENVIRONMENT VARIABLES"): they override the script's #SBATCH lines, options override them.
+INPUT_ENVIRONMENT = {"SBATCH_TIMELIMIT": "time", "SBATCH_PARTITION": "partition"}
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {opt: environ[var] for var, opt in INPUT_ENVIRONMENT.items() if environ.get(var)}
+
+
+def check_limits(chain: Chain, partitions: Sequence[Partition]) -> None:
+    """Refuse what Slurm would accept and never run: a partition the cluster lacks, or a
+    time limit above the partition's MaxTime (it would pend forever, PartitionTimeLimit).
+    ``partitions``: the cluster's, as read from it (none: nothing to check against)."""
+    if not partitions:
+        return
+    names = [p.name for p in partitions]
+    wanted = chain.partition.split(",") if chain.partition else []
+    if not wanted:
+        default = next((p for p in partitions if p.default), None)
+        wanted = [default.name] if default is not None else []
+    for name in wanted:
+        part = next((p for p in partitions if p.name == name), None)
+        if part is None:
+            raise ChainSpecError(
+                f"no partition {name!r} on this cluster; it has: {', '.join(names)}"
+            )
+        if part.max_time_s is not None and chain.time_limit_s > part.max_time_s:
+            raise ChainSpecError(
+                f"time limit {slurm_duration(chain.time_limit_s)} is over partition {name}'s "
+                f"MaxTime {slurm_duration(part.max_time_s)}: the jobs would pend forever "
+                "(PartitionTimeLimit); ask for at most that"
+            )
+
+
 def build_chain(
     script_path: str,
     script: bytes,
@@ -300,7 +335,8 @@ def build_chain(
     directives = split_options(
         script_directives(script), allowed=OVERRIDDEN_IN_SCRIPT, where="script's #SBATCH lines"
     )
-    managed = {**directives.managed, **cli.managed}
+    # sbatch's order: its options, then its input environment variables, then #SBATCH lines
+    managed = {**directives.managed, **_from_environment(environ), **cli.managed}
     _check_managed(directives.managed, "the script's #SBATCH")
     if "time" not in managed:
         raise ChainSpecError(

@@ -27,6 +27,7 @@ from mirage.daemon.config import (
     MAX_DURATION_S,
     Config,
     ConfigError,
+    PolicySection,
     load_config,
 )
 
@@ -156,7 +157,7 @@ def chain_submit(
     sbatch options follow the script (after `--`): e.g.
     `mirage chain submit job.sbatch --segments 6 -- --time=2-00:00:00 -p gpu --gres=gpu:4`.
     """
-    from mirage.daemon.chains import ChainSpecError, build_chain
+    from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
     from mirage.daemon.core import perform_submission, register_chain
     from mirage.daemon.identity import action_clients
     from mirage.daemon.store import Chain, ChainState
@@ -201,6 +202,7 @@ def chain_submit(
             environ=dict(os.environ),
             cluster=cfg.daemon.cluster,
         )
+        check_limits(new, _cluster_partitions(cfg))
     except ChainSpecError as exc:
         raise click.ClickException(str(exc)) from exc
     store = _store(cfg)
@@ -307,6 +309,21 @@ def _hidden_line(hidden: int) -> list[str]:
     if not hidden:
         return []
     return [f"{hidden} ended chain{'s' if hidden > 1 else ''} hidden (--all)"]
+
+
+def _cluster_partitions(cfg: Config) -> tuple[Any, ...]:
+    """The cluster's partitions (``scontrol show``), to check a registration against;
+    () when they cannot be read (sbatch then has the last word)."""
+    from mirage.profile.capture import capture_profile
+    from mirage.profile.schema import ProfileError
+    from mirage.slurm.cli_backend import CliSlurmClient
+    from mirage.slurm.types import SlurmError
+
+    client = CliSlurmClient(bin_dir=cfg.slurm.bin_dir or None, timeout=cfg.slurm.timeout_s)
+    try:
+        return capture_profile(client, "live").partitions
+    except (SlurmError, ProfileError, ValueError, OSError):
+        return ()
 
 
 @chain.command("list")
@@ -824,7 +841,7 @@ def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
     url = database_url(cfg.daemon.database_url, cfg.daemon.state_dir)
     pcfg = cfg.policy
     # trained policies live in <models_dir>/<cluster>/ (policies.py)
-    models = str(Path(pcfg.models_dir) / pcfg.cluster) if pcfg.models_dir else ""
+    models = str(Path(pcfg.models_dir) / pcfg.cluster) if pcfg.models_dir and pcfg.cluster else ""
     return StartInfo(
         version=__version__,
         host=socket.gethostname(),
@@ -1019,10 +1036,21 @@ def _demo_spec(
         time_limit_s=limit,
         policy=args.policy or cfg.policy.default,
         lead_s=cfg.policy.lead_s if args.lead_s is None else args.lead_s,
-        models_dir=cfg.policy.models_dir or "models",
+        models_dir=_demo_models(cfg),
         model_cluster=cfg.policy.cluster or "ls6",
         start=start,
     )
+
+
+def _demo_models(cfg: Config) -> str:
+    """The demo's models: the configured folder if it holds the cluster's, else the
+    shipped ones (``models/`` of the checkout: the demo runs before any install)."""
+    configured = Path(cfg.policy.models_dir) / (cfg.policy.cluster or "ls6")
+    if cfg.policy.models_dir and configured.is_dir():
+        return cfg.policy.models_dir
+    if cfg.policy.models_dir != PolicySection().models_dir and cfg.policy.models_dir:
+        return cfg.policy.models_dir  # configured on purpose: its error is the user's to see
+    return "models"
 
 
 def _demo_intro(spec: DemoSpec, nodes: int | None) -> str:

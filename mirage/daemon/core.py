@@ -1157,6 +1157,13 @@ class Daemon:
         except Exception as exc:
             log.warning("cannot read the cluster's partitions (scontrol show): %s", exc)
 
+    def partitions(self, now: int) -> tuple[Partition, ...]:
+        """The cluster's partitions as last read (read now if never yet): () if unknown."""
+        if self._live is None:
+            self._live_at = None
+            self._refresh_live(now)
+        return self._live or ()
+
     def live_partition(self, name: str | None) -> Partition | None:
         """The live partition ``name`` (None: the default one), if known."""
         parts = self._live or ()

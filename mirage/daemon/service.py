@@ -160,7 +160,13 @@ def run_service(daemon: Daemon, config: Config) -> None:
     try:
         api = ApiServer(
             config.socket.path,
-            Api(daemon.store, cluster=config.daemon.cluster, wake=wake, config=config),
+            Api(
+                daemon.store,
+                cluster=config.daemon.cluster,
+                wake=wake,
+                config=config,
+                partitions=daemon.partitions,
+            ),
         )
     except OSError as exc:
         raise StartupError(f"cannot open the socket {config.socket.path}: {exc}") from exc

@@ -292,7 +292,7 @@ def collect(store: Store, result: RunResult) -> None:
                 "state": c.state.value,
                 "reason": c.reason,
                 "trained_s": c.trained_s,
-                "budget_s": c.budget_s,
+                "segments": c.segments_target,
                 "segments_run": c.next_index,
             }
         for sub in s.scalars(select(Submission)):
@@ -421,7 +421,7 @@ def _chain_cells(r: dict[str, Any], now: int) -> list[str]:
         successor = f"{succ} {r['successor_state'] or ''} (pre-submitted {_dur(now - at)} ago)"
     return [
         r["name"],
-        f"{r['segment'] or '-'}/{r['segments']}",
+        f"{r['segment'] or '-'} of {r['segments']}",
         str(r["job_id"] or "-"),
         r["job_state"] or "-" if r["state"] == "ACTIVE" else r["state"],
         _dur(r["time_left_s"]),

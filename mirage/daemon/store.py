@@ -162,12 +162,6 @@ class Chain(Base):
     created_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
 
-    @property
-    def budget_s(self) -> int | None:
-        if self.segments_target is None:
-            return None
-        return self.segments_target * self.time_limit_s
-
 
 class Submission(Base):
     __tablename__ = "submissions"

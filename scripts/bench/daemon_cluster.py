@@ -57,7 +57,7 @@ def one_run(client: CliSlurmClient, policy: str, args: argparse.Namespace) -> Lo
     top = Path(tempfile.mkdtemp(prefix="mg-bench-", dir="/tmp"))
     name = "bench" + policy.replace("-", "")
     (top / name).mkdir()
-    d = MirageDaemon(top / name, name, min_segment_s=args.limit_min * 60 - 1)
+    d = MirageDaemon(top / name, name)
     set_policy(d, policy)
     d.set_lead(args.lead)
     try:

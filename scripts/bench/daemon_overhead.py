@@ -175,7 +175,6 @@ def config(chains: int, db: str) -> Config:
             state_dir=db,
             poll_interval_s=POLL_S,
             lease_ttl_s=3 * POLL_S,
-            min_segment_s=60,
             max_submits_per_cycle=chains,
         ),
         policy=PolicySection(default="fixed-lead", lead_s=LEAD_S),

@@ -75,7 +75,6 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
             poll_interval_s=5,
             lease_ttl_s=60,
             backoff_max_s=60,
-            min_segment_s=30,
             sacct_overlap_s=120,
             run_as_owner="never",
         ),
@@ -129,8 +128,13 @@ def test_revoked_presubmission_on_real_slurm(tmp_path: Path, jobdir: Path) -> No
     one, which starts when the predecessor times out."""
     store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
     cfg = Config(
-        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
-                             min_segment_s=30, sacct_overlap_s=120, run_as_owner="never"),
+        daemon=DaemonSection(
+            poll_interval_s=5,
+            lease_ttl_s=60,
+            backoff_max_s=60,
+            sacct_overlap_s=120,
+            run_as_owner="never",
+        ),
         slurm=SlurmSection(timeout_s=60),
         policy=PolicySection(default="fixed-lead", lead_s=50),
     )  # fmt: skip

@@ -7,7 +7,7 @@ real cluster, time scaled down, and every transition's gap is read back from sac
 - Chains: 2 chains of ``--segments 3`` 1-minute segments on whole nodes' GPUs (4); each
   segment trains until 3 s before its limit, or checkpoints and exits on USR1.
 - Policy: fixed-lead with a 45 s lead (the decision falls 15 s into each segment),
-  ``min_segment_s = 59`` (every segment gets the full minute).
+  every segment gets the full minute (``--segments`` counts jobs).
 
 Asserted: the chains complete; every segment's token is on exactly one Slurm job, which
 ran; every transition k -> k+1 has a gap read back from sacct (start of k+1 minus planned
@@ -52,7 +52,7 @@ def test_chains_under_background_load_every_gap_from_sacct(
     mirage_daemons: Callable[..., MirageDaemon],
 ) -> None:
     client = CliSlurmClient(timeout=60.0)
-    d = mirage_daemons("e2e", min_segment_s=LIMIT_MIN * 60 - 1)
+    d = mirage_daemons("e2e")
     d.set_lead(LEAD_S)
     run = run_under_load(
         d,

@@ -2,8 +2,8 @@
 points, restart, and check in Slurm by token; then slurmctld stopped under a running daemon.
 
 Each chain: 1-minute segments, ``--segments 2 --until-file done``, fixed-lead with a
-60 s lead, ``min_segment_s = 59``. So exactly one successor is pre-submitted as soon as
-segment 1 runs (segment 2 is then the last: 120 s budget - 60 s running < 59 s), it
+60 s lead. So exactly one successor is pre-submitted as soon as
+segment 1 runs (segment 2 is then the last of --segments 2), it
 starts at once on the idle cluster, the daemon hands off (USR1: segment 1 exits 0), and
 segment 2, the second job ever started, writes the marker after ``LAST_S`` and ends the
 chain COMPLETED. Every count below is therefore exact: 2 jobs per chain, one per token.
@@ -114,7 +114,7 @@ def test_kill_9_at_each_crash_point_then_restart(mirage_daemons: MakeDaemon) -> 
     """The three points side by side (one daemon and database each): ~45 s, not 3 x 45 s."""
     since = int(time.time()) - 60
     client = CliSlurmClient(timeout=60.0)
-    daemons = {p: mirage_daemons(p.replace("-", ""), min_segment_s=59) for p in POINTS}
+    daemons = {p: mirage_daemons(p.replace("-", "")) for p in POINTS}
     chains = {p: register(d) for p, d in daemons.items()}
     for p, d in daemons.items():
         d.start(fault=p)
@@ -219,7 +219,7 @@ def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon) -> None:
 
     since = int(time.time()) - 60
     client = CliSlurmClient(timeout=60.0)
-    d = mirage_daemons("outage", min_segment_s=59)
+    d = mirage_daemons("outage")
     d.set_lead(40)  # due 20 s into segment 1: inside the outage below
     chain_id, work = register(d, last_s=5)  # no restart to outlive here
     d.start()

@@ -53,7 +53,7 @@ class FaultyLead(FixedLeadPolicy):
     """Fixed lead (revocable: it is asked, and never revokes) that raises for one chain,
     in decide or in revoke."""
 
-    revocable = True  # type: ignore[assignment]
+    revocable = True
 
     def __init__(self, lead_s: int, bad: str = "", step: str = "") -> None:
         super().__init__(lead_s)
@@ -81,7 +81,9 @@ class FaultySubmit(FaultySim):
         return super().submit(request)
 
 
-def _run(tmp_path: Path, step: str, bad_index: int | None) -> tuple[dict[str, list], Daemon]:
+def _run(
+    tmp_path: Path, step: str, bad_index: int | None
+) -> tuple[dict[str, list[object]], Daemon]:
     """N chains of 3 one-node segments on N nodes (each successor pends until a node
     frees: revocations are asked about; no chain's timing depends on another's); the
     chain at ``bad_index`` fails at ``step`` from 1 h on."""
@@ -110,9 +112,9 @@ def _run(tmp_path: Path, step: str, bad_index: int | None) -> tuple[dict[str, li
     return _history(store, exclude=bad), d
 
 
-def _history(store: Store, exclude: str) -> dict[str, list]:
+def _history(store: Store, exclude: str) -> dict[str, list[object]]:
     """Per chain name: its state and every segment's (index, submitted, start, end)."""
-    out: dict[str, list] = {}
+    out: dict[str, list[object]] = {}
     with store.sessions() as s:
         for c in s.scalars(select(Chain).where(Chain.id != exclude)):
             segs = s.scalars(select(Segment).where(Segment.chain_id == c.id))
@@ -122,7 +124,7 @@ def _history(store: Store, exclude: str) -> dict[str, list]:
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list]]:
+def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[object]]]:
     """Each step's run without any fault (the policy differs for revoke: revocable)."""
     out = {}
     for step in STEPS:
@@ -137,7 +139,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list]
 )
 @given(step=st.sampled_from(STEPS), bad_index=st.integers(0, N_CHAINS - 1))
 def test_a_failing_chain_leaves_every_other_chain_untouched(
-    clean: dict[str, dict[str, list]], tmp_path_factory: pytest.TempPathFactory, step: str,
+    clean: dict[str, dict[str, list[object]]], tmp_path_factory: pytest.TempPathFactory, step: str,
     bad_index: int,
 ) -> None:  # fmt: skip
     history, d = _run(tmp_path_factory.mktemp("faulty"), step, bad_index)
@@ -149,8 +151,8 @@ def test_a_failing_chain_leaves_every_other_chain_untouched(
     with d.store.sessions() as s:
         bad = s.scalars(select(Chain).where(Chain.name == bad_name)).one()
         assert bad.errors >= 1  # recorded on the chain (its error clears once a step passes)
-        errors = s.scalars(select(Event.reason).where(Event.chain_id == bad.id,
-                                                      Event.kind == "chain.error")).all()  # fmt: skip
+        q = select(Event.reason).where(Event.chain_id == bad.id, Event.kind == "chain.error")
+        errors = s.scalars(q).all()
         assert errors and all(e.startswith(f"{step}: Boom") for e in errors)
         # retried every cycle, never ended by its error (a failed decision: submitted when
         # the predecessor ends, so the chain completes)
@@ -330,7 +332,7 @@ def test_a_cycle_failing_as_a_whole_is_counted_and_recorded(tmp_path: Path) -> N
     def broken(*_a: object) -> None:
         raise Boom("observe failed")
 
-    d._observe = broken  # type: ignore[method-assign]
+    d._observe = broken  # type: ignore[method-assign,assignment]
     report = d.cycle(60)
     assert report.failed and "Boom" in report.error
     assert d.metrics.value("mirage_cycle_failures_total") == 1
@@ -347,3 +349,49 @@ def test_a_cycle_that_cannot_be_recorded_raises(tmp_path: Path) -> None:
     (tmp_path / "mirage.sqlite").mkdir()  # no database can be opened there now
     with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises
         d.cycle(60)
+
+
+# ---- honest limits at registration -------------------------------------------------------
+
+
+def _spec(args: Sequence[str] = (), environ: dict[str, str] | None = None) -> Chain:
+    from mirage.daemon.chains import build_chain
+
+    return build_chain(
+        "job.sbatch",
+        b"#!/bin/bash\n#SBATCH --time=02:00:00\ntrue\n",
+        args,
+        segments=4,
+        until_file=None,
+        name=None,
+        cwd="/tmp",
+        environ=environ or {},
+        uid=0,
+        gid=0,
+        groups=[],
+    )
+
+
+def test_a_limit_over_the_partitions_maxtime_is_refused_naming_it() -> None:
+    """The breakage: --time=99-00:00:00 on a partition whose MaxTime is 2 days was
+    accepted and pended forever (PartitionTimeLimit)."""
+    from mirage.daemon.chains import ChainSpecError, check_limits
+    from mirage.sim.scenario import testbed_profile
+
+    parts = testbed_profile().partitions  # gpu (default, 2 days), debug (1 hour)
+    with pytest.raises(ChainSpecError, match=r"over partition gpu's MaxTime 2-00:00:00"):
+        check_limits(_spec(["--time=99-00:00:00"]), parts)
+    with pytest.raises(ChainSpecError, match=r"debug's MaxTime 0-01:00:00"):
+        check_limits(_spec(["-p", "debug"]), parts)
+    with pytest.raises(ChainSpecError, match=r"no partition 'gpu-a100'.*it has: gpu, debug"):
+        check_limits(_spec(["-p", "gpu-a100"]), parts)
+    check_limits(_spec(), parts)  # 2 h on the default partition: fine
+    check_limits(_spec(["--time=99-00:00:00"]), ())  # nothing known: sbatch has the last word
+
+
+def test_sbatch_input_environment_is_honoured_as_sbatch_does() -> None:
+    """SBATCH_TIMELIMIT / SBATCH_PARTITION override #SBATCH lines; options override them."""
+    c = _spec(environ={"SBATCH_TIMELIMIT": "2", "SBATCH_PARTITION": "debug"})
+    assert (c.time_limit_s, c.partition) == (120, "debug")
+    c = _spec(["--time=5"], environ={"SBATCH_TIMELIMIT": "2"})
+    assert c.time_limit_s == 300

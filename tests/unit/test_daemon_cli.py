@@ -55,7 +55,7 @@ def test_build_chain_snapshot_uses_directives() -> None:
     )
     assert (c.time_limit_s, c.gres, c.gpus_per_node, c.partition) == (3600, "gpu:4", 4, "gpu")
     assert c.sbatch_args == ["--mem=4G"] and c.chdir == "/home/a" and c.export == "ALL"
-    assert c.environment == {"HOME": "/home/a"} and c.budget_s == 6 * 3600
+    assert c.environment == {"HOME": "/home/a"} and c.segments_target == 6
     assert c.name == "job" and len(c.script_sha256) == 64
     with pytest.raises(ChainSpecError, match="--segments"):
         build_chain(

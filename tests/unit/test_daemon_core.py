@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirage.daemon.cli import segment_line
+from mirage.daemon.cli import _when, segment_line
 from mirage.daemon.core import Daemon
 from mirage.daemon.status import interval_summary, show_chain, stated_intervals, status
 from mirage.daemon.store import ChainState, Event, Segment, Store, Submission, SubmissionState
@@ -133,8 +133,11 @@ def test_stated_intervals_are_checked_against_the_starts(tmp_path: Path) -> None
     assert runs[2]["predicted_interval"] == [segs[2].predicted_low, segs[2].predicted_high]
     assert runs[2]["predicted_interval"][0] - runs[2]["predicted_start"] == 600
     low, high = runs[2]["predicted_interval"]
-    assert segment_line(runs[2]).endswith(f"predicted={runs[2]['predicted_start']} [{low}, {high}]")
-    assert "predicted=" not in segment_line(runs[0])
+    now = 6 * 3600
+    line = segment_line(runs[2], now)
+    assert f"predicted start {_when(runs[2]['predicted_start'], now)}" in line
+    assert f"[{_when(low, now)} .. {_when(high, now)}]" in line
+    assert "predicted" not in segment_line(runs[0], now)
     # `mirage status`: the last 7 days' transitions by outcome (the run ended at 6 h)
     held = status(store, 6 * 3600, None)["stated_intervals_7d"]
     assert held == {"inside": 1, "early": 1, "late": 1}

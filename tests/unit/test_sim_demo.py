@@ -56,7 +56,7 @@ def check_demo(out: dict[str, Any], chains: int, segments: int) -> None:
         assert len(run["chains"]) == chains
         for c in run["chains"].values():
             assert c["state"] == "COMPLETED", c["reason"]
-            assert c["trained_s"] >= c["budget_s"]
+            assert c["segments_run"] == c["segments"]  # --segments N: N jobs
         # one row per transition the run had: segments run - 1 per chain
         has = [r for r in out["transitions"] if r[side] is not None]
         assert len(has) == sum(c["segments_run"] - 1 for c in run["chains"].values())
