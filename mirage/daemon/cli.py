@@ -815,6 +815,7 @@ def announce(daemon: Daemon, cfg: Config) -> None:
     facts in the database, for ``mirage status``."""
     from mirage.daemon import health
 
+    daemon.partitions(int(time.time()))  # the cluster's shape, for a model's fit
     info = start_info(daemon, cfg, int(time.time()))
     health.write(daemon.store, health.START_KEY, info)
     facts = dataclasses.asdict(info)
@@ -824,6 +825,8 @@ def announce(daemon: Daemon, cfg: Config) -> None:
         start_text(facts, info.started_at),
         info.holder,
     )
+    if info.fallback:
+        log.warning("[policy] %s is not used as is: %s", info.policy, info.fallback)
 
 
 def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:

@@ -323,7 +323,8 @@ class Daemon:
             "policy": pcfg.default,
             "model": model,
             "model_created_at": int(used.created_at) if used.created_at else None,
-            "fallback": self._tuned_note.get(pcfg.default, ""),
+            # as far as known now (the live partitions once read: Daemon.partitions)
+            "fallback": self._set_aside(pcfg.default, self.resolve_partition(None))[0],
         }
 
     def _fault_point(self, point: str) -> None:
@@ -1171,10 +1172,10 @@ class Daemon:
             return next((p for p in parts if p.default), None)
         return next((p for p in parts if p.name == name), None)
 
-    def resolve_partition(self, chain: Chain) -> str | None:
+    def resolve_partition(self, chain: Chain | None) -> str | None:
         """The partition a chain's jobs run in: its ``-p``, else the cluster's default
         (from the live cluster, else from the profile); None when nothing says."""
-        if chain.partition:
+        if chain is not None and chain.partition:
             return chain.partition.split(",")[0]  # sbatch -p a,b: the first, for policies
         live = self.live_partition(None)
         if live is not None:
@@ -1213,7 +1214,7 @@ class Daemon:
                 )
         return out
 
-    def _set_aside(self, name: str, chain: Chain, partition: str | None) -> tuple[str, str]:
+    def _set_aside(self, name: str, partition: str | None) -> tuple[str, str]:
         """Why the trained model ``name`` must not decide this chain, and the kind of why
         (metrics.FALLBACK_WHYS); ("", "") when it may."""
         lp = self._loaded.get(name)
@@ -1224,7 +1225,7 @@ class Daemon:
         profile = self.profile
         try:
             if profile is None or partition is None:
-                raise ProfileError(f"no partition known for chain {chain.id}")
+                raise ProfileError("no partition is known (no -p, no default partition)")
             model_part = profile.partition(partition)
         except ProfileError as exc:
             return f"{name}: {exc}", "partition"
@@ -1234,7 +1235,17 @@ class Daemon:
         if live is None:
             return f"{name}: partition {partition!r} is not on this cluster", "partition"
         if mismatch := shape_mismatch(model_part, live):
-            return f"{name} ({lp.meta.cluster if lp.meta else '?'}): {mismatch}", "cluster"
+            where = lp.meta.cluster if lp.meta else "?"
+            scale = (
+                f"; a reactive successor waited {lp.wait_scale_h:.1f} h on average there"
+                if lp.wait_scale_h is not None
+                else ""
+            )
+            return (
+                f"{name} ({where}): {mismatch}{scale}: recalibrate it for this cluster "
+                "(mirage train --recalibrate)",
+                "cluster",
+            )
         if name in self._coverage_note:
             return self._coverage_note[name], "coverage"
         return "", ""
@@ -1250,7 +1261,7 @@ class Daemon:
         if not self.cfg.sees_all_jobs and getattr(policy, "needs_queue", True):
             note = f"{name} needs the whole queue (sees_all_jobs = false)"
             return PolicyChoice(f"{fb} (fallback: {name})", self.policies[fb], note, "queue")
-        note, why = self._set_aside(name, chain, partition)
+        note, why = self._set_aside(name, partition)
         if note:
             self._warn_once(note)
             return PolicyChoice(f"{fb} (fallback: {name})", self.policies[fb], note, why)
@@ -1488,9 +1499,7 @@ class Daemon:
         s.commit()  # the intent is durable before sbatch runs
         self._fault_point("after-intent")
         self.metrics.slurm_commands.labels("sbatch").inc()
-        outcome = perform_submission(
-            s, chain, sub, self.action_clients(chain), now, signal=self.cfg.handoff_signal
-        )
+        outcome = perform_submission(s, chain, sub, self.action_clients(chain), now)
         self._fault_point("after-sbatch")  # the job exists; its id is not committed
         if outcome == "rejected":
             report.rejected.append(sub.token)
@@ -1520,35 +1529,67 @@ class Daemon:
             self.metrics.chains.labels(st.value).set(counts.get(st, 0))
 
 
-#: The warning signal's lead before a segment's time limit: a tenth of the limit, within
-#: these bounds (300 s, the usual lead, would take a short segment's whole run).
+#: The warning signal a chain asks for (``--signal=[R|B:]SIG[@LEAD]``, sbatch's syntax).
+SIGNAL_RE = re.compile(r"^(?P<pre>(?:[RB]{1,2}:)?)(?P<sig>[A-Za-z0-9]+)(?:@(?P<lead>[0-9]{1,7}))?$")
+#: sbatch's lead when ``@LEAD`` is left out.
+DEFAULT_SIGNAL_LEAD_S = 60
+#: The shortest lead Mirage shortens a warning to.
 SIGNAL_LEAD_MIN_S = 10
-SIGNAL_LEAD_MAX_S = 300
 
 
 def signal_lead(time_limit: int) -> int:
-    return max(SIGNAL_LEAD_MIN_S, min(SIGNAL_LEAD_MAX_S, time_limit // 10))
+    """The longest warning lead a segment of ``time_limit`` keeps: a tenth of it (at least
+    10 s). A lead of 300 s, usual for hours-long jobs, would otherwise take a 2-minute
+    segment's whole run."""
+    return max(SIGNAL_LEAD_MIN_S, time_limit // 10)
 
 
-def sets_signal(chain: Chain) -> bool:
-    """Whether the chain's own options or ``#SBATCH`` lines choose a ``--signal``."""
-    own = [*chain.sbatch_args, *script_directives(chain.script or b"")]
-    return any(a == "--signal" or a.startswith("--signal=") for a in own)
+def _signal_options(args: Sequence[str]) -> tuple[list[str], str | None]:
+    """``args`` without their ``--signal`` options, and the last one's value (sbatch keeps
+    the last)."""
+    rest: list[str] = []
+    value = None
+    it = iter(args)
+    for a in it:
+        if a == "--signal":
+            value = next(it, None)
+        elif a.startswith("--signal="):
+            value = a.removeprefix("--signal=")
+        else:
+            rest.append(a)
+    return rest, value
 
 
-def build_request(
-    chain: Chain, token: str, time_limit: int, signal: str | None = "USR1"
-) -> SubmitRequest:
-    """The sbatch request of one segment, from the chain's snapshot (script on stdin).
+def warning_options(chain: Chain, time_limit: int) -> list[str]:
+    """The chain's own sbatch options, with the warning signal it asks for (its options
+    over its ``#SBATCH`` lines) shortened to :func:`signal_lead` of this segment's limit.
+    A chain that asks for no signal gets none: a batch shell that does not trap it would
+    die of it (Slurm's own end, SIGTERM at the limit, is left as it is)."""
+    rest, value = _signal_options(chain.sbatch_args)
+    if value is None:
+        _, value = _signal_options(script_directives(chain.script or b""))
+        rest = list(chain.sbatch_args)
+        if value is None:
+            return rest
+    else:
+        rest.append(f"--signal={value}")
+    m = SIGNAL_RE.match(value)
+    if m is None:
+        return list(chain.sbatch_args)  # sbatch judges what Mirage cannot read
+    lead = int(m["lead"]) if m["lead"] else DEFAULT_SIGNAL_LEAD_S
+    cap = signal_lead(time_limit)
+    if lead <= cap:
+        return list(chain.sbatch_args)
+    own = [a for a in rest if not a.startswith("--signal=")]
+    return [*own, f"--signal={m['pre']}{m['sig']}@{cap}"]
 
-    Unless the chain sets its own, the batch shell gets ``signal`` (the handoff signal) a
-    tenth of the limit before it (10 s to 300 s): the job's cue to checkpoint, whatever
-    its limit."""
-    extra = [*chain.sbatch_args]
+
+def build_request(chain: Chain, token: str, time_limit: int) -> SubmitRequest:
+    """The sbatch request of one segment, from the chain's snapshot (script on stdin); a
+    warning signal the chain asks for is shortened to fit the segment's limit."""
+    extra = warning_options(chain, time_limit)
     if chain.export:
         extra.append(f"--export={chain.export}")
-    if signal and not sets_signal(chain):
-        extra.append(f"--signal=B:{signal.removeprefix('SIG')}@{signal_lead(time_limit)}")
     return SubmitRequest(
         script=chain.script,
         job_name=job_name(chain.name, token),
@@ -1610,8 +1651,6 @@ def perform_submission(
     sub: Submission,
     client: SlurmClient,
     now: int,
-    *,
-    signal: str | None = "USR1",
 ) -> str:
     """Run sbatch for a committed intent: "submitted", "rejected", "unknown" (the controller
     timed out or could not be reached) or "unanswered" (sbatch was killed, or its answer
@@ -1623,7 +1662,7 @@ def perform_submission(
     token.
     """
     try:
-        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s, signal))
+        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s))
     except (SubmitError, ValueError, OSError) as exc:
         sub.state = SubmissionState.REJECTED
         sub.resolved_at = now

@@ -225,10 +225,32 @@ def test_a_model_on_its_own_cluster_shape_is_used(tmp_path: Path) -> None:
     sim = FaultySim(Simulation(profile, nodes=70))
     chain = _no_partition(store, gpus=3, segments=3, limit=7200)
     d = Daemon(store, sim, config=_learned_config(REPO / "models", "ls6"))
-    assert d.policy_summary()["fallback"] == ""
+    assert "not known yet" in d.policy_summary()["fallback"]  # before any scontrol show
+    assert d.partitions(0) and d.policy_summary()["fallback"] == ""
     run_cycles([d], sim, 0, 6000)
     c = chain_state(store, chain.id)
     assert c.policy == "xgb" and c.note == ""
+
+
+def test_a_model_on_a_cluster_of_another_size_is_set_aside(tmp_path: Path) -> None:
+    """The breakage: ls6's xgb forecast 8-13 h waits on a small cluster whose real waits
+    were seconds, and pre-submitted every successor at once, silently. Same partition
+    name, 8 nodes instead of 79: the fallback decides, saying why, at start and per chain."""
+    profile = load_profile(REPO / "models" / "ls6" / "profile.toml")
+    store = make_store(tmp_path)
+    sim = FaultySim(Simulation(profile, nodes=8))
+    chain = _no_partition(store, gpus=3, segments=3, limit=7200)
+    d = Daemon(store, sim, config=_learned_config(REPO / "models", "ls6"))
+    d.partitions(0)
+    summary = d.policy_summary()["fallback"]
+    assert "gpu-a100: 79 nodes x 3 GPUs; gpu-a100 here: 8 x 3" in summary
+    assert "waited 13.1 h on average there" in summary and "recalibrate" in summary
+    run_cycles([d], sim, 0, 7200)
+    c = chain_state(store, chain.id)
+    assert c.policy == "reactive (fallback: xgb)" and c.note.startswith("xgb (ls6)")
+    with store.sessions() as s:  # reactive: the successor was never pre-submitted
+        segs = list(s.scalars(select(Segment).where(Segment.chain_id == chain.id)))
+    assert not any(g.presubmitted for g in segs)
 
 
 def test_a_model_beside_another_clusters_profile_is_set_aside(tmp_path: Path) -> None:
@@ -282,18 +304,28 @@ def test_lost_coverage_sets_a_forecaster_aside(tmp_path: Path) -> None:
 
 
 def test_signal_lead_is_sized_from_the_limit(tmp_path: Path) -> None:
+    """The breakage: the example's --signal=B:USR1@300 is longer than a 2-minute limit.
+    A warning the chain asks for is shortened to a tenth of each segment's limit; a chain
+    that asks for none gets none (a shell without a trap would die of it)."""
     store = make_store(tmp_path)
     chain = make_chain(store, limit=120)
-    chain.script = b"#!/bin/bash\npython train.py\n"
-    assert f"--signal=B:USR1@{signal_lead(120)}" in build_request(chain, "mg0", 120).extra_args
-    assert signal_lead(120) == 12 and signal_lead(60) == 10 and signal_lead(86400) == 300
-    assert "--signal=B:TERM@300" in build_request(chain, "mg0", 7200, "SIGTERM").extra_args
-    chain.script = b"#!/bin/bash\n#SBATCH --signal=B:USR1@60\npython train.py\n"
-    assert not any("--signal" in a for a in build_request(chain, "mg0", 120).extra_args)
-    chain.script, chain.sbatch_args = b"#!/bin/bash\ntrue\n", ["--signal=USR2@30"]
-    assert [a for a in build_request(chain, "mg0", 120).extra_args if "signal" in a] == [
-        "--signal=USR2@30"
+    chain.script = b"#!/bin/bash\n#SBATCH --signal=B:USR1@300\npython train.py\n"
+    assert build_request(chain, "mg0", 120).extra_args[-2:] == (
+        "--signal=B:USR1@12",
+        "--export=NONE",
+    )
+    assert not any("signal" in a for a in build_request(chain, "mg0", 7200).extra_args)
+    assert signal_lead(120) == 12 and signal_lead(60) == 10 and signal_lead(7200) == 720
+    chain.sbatch_args = ["--mem=4G", "--signal", "USR2@600"]  # options over #SBATCH lines
+    assert list(build_request(chain, "mg0", 3600).extra_args) == [
+        "--mem=4G",
+        "--signal=USR2@360",
+        "--export=NONE",
     ]
+    chain.sbatch_args = ["--signal=B:TERM"]  # sbatch's default lead, 60 s
+    assert "--signal=B:TERM@30" in build_request(chain, "mg0", 300).extra_args
+    chain.script, chain.sbatch_args = b"#!/bin/bash\npython train.py\n", []
+    assert not any("signal" in a for a in build_request(chain, "mg0", 120).extra_args)
 
 
 def test_segments_count_jobs_and_the_last_says_so(tmp_path: Path) -> None:
