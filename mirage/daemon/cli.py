@@ -525,7 +525,10 @@ def _daemon_lines(data: dict[str, Any], now: int) -> list[str]:
         lines = [head, f"    {_start_policy(start, now)}", f"    {_start_places(start)}"]
     else:
         lines = ["daemon: no start recorded"]
-    lines.append(f"    lease: {_lease_text(data.get('lease_holder'), start, facts.get('live'))}")
+    lease = _lease_text(
+        data.get("lease_holder"), start, facts.get("live"), facts.get("holder_alive")
+    )
+    lines.append(f"    lease: {lease}")
     lines.append(
         f"    last cycle: {_cycle_text(facts.get('last_cycle'), now)}; last good poll "
         f"{_when(data.get('last_poll'), now)}"
@@ -558,9 +561,16 @@ def _start_places(start: dict[str, Any]) -> str:
     )
 
 
-def _lease_text(holder: str | None, start: dict[str, Any] | None, live: bool | None) -> str:
+def _lease_text(
+    holder: str | None, start: dict[str, Any] | None, live: bool | None, alive: bool | None
+) -> str:
     if not holder:
         return "not held (no daemon acts now)"
+    if alive is False:
+        return (
+            f"held by {holder}, a process that is gone (killed?): no daemon acts now; one "
+            "started on this host takes the lease at once"
+        )
     if live:
         return f"held by {holder} (the daemon above)"
     return f"held by {holder}" + (" (not the daemon that started last)" if start else "")

@@ -35,8 +35,12 @@ class LoadedPolicy:
     def wait_scale_h(self) -> float | None:
         """The mean wait of a reactive successor on the tuning split the model's constants
         were tuned on (reactive's J there is its wait): the wait scale it knows."""
-        tune = (self.meta.metrics.get("tune") or {}) if self.meta is not None else {}
-        value = tune.get("reactive_mean_J_h") if isinstance(tune, dict) else None
+        if self.meta is None:
+            return None
+        value = self.meta.training.get("wait_scale_h")  # recorded since #23; else:
+        if value is None:
+            tune = self.meta.metrics.get("tune") or {}
+            value = tune.get("reactive_mean_J_h") if isinstance(tune, dict) else None
         return float(value) if isinstance(value, int | float) else None
 
 

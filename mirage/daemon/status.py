@@ -266,10 +266,14 @@ def daemon_facts(store: Store, now: int, cluster: str) -> dict[str, Any]:
     is that daemon, its last cycle and the cycles that failed so far."""
     start = health.read(store, health.START_KEY)
     cycle = health.read(store, health.CYCLE_KEY)
-    holder = store.lease_holder(cluster, now)
+    lease = store.lease_info(cluster, now)
+    holder = None if lease is None else lease.holder
     return {
         "start": start,
         "lease_holder": holder,
+        # False: the holder is a dead process on this host (kill -9): the next daemon to
+        # start takes the lease at once; None: another host's, or unknown
+        "holder_alive": None if lease is None else lease.alive,
         # the started daemon is the one acting only while it holds the lease
         "live": bool(start and holder and start.get("holder") == holder),
         "last_cycle": cycle,

@@ -4,8 +4,8 @@ Tables (all times integer epoch seconds, from the daemon's clock):
 
 - ``chains``: one registered training run: its owner, the snapshot every segment is
   submitted from (script bytes and hash, working directory, export policy and
-  environment, sbatch options), its budget (``--segments N`` = N time limits of
-  training, or ``--until-file``), its state and the policy's latest answer.
+  environment, sbatch options), its end (``--segments N`` = at most N
+  jobs, and/or ``--until-file``), its state and the policy's latest answer.
 - ``submissions``: the exactly-once ledger. A row is written and COMMITTED with a fresh
   token (state INTENT) before sbatch runs; the token goes to Slurm in ``--comment`` and in
   the job name. Then SUBMITTED (sbatch returned an id), UNKNOWN (sbatch timed out or the
@@ -77,7 +77,7 @@ def new_chain_id() -> str:
 
 class ChainState(enum.Enum):
     ACTIVE = "ACTIVE"  # segments are being run
-    COMPLETED = "COMPLETED"  # budget trained, or the completion marker was written
+    COMPLETED = "COMPLETED"  # its N segments ran, or the completion marker was written
     STOPPED = "STOPPED"  # a segment ended in a way that needs the user (FAILED, OOM, ...)
     CANCELLED = "CANCELLED"  # the user cancelled it
     FAILED = "FAILED"  # Mirage could not go on (sbatch refused the successor repeatedly)
@@ -135,7 +135,7 @@ class Chain(Base):
     nodes: Mapped[int] = mapped_column(Integer, default=1)
     gpus_per_node: Mapped[int] = mapped_column(Integer, default=0)
     gres: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    # budget: N time limits of training (None = until the marker), and/or a marker path
+    # the end: at most N segments (jobs; None = until the marker), and/or a marker path
     segments_target: Mapped[int | None] = mapped_column(Integer, nullable=True)
     until_file: Mapped[str | None] = mapped_column(Text, nullable=True)
     trained_s: Mapped[int] = mapped_column(Integer, default=0)

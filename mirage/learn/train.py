@@ -399,12 +399,27 @@ def save(
             "train_step_s": cfg.train_step_s or cfg.protocol.step_s,
             "schedule": {f"{k:g}": list(v) for k, v in cfg.schedule.items()},
             "seed": cfg.seed,
+            # the cluster it is tuned for, as the daemon checks a live cluster against it:
+            # each partition's nodes and GPUs per node, and the mean wait of a reactive
+            # successor on the tuning split (reactive's J)
+            "shape": cluster_shape(cfg.profile),
+            "wait_scale_h": (metrics.get("tune") or {}).get("reactive_mean_J_h"),
             **({"recalibrated_from": origin} if origin else {}),
         },
         metrics=metrics,
     )
     meta.write(folder)
     return folder
+
+
+def cluster_shape(profile_path: str | Path) -> dict[str, dict[str, int | None]]:
+    """Partition -> its node count and GPUs per node, from the profile a model is tuned on."""
+    from mirage.profile.schema import load_profile
+
+    profile = load_profile(str(profile_path))
+    return {
+        p.name: {"nodes": p.nodes, "gpus_per_node": p.gpus_per_node} for p in profile.partitions
+    }
 
 
 def train(

@@ -370,6 +370,10 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         assert meta.cluster == "other" and meta.training["loads"] == [1.5]
         assert meta.training["recalibrated_from"]["cluster"] == "ls6"
         assert meta.training["recalibrated_from"]["params"] == before["params"]
+        # the shape and wait scale it is now tuned for, as the daemon checks them
+        assert meta.training["shape"] == {"gpu-a100": {"nodes": 79, "gpus_per_node": 3}}
+        wait = meta.metrics["tune"]["reactive_mean_J_h"]
+        assert meta.training["wait_scale_h"] == wait
         assert set(meta.training["splits"]) == {"tune"}
         tune_start = parse_when("2022-11-15", "America/Chicago")  # the profile's zone
         assert meta.training["splits"]["tune"]["start"] == tune_start

@@ -455,3 +455,18 @@ def test_segment_k_of_n_everywhere(world: World) -> None:
     assert "segment 1: job 201" in world.run("chain", "list")
     helped = world.runner.invoke(main, ["chain", "submit", "--help"]).output
     assert "Run at most N segments (jobs) of the chain" in " ".join(helped.split())
+
+
+def test_status_names_a_dead_lease_holder(world: World) -> None:
+    """The breakage: after kill -9, `mirage status` named the dead process as the holder."""
+    import socket
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    holder = f"{socket.gethostname()}:{child.pid}:dead0001"
+    world.store.release_lease("default", HOLDER)
+    assert world.store.acquire_lease("default", holder, NOW, 600)
+    shown = world.json("status", "--json")["daemon"]
+    assert shown["lease_holder"] == holder and shown["holder_alive"] is False
+    assert f"held by {holder}, a process that is gone" in world.run("status")
