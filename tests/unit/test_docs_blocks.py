@@ -1,0 +1,110 @@
+"""tests/slurm/docs_blocks.py: which fenced blocks the docs' test runs, and every relative
+link in docs/ and README.md resolves to a file of the checkout."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import pytest
+
+from tests.slurm import docs_blocks
+from tests.slurm.docs_blocks import blocks, fenced, links
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = sorted((REPO / "docs").rglob("*.md"))
+#: the guides whose ``sh test`` blocks tests/slurm/test_docs.py runs, in its order
+RUN_BY_THE_TEST = (
+    "docs/admin/install.md",
+    "docs/admin/configuration.md",
+    "docs/admin/running.md",
+    "docs/users/chain-ready-job.md",
+    "docs/users/chains.md",
+)
+
+
+def test_only_blocks_marked_sh_test_are_taken() -> None:
+    text = "\n".join(
+        [
+            "```sh test",
+            "echo one",
+            "```",
+            "```sh",
+            "systemctl start mirage",
+            "```",
+            "```sh test extra",  # not exactly "sh test"
+            "echo no",
+            "```",
+            "```  sh test  ",  # surrounding blanks are not part of the info string
+            "echo two",
+            "```",
+            "~~~sh test",
+            "echo three",
+            "~~~",
+            "````sh test",
+            "cat <<'EOF'",
+            "```",  # a shorter fence inside a longer one is text
+            "EOF",
+            "````",
+            "```toml",
+            "[policy]",
+            "```",
+        ]
+    )
+    assert blocks(text) == ["echo one\n", "echo two\n", "echo three\n", "cat <<'EOF'\n```\nEOF\n"]
+    assert blocks(text, "sh") == ["systemctl start mirage\n"]
+    assert [info for info, _ in fenced(text)] == [
+        "sh test", "sh", "sh test extra", "sh test", "sh test", "sh test", "toml",
+    ]  # fmt: skip
+
+
+def test_indented_fences_and_an_unclosed_one() -> None:
+    text = "1. Install:\n\n   ```sh test\n   ln -s a b\n     indented more\n   ```\n\n"
+    text += "```sh test\necho tail"
+    assert blocks(text) == ["ln -s a b\n  indented more\n", "echo tail\n"]
+    # four spaces is an indented code block, not a fence
+    assert blocks("    ```sh test\n    echo no\n    ```\n") == []
+
+
+def test_links_are_the_relative_ones_outside_code() -> None:
+    text = "\n".join(
+        [
+            "See [install](admin/install.md), [who](../deploy/systemd/README.md#who-may-do-what),",
+            '![plot](img/plot.png "a title"), [angle](<with space.md>), [site](https://x.org/a.md),',
+            "[mail](mailto:a@b.c), [here](#top), `[not](code.md)`, [q](page.md?raw=1).",
+            "",
+            "```sh",
+            "echo [not](a-link.md)",
+            "```",
+            "",
+            "[ref]: reference.md",
+        ]
+    )
+    assert links(text) == [
+        "admin/install.md",
+        "../deploy/systemd/README.md",
+        "img/plot.png",
+        "with space.md",
+        "page.md",
+        "reference.md",
+    ]
+
+
+def test_the_module_examples_hold() -> None:
+    assert doctest.testmod(docs_blocks).failed == 0
+
+
+@pytest.mark.parametrize("doc", [REPO / "README.md", *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(doc: Path) -> None:
+    missing = [t for t in links(doc.read_text()) if not (doc.parent / t).exists()]
+    assert not missing, f"{doc.relative_to(REPO)}: links to missing files: {missing}"
+
+
+def test_the_readme_links_every_doc() -> None:
+    readme = {(REPO / t).resolve() for t in links((REPO / "README.md").read_text())}
+    assert {d.resolve() for d in DOCS} <= readme, "README.md's Documentation section"
+
+
+@pytest.mark.parametrize("doc", RUN_BY_THE_TEST)
+def test_the_guides_the_test_runs_have_blocks_to_run(doc: str) -> None:
+    assert blocks((REPO / doc).read_text()), f"{doc}: no `sh test` block"
