@@ -345,7 +345,7 @@ class Daemon:
         report = CycleReport(now=now)
         try:
             self._cycle(now, report)
-        except Exception as exc:
+        except Exception as exc:  # any error outside a chain's step: the cycle's, counted
             report.failed = True
             report.error = f"{type(exc).__name__}: {exc}"
             self.cycle_failures += 1
@@ -563,7 +563,7 @@ class Daemon:
                     report=report,
                 )
                 s.commit()
-            except Exception as exc:
+            except Exception as exc:  # whatever it is, it is this chain's alone
                 self.chain_failed(s, chain_id, "reconcile", exc, now=now, report=report)
                 continue
             if want is not None:
@@ -1155,7 +1155,7 @@ class Daemon:
         self._live_at = now
         try:
             self._live = capture_profile(self.client, "live").partitions
-        except Exception as exc:
+        except Exception as exc:  # optional knowledge: never a reason to stop a cycle
             log.warning("cannot read the cluster's partitions (scontrol show): %s", exc)
 
     def partitions(self, now: int) -> tuple[Partition, ...]:
@@ -1354,7 +1354,7 @@ class Daemon:
             decisions = policy.decide(ctx, [w.pending for w in group if w.pending is not None])
             report.decisions += len(decisions)
             return list(zip(group, decisions, strict=True))
-        except Exception:
+        except Exception:  # some chain's: ask again one at a time to find which
             if len(group) == 1:
                 return self._decide_one(
                     s, now=now, ctx=ctx, policy=policy, w=group[0], report=report
@@ -1377,7 +1377,7 @@ class Daemon:
         assert w.pending is not None
         try:
             (d,) = policy.decide(ctx, [w.pending])
-        except Exception as exc:
+        except Exception as exc:  # this chain's decision, and only its own, failed
             s.commit()  # the other chains' decisions so far stay
             self.chain_failed(s, w.chain.id, "decide", exc, now=now, report=report)
             note = "its policy failed (see error): submitted when its predecessor ends"
@@ -1448,7 +1448,7 @@ class Daemon:
                     decision=w.decision,
                     pending=w.pending,
                 )
-            except Exception as exc:
+            except Exception as exc:  # this chain's submission, and only its own, failed
                 # A committed intent whose sbatch never ran is resolved by its token (LOST
                 # after unknown_timeout_s): never a second job for one segment.
                 self.chain_failed(s, chain_id, "submit", exc, now=now, report=report)

@@ -135,7 +135,7 @@ def act(
                 continue
             if revocations(s, c.chain.id, c.succ.index) >= MAX_REVOCATIONS:
                 continue
-        except Exception as exc:
+        except Exception as exc:  # this chain's, and only its own
             d.chain_failed(s, chain_id, "revoke", exc, now=now, report=report)
             continue
         ask.setdefault(choice.label, (choice.policy, []))[1].append(c)
@@ -149,7 +149,7 @@ def act(
             why = f"{label}: too early, {c.pending.remaining(now) / 3600:.2f} h left"
             try:
                 cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
-            except Exception as exc:
+            except Exception as exc:  # this chain's, and only its own
                 d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
 
 
@@ -168,13 +168,13 @@ def _answers(
     recorded on it)."""
     try:
         return list(zip(group, policy.revoke(ctx, [c.pending for c in group]), strict=True))
-    except Exception:
+    except Exception:  # some chain's: ask again one at a time to find which
         pass
     out: list[tuple[Revocable, bool]] = []
     for c in group:
         try:
             (yes,) = policy.revoke(ctx, [c.pending])
-        except Exception as exc:
+        except Exception as exc:  # this chain's answer, and only its own, failed
             d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
             continue
         out.append((c, yes))
