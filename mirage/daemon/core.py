@@ -1312,12 +1312,9 @@ class Daemon:
             return []
         self._test_only_left = self.cfg.test_only_per_cycle
         groups: dict[str, tuple[Policy, list[_Want]]] = {}
-        fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_WHYS, 0)
         for w in wants:
             choice = self.policy_for(w.chain)
             self._note(w.chain, choice.note)
-            if choice.why:
-                fallbacks[choice.why] += 1
             groups.setdefault(choice.label, (choice.policy, []))[1].append(w)
         out: list[_Want] = []
         for label, (policy, group) in groups.items():
@@ -1328,9 +1325,6 @@ class Daemon:
                 if d.submit:
                     w.decision = d
                     out.append(w)
-        fallbacks["error"] = len({c for c in report.chain_errors})
-        for why, n in fallbacks.items():
-            self.metrics.policy_fallbacks.labels(why).set(n)
         self._slurm_estimates([w for w in wants if w.decision is None])
         return out
 
@@ -1527,6 +1521,15 @@ class Daemon:
         counts = {state: n for state, n in rows}
         for st in ChainState:
             self.metrics.chains.labels(st.value).set(counts.get(st, 0))
+        # every active chain whose configured policy is not used as is, by why (a chain
+        # with a current error of its own counts as "error")
+        whys: dict[str, int] = dict.fromkeys(FALLBACK_WHYS, 0)
+        for chain in s.scalars(select(Chain).where(Chain.state == ChainState.ACTIVE)):
+            why = "error" if chain.error else self.policy_for(chain).why
+            if why:
+                whys[why] += 1
+        for why, n in whys.items():
+            self.metrics.policy_fallbacks.labels(why).set(n)
 
 
 #: The warning signal a chain asks for (``--signal=[R|B:]SIG[@LEAD]``, sbatch's syntax).
