@@ -1,6 +1,6 @@
 """Hour-scale waits on ls6: the whole trace replayed at the real and calibrated sizes.
 
-    .venv/bin/python scripts/ls6-hour-scale.py [--nodes 88,79,76] [--profile models/ls6/profile.toml]
+    .venv/bin/python scripts/ls6-hour-scale.py [--nodes 88,79,76] [--profile PATH]
 
 Replays the whole ls6 trace (dependency holds as mirage.sim.calibrate makes them) on each
 node count, with the profile's QOS/association limits and without them, and prints the
@@ -82,7 +82,8 @@ def report(prep: Prepared, profile: ClusterProfile, nodes: int, label: str) -> N
         "March": prep.measured & (submit >= MARCH[0]) & (submit < MARCH[1]),
     }
     for name, mask in parts.items():
-        print(f"{nodes:5d} {label:<9} {name:<10} {stats(sim_w[mask], real_w[mask])}  ({wall:.1f} s)")
+        row = stats(sim_w[mask], real_w[mask])
+        print(f"{nodes:5d} {label:<9} {name:<10} {row}  ({wall:.1f} s)")
 
 
 def main() -> None:
