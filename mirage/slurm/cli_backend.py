@@ -196,6 +196,17 @@ class CliSlurmClient(SlurmClient):
         result = self._run("sacct", args, timeout=self.accounting_timeout)
         return parsed(result, parse_sacct_json)
 
+    def accounting_text(
+        self, job_ids: Sequence[str], fields: Sequence[str], start: int, end: int | None = None
+    ) -> str:
+        """sacct's raw ``-X -P --noheader`` text of ``fields`` for ``job_ids`` (all users),
+        times in UTC (for recorded fixtures that keep what sacct printed, unparsed)."""
+        stop = int(self._clock()) if end is None else end
+        args = ["-X", "-P", "--noheader", "-a", "--format=" + ",".join(fields)]
+        args += ["-S", format_time(start), "-E", format_time(stop)]
+        args += ["-j", ",".join(str(j) for j in job_ids)]
+        return self._run("sacct", args, timeout=self.accounting_timeout).stdout
+
     def start_estimates(self) -> dict[str, StartEstimate]:
         result = self._run("squeue", ["--start", "-h", "-o", START_FORMAT])
         return parsed(result, parse_start_estimates)
