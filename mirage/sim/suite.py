@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import calendar
 import json
+import random
 import re
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -424,3 +426,457 @@ def recorded_runs(name: str, root: str | Path = DATA_DIR) -> list[Path]:
     d = Path(root) / name
     runs = [p for p in d.glob("run-*") if (p / "run.json").exists() and (p / "sacct.txt").exists()]
     return sorted(runs, key=lambda p: (len(p.name), p.name))
+
+
+# ---- the selection rule -------------------------------------------------------------------
+
+#: Where the real traces live: ../shared/traces beside the checkout (MIRAGE_TRACES overrides).
+TRACES_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TRACE_FILES = {
+    "ls6": "tacc_ls6_a100/ls6-a100.log.gz",
+    "theta": "alcf_theta_2023/theta_argonne.swf.gz",
+    "eagle": "nrel_eagle_sample/sample_eagle_data.csv",
+    "cerit": "cerit_wagap_2013/wagap-2013.swf.gz",
+    "hpc2n": "hpc2n_seth_head/hpc2n.swf.gz",
+}
+#: The test cluster (scripts/slurm-testbed/start.sh): nodes per partition and node shapes.
+PARTITION_NODES = {
+    "gpu": ("gpu1", "gpu2", "gpu3", "gpu4"),
+    "capped": ("gpu1", "gpu2", "gpu3", "gpu4"),
+    "cpu": ("cpu1", "cpu2"),
+}
+NODE_GPUS = {"gpu": 4, "capped": 4, "cpu": 0}
+NODE_CPUS = 16
+TEST_USERS = ("mirage-alice", "mirage-bob", "mirage-carol", "mirage-dave")
+#: The offered load the rule aims at, as a multiple of the cluster's capacity.
+TARGET_LOAD = 1.3
+#: Submits are spread over this many seconds (jobs that the trace submitted at once stay
+#: together): with TARGET_LOAD, the queue drains in about 3-4 minutes more.
+WINDOW_S = 150
+#: Jobs this close to their limit in the trace (or past it) ran into it: they sleep past
+#: their test limit by TIMEOUT_EXTRA_S and end TIMEOUT.
+HIT_LIMIT_SHARE = 0.98
+TIMEOUT_EXTRA_S = 30
+MIN_RUN_S = 3
+#: At most this share of a workload's jobs are limit hits (they are costly: a workload has
+#: about TARGET_LOAD x WINDOW_S of the cluster); later hits end early, at LATE_SHARE.
+MAX_LIMIT_HIT_SHARE = 1 / 8
+LATE_SHARE = 0.9
+#: ``chains`` workloads: a window with at least this many chain links.
+MIN_CHAIN_LINKS = 3
+#: ``deep`` workloads: a window where this many jobs share one submit second.
+DEEP_QUEUE = 100
+#: A workload whose recorded real median wait (mean of its runs) is below this is cut
+#: again from the next seed (:func:`needs_next_seed`).
+MIN_MEDIAN_WAIT_S = 60
+
+
+@dataclass(frozen=True)
+class WorkloadDef:
+    """A row of :data:`WORKLOADS`: what :func:`select_workload` is asked for."""
+
+    name: str
+    trace: str
+    seed: int
+    n_jobs: int
+    stresses: str  # what the workload is there to test (for the docs)
+    partitions: tuple[str, ...] = ("gpu",)  # two: the trace's larger jobs go to the first
+    exclusive: bool = False  # whole nodes (--exclusive), as the trace's cluster allocated
+    chains: bool = False  # afterany dependencies from job names with sequence numbers
+    arrays: bool = False  # bulk submissions (same user, second and shape) become arrays
+    holds: float = 0.0  # share of jobs submitted held (seeded), released 30-90 s later
+    afterok: float = 0.0  # share of jobs given an afterok dependency (seeded)
+    users: bool = False  # map the trace's users to the test users (else all root)
+    deep: bool = False  # a window with 100+ jobs submitted in one second (a deep queue)
+
+
+#: The suite. Written down before any replay; the seeds are 1 unless a recorded run forced
+#: the next seed (:func:`needs_next_seed`), which the row's comment then says.
+WORKLOADS: tuple[WorkloadDef, ...] = (
+    WorkloadDef(
+        "ls6-chains",
+        "ls6",
+        1,
+        40,
+        "multi-node jobs; afterany chains from ls6's numbered job names; timeouts",
+        chains=True,
+    ),
+    WorkloadDef(
+        "ls6-held",
+        "ls6",
+        2,
+        40,
+        "held and released jobs; afterok dependencies; early ends and timeouts",
+        holds=0.2,
+        afterok=0.15,
+    ),
+    WorkloadDef(
+        "theta-wide",
+        "theta",
+        1,
+        40,
+        "whole-node (--exclusive) jobs of 1-4 nodes: backfill around wide jobs",
+        exclusive=True,
+    ),
+    WorkloadDef(
+        "eagle-bulk",
+        "eagle",
+        1,
+        140,
+        "job arrays from bulk submissions; a deep queue (100+ pending at once)",
+        arrays=True,
+        deep=True,
+    ),
+    WorkloadDef(
+        "cerit-mixed",
+        "cerit",
+        1,
+        40,
+        "a GPU partition (gpu) and one without GPUs (cpu) side by side",
+        partitions=("gpu", "cpu"),
+    ),
+    WorkloadDef(
+        "hpc2n-capped",
+        "hpc2n",
+        1,
+        40,
+        "the per-user limit (partition capped, QOS MaxJobsPerUser=2), five users",
+        partitions=("capped",),
+        users=True,
+    ),
+)
+
+
+def workload_def(name: str) -> WorkloadDef:
+    for d in WORKLOADS:
+        if d.name == name:
+            return d
+    raise KeyError(name)
+
+
+def traces_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("MIRAGE_TRACES", str(TRACES_DIR)))
+
+
+_TRACE_CACHE: dict[str, Any] = {}
+
+
+def load_trace_table(trace: str) -> Any:
+    """The trace's canonical table, filtered and sorted (see :func:`select_workload`)."""
+    if trace not in _TRACE_CACHE:
+        import numpy as np
+
+        from mirage.trace.readers import load_trace
+
+        df = load_trace(traces_dir() / TRACE_FILES[trace]).jobs
+        ok = df["submit"].notna() & df["start"].notna() & df["end"].notna()
+        ok &= df["time_limit"].notna() & (df["time_limit"] > 0)
+        df = df[ok].copy()
+        df["run"] = (df["end"] - df["start"]).astype("int64")
+        df = df[df["run"] >= 1]
+        if trace == "hpc2n":  # Seth: 2 CPUs a node, node counts not recorded
+            df["nodes"] = (df["cpus"] + 1) // 2
+        df["nodes"] = df["nodes"].fillna(1).clip(lower=1)
+        df = df.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+        df["size"] = np.where(df["cpus"].notna(), df["cpus"], df["nodes"]).astype("float64")
+        _TRACE_CACHE[trace] = df
+    return _TRACE_CACHE[trace]
+
+
+def _level(nodes: float, median: float) -> int:
+    """0 up to the trace's median node count, then 1 more per doubling (at most 3)."""
+    import math
+
+    if nodes <= median:
+        return 0
+    return min(3, math.ceil(math.log2(nodes / median)))
+
+
+def _limit_minutes(limit_s: float, cuts: Sequence[float]) -> int:
+    """The limit's quintile over the whole trace: 1-5 minutes."""
+    return 1 + sum(limit_s > c for c in cuts)
+
+
+_SEQ_NAME = re.compile(r"^(.*?)[._-]?(\d+)$")
+
+
+def _chain_link(user: str, name: str) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """(this job's chain id, its predecessor's) for a name ending in a number."""
+    m = _SEQ_NAME.match(name)
+    if not m or not m[1]:
+        return None
+    n = int(m[2])
+    return (user, f"{m[1]}#{n}"), (user, f"{m[1]}#{n - 1}")
+
+
+def _start_candidates(df: Any, d: WorkloadDef) -> list[int]:
+    """Rows a window may start at: any (room for n_jobs after it); with ``chains``, rows
+    whose window holds a chain link; with ``users``, rows whose window has 4+ users."""
+    last = len(df) - d.n_jobs
+    if last <= 0:
+        raise ValueError(f"trace {d.trace} has {len(df)} jobs, not more than {d.n_jobs}")
+    if not (d.chains or d.users or d.deep):
+        return list(range(last))
+    submits = df["submit"].astype("int64").tolist()
+    users = df["user"].astype(str).tolist()
+    names = df["name"].astype(str).tolist()
+    links = [_chain_link(u, n) for u, n in zip(users, names, strict=True)]
+    out = []
+    for first in range(last):
+        window = range(first, first + d.n_jobs)
+        if d.users and len({users[i] for i in window}) < len(TEST_USERS):
+            continue
+        if d.deep and not (
+            DEEP_QUEUE <= max(Counter(submits[i] for i in window).values()) <= d.n_jobs * 3 // 4
+        ):
+            continue
+        if d.chains:
+            ids = {lk[0] for i in window if (lk := links[i]) is not None}
+            n_links = sum((lk := links[i]) is not None and lk[1] in ids for i in window)
+            if n_links < MIN_CHAIN_LINKS:
+                continue
+        out.append(first)
+    if not out:
+        raise ValueError(f"trace {d.trace}: no window fits {d.name}'s features")
+    return out
+
+
+def _shape(row: Any, d: WorkloadDef, median_nodes: float, median_cpn: float) -> dict[str, Any]:
+    # drawn per (user, submit, trace shape): the jobs of a bulk submission stay alike
+    rng = random.Random(f"{d.trace}:{d.seed}:{row.user}:{row.submit}:{row.nodes}:{row.cpus}")
+    level = _level(float(row.nodes), median_nodes)
+    part = d.partitions[0]
+    if len(d.partitions) > 1:
+        cpn = float(row.cpus) / float(row.nodes) if row.cpus == row.cpus else 0.0
+        part = d.partitions[0] if cpn > median_cpn else d.partitions[1]
+    if NODE_GPUS[part]:
+        nodes, g = min(4, level + 1), rng.randint(1, 4)
+        c = g * rng.randint(2, 4)
+    else:
+        nodes, g, c = min(2, level + 1), 0, rng.randint(1, 8)
+    return {"partition": part, "nodes": nodes, "gpus": g, "cpus": c}
+
+
+def _work(r: Mapping[str, Any], held_s: float) -> float:
+    """Node-seconds: nodes x the larger of the GPU and CPU share of a node x time held."""
+    gpus = NODE_GPUS[r["partition"]]
+    share = max(r["gpus"] / gpus if gpus else 0.0, r["cpus"] / NODE_CPUS)
+    return float(r["nodes"] * share * held_s)
+
+
+def _run_factor(rows: Sequence[Mapping[str, Any]], partitions: Sequence[str]) -> float:
+    """Step 4's r: the largest r <= 1 that loads no partition beyond TARGET_LOAD."""
+    factor = 1.0
+    for p in partitions:
+        mine = [r for r in rows if r["partition"] == p]
+        fixed = sum(_work(r, 60 * r["limit_min"] + 15) for r in mine if r["timeout"])
+        scalable = sum(_work(r, r["share"] * 60 * r["limit_min"]) for r in mine if not r["timeout"])
+        target = TARGET_LOAD * len(PARTITION_NODES[p]) * WINDOW_S
+        if scalable > 0:
+            factor = min(factor, max(0.0, target - fixed) / scalable)
+    return factor
+
+
+def select_workload(
+    trace: str | WorkloadDef, seed: int = 1, n_jobs: int = 40, **features: Any
+) -> Workload:
+    """Cut a workload from a trace: a row of :data:`WORKLOADS`, or ``trace``, ``seed``,
+    ``n_jobs`` and :class:`WorkloadDef`'s feature switches (named ``<trace>-<seed>``).
+
+    The rule, step by step (every draw from
+    ``random.Random(f"{d.trace}:{d.seed}")``, in this order):
+
+    1. The trace's jobs that ran (submit, start and end known, run >= 1 s, a limit > 0),
+       in submit order. A start row is drawn uniformly among the candidates: every row
+       with ``n_jobs`` rows after it; with ``chains``, only rows whose window of
+       ``n_jobs`` holds MIN_CHAIN_LINKS chain links (below) or more; with ``users``, only
+       rows whose window has jobs of at least four users; with ``deep``, only rows whose
+       window has DEEP_QUEUE or more jobs submitted in one second, but no more than 3/4
+       of them. The workload is the ``n_jobs`` jobs from there on.
+    2. Sizes. Node counts (HPC2N: CPUs / 2, Seth's cores a node) map to levels: 0 up to
+       the trace's median, then one more per doubling (at most 3); a job gets level + 1
+       nodes on a GPU partition (1-4), at most 2 on ``cpu``. Per node it asks for 1-4 GPUs
+       and 2-4 CPUs per GPU, or on ``cpu`` 1-8 CPUs, drawn from a generator seeded with
+       the trace, seed, user, submit second and trace shape (so that the jobs of a bulk
+       submission stay alike). With two
+       partitions, jobs with more CPUs per node than the window's median go to the first
+       (``gpu``: the big nodes), the others to the second (``cpu``).
+    3. Limits: the quintile of the job's limit among all the trace's limits, as 1-5 min.
+       A job that ran to within 2% of its limit (or past it) is a limit hit: its limit is
+       at most 2 min and it sleeps 30 s past it (ends TIMEOUT); only the first n_jobs / 8
+       hits are kept as such, later ones count as using 90% of their limit. The others
+       keep the share of their limit they used, times the workload's run factor r: at
+       least 3 s, at most the limit - 5 s (they end early).
+    4. Load. Work = nodes x the larger of the GPU and CPU share of a node x time held (run,
+       or limit + 15 s for a limit hit: Slurm's check comes 0-30 s after it), per
+       partition; capacity = its nodes (4 for gpu or capped, 2 for cpu). r is the largest
+       r <= 1 that keeps every partition's work within TARGET_LOAD x capacity x
+       WINDOW_S (only early-ending jobs scaled; the 3 s floor may push it past). Submits
+       keep the trace's spacing, scaled so the last comes WINDOW_S after the first (whole
+       seconds; simultaneous trace submits stay so).
+    5. Features. ``chains``: a job whose name ends in a number n depends ``afterany`` on
+       the same user's job with the same stem and n - 1 (a chain link), if that job is
+       earlier in the workload. ``arrays``: consecutive jobs of one user submitted in the
+       same second with the same shape and limit become one array (its run: their lower
+       median). ``afterok`` (a share, drawn per job): a dependency on one of the 10 jobs
+       before it, drawn among those that end early (a failed afterok parent would leave its
+       child pending for ever). ``holds`` (a share, drawn per job): submitted held and
+       released 30-90 s (drawn) after its submit. ``users``: the four users with the most
+       jobs in the workload become mirage-alice, -bob, -carol, -dave (in that order), all
+       others root; without it every job is root's (fair-share: see docs/fidelity.md).
+    """
+    d = (
+        trace
+        if isinstance(trace, WorkloadDef)
+        else WorkloadDef(f"{trace}-{seed}", trace, seed, n_jobs, "", **features)
+    )
+    df = load_trace_table(d.trace)
+    rng = random.Random(f"{d.trace}:{d.seed}")
+    first = rng.choice(_start_candidates(df, d))
+    win = df.iloc[first : first + d.n_jobs]
+    median_nodes = float(df["nodes"].median())
+    cpn_win = (win["cpus"] / win["nodes"]).dropna()
+    median_cpn = float(cpn_win.median()) if len(cpn_win) else 0.0
+    cuts = [float(df["time_limit"].quantile(q)) for q in (0.2, 0.4, 0.6, 0.8)]
+
+    rows = []
+    hits = 0
+    for row in win.itertuples(index=False):
+        share = float(row.run) / float(row.time_limit)
+        r = _shape(row, d, median_nodes, median_cpn)
+        r.update(
+            submit=int(row.submit),
+            user=str(row.user),
+            name=str(row.name),
+            limit_min=_limit_minutes(float(row.time_limit), cuts),
+            share=share,
+            timeout=share >= HIT_LIMIT_SHARE,
+        )
+        if r["timeout"]:
+            if hits >= len(win) * MAX_LIMIT_HIT_SHARE:
+                r["timeout"], r["share"] = False, LATE_SHARE
+            else:
+                hits += 1
+                r["limit_min"] = min(2, r["limit_min"])
+        rows.append(r)
+
+    factor = _run_factor(rows, d.partitions)
+    t_first = rows[0]["submit"]
+    span = max(r["submit"] for r in rows) - t_first
+    for r in rows:
+        limit_s = 60 * r["limit_min"]
+        if r["timeout"]:
+            r["run"] = limit_s + TIMEOUT_EXTRA_S
+        else:
+            r["run"] = int(min(limit_s - 5, max(MIN_RUN_S, round(r["share"] * factor * limit_s))))
+        r["offset"] = 0 if span <= 0 else round((r["submit"] - t_first) * WINDOW_S / span)
+
+    users = {r["user"]: "root" for r in rows}
+    if d.users:
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["user"]] = counts.get(r["user"], 0) + 1
+        ranked = sorted(counts, key=lambda u: (-counts[u], u))
+        users.update(dict(zip(ranked, TEST_USERS, strict=False)))
+    if d.arrays:
+        rows = _group_arrays(rows)
+    jobs = _features(rows, d, users, rng)
+    source = {
+        "trace": d.trace,
+        "file": TRACE_FILES[d.trace],
+        "seed": d.seed,
+        "first_row": first,
+        "first_job_id": str(win.iloc[0]["job_id"]),
+        "n_jobs": d.n_jobs,
+        "run_factor": round(factor, 4),
+        "trace_span_s": span,
+        "target_load": TARGET_LOAD,
+        "window_s": WINDOW_S,
+        "stresses": d.stresses,
+    }
+    return Workload(d.name, source, tuple(jobs))
+
+
+def _features(
+    rows: Sequence[Mapping[str, Any]], d: WorkloadDef, users: Mapping[str, str], rng: Any
+) -> list[SuiteJob]:
+    """The jobs, with step 5's dependencies and holds (see :func:`select_workload`)."""
+    jobs: list[SuiteJob] = []
+    chain_key: dict[tuple[str, str], str] = {}
+    for k, r in enumerate(rows):
+        key = f"j{k:03d}"
+        dep: str | None = None
+        link = _chain_link(r["user"], r["name"]) if d.chains else None
+        if link is not None:
+            prev = chain_key.get(link[1])
+            dep = None if prev is None else f"afterany:{prev}"
+            chain_key[link[0]] = key
+        if dep is None and d.afterok and rng.random() < d.afterok:
+            parents = [j for j in jobs[-10:] if not j.hits_limit]
+            if parents:
+                dep = f"afterok:{rng.choice(parents).key}"
+        hold = None
+        if d.holds and rng.random() < d.holds:
+            hold = r["offset"] + rng.randint(30, 90)
+        jobs.append(
+            SuiteJob(
+                key=key,
+                offset=r["offset"],
+                partition=r["partition"],
+                nodes=r["nodes"],
+                gpus_per_node=r["gpus"],
+                cpus_per_node=r["cpus"],
+                limit_min=r["limit_min"],
+                run_s=r["run"],
+                user=users[r["user"]],
+                exclusive=d.exclusive,
+                array=r.get("array", 0),
+                dependency=dep,
+                hold_until=hold,
+            )
+        )
+    return jobs
+
+
+def _group_arrays(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge runs of consecutive rows of one user, submit second, shape and limit."""
+    shape = ("user", "submit", "partition", "nodes", "gpus", "cpus", "limit_min", "timeout")
+    out: list[dict[str, Any]] = []
+    group: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if not group:
+            return
+        head = dict(group[0])
+        if len(group) > 1:
+            head["array"] = len(group)
+            head["run"] = int(statistics.median_low([g["run"] for g in group]))
+        out.append(head)
+        group.clear()
+
+    for r in rows:
+        if group and any(r[k] != group[0][k] for k in shape):
+            flush()
+        group.append(r)
+    flush()
+    return out
+
+
+def needs_next_seed(runs: Sequence[RecordedRun]) -> bool:
+    """The rule for a workload with too little contention: True when its real median wait
+    (start - eligible, mean over the recorded runs) is under MIN_MEDIAN_WAIT_S. Its row in
+    :data:`WORKLOADS` then moves to the next seed and is recorded again."""
+    medians = [statistics.median(r.waits().values()) for r in runs if r.waits()]
+    return bool(medians) and statistics.mean(medians) < MIN_MEDIAN_WAIT_S
+
+
+def write_workloads(root: str | Path = DATA_DIR) -> list[Path]:
+    """Cut every workload of :data:`WORKLOADS` and write its workload.json."""
+    paths = []
+    for d in WORKLOADS:
+        path = Path(root) / d.name / "workload.json"
+        select_workload(d).write(path)
+        paths.append(path)
+    return paths
