@@ -3,7 +3,9 @@
 :func:`record_run` submits a :class:`~mirage.sim.suite.Workload` through a
 :class:`~mirage.slurm.cli_backend.CliSlurmClient` at its offsets, as each job's user, waits
 until every job has ended, and writes the run in the suite's recorded-run format
-(``run.json`` and ``sacct.txt``, see :mod:`mirage.sim.suite`).
+(``run.json`` and ``sacct.txt``, see :mod:`mirage.sim.suite`), and beside them
+``sshare.txt``: ``sshare -a -P --noheader`` with :data:`SSHARE_FIELDS` as it stood just
+before the first submit (the users' fair-share factors, a term of every job's priority).
 
 How each job is submitted (one ``sbatch`` each, through the client; no Slurm command runs
 here directly):
@@ -66,6 +68,18 @@ BURST_S_PER_JOB = 0.4
 #: sacct states that are not final yet.
 _NOT_FINAL = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING")
 _NEVER = "DependencyNeverSatisfied"
+#: sshare fields of sshare.txt, read just before the first submit: the fair-share factors
+#: that weigh each user's jobs (the test cluster enforces associations, so sprio has a
+#: fair-share term, and it depends on the usage left by earlier jobs).
+SSHARE_FIELDS = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "EffectvUsage",
+    "FairShare",
+)
 
 
 def _quiet(_: str) -> None:
@@ -156,6 +170,7 @@ def record_run(
     label = f"real {tag}"
     run = _Run(client, workload, f"{prefix}{tag}-", log)
     clock = read_cluster_clock(client)
+    shares = client.share_text(SSHARE_FIELDS)
     workdir = Path(tempfile.mkdtemp(prefix="mirage-rec-", dir="/tmp"))
     try:
         workdir.chmod(0o755)
@@ -182,6 +197,7 @@ def record_run(
     }
     (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "sacct.txt").write_text(text)
+    (out / "sshare.txt").write_text(shares)
     ends = [r.end for r in parse_sacct(text) if r.end is not None]
     wall = (max(ends) - min(at.values())) if ends else 0.0
     submitted = {k: (ids[k], at[k]) for k in ids}

@@ -207,6 +207,12 @@ class CliSlurmClient(SlurmClient):
         args += ["-j", ",".join(str(j) for j in job_ids)]
         return self._run("sacct", args, timeout=self.accounting_timeout).stdout
 
+    def share_text(self, fields: Sequence[str]) -> str:
+        """sshare's raw ``-a -P --noheader`` text of ``fields`` (every association's usage
+        and fair-share factor, for recorded fixtures)."""
+        args = ["-a", "-P", "--noheader", "--format=" + ",".join(fields)]
+        return self._run("sshare", args).stdout
+
     def start_estimates(self) -> dict[str, StartEstimate]:
         result = self._run("squeue", ["--start", "-h", "-o", START_FORMAT])
         return parsed(result, parse_start_estimates)
