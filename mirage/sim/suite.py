@@ -28,17 +28,27 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import random
 import re
 import statistics
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from mirage.sim.fidelity import ClusterClock
+from mirage.profile.schema import ClusterProfile, Partition
+from mirage.sim.engine import Simulation
+from mirage.sim.fidelity import (
+    ALLOWED_GAP,
+    SUBMIT_LATENCY_S,
+    ClusterClock,
+    compare_starts,
+    default_model,
+)
+from mirage.sim.workload import JobSpec
 
 #: The sacct fields of sacct.txt, in order.
 SACCT_FIELDS = (
@@ -880,3 +890,231 @@ def write_workloads(root: str | Path = DATA_DIR) -> list[Path]:
         select_workload(d).write(path)
         paths.append(path)
     return paths
+
+
+# ---- replay and the pass mark -------------------------------------------------------------
+
+
+def suite_profile(backfill: Backfill = "slurm") -> ClusterProfile:
+    """The test cluster as the simulator sees it: gpu, cpu and capped (gpu's nodes, its
+    QOS capped: MaxJobsPerUser=2 where the engine has QOS limits), Slurm details on.
+
+    The job size factor counts over all six nodes (and 96 CPUs), as Slurm's does.
+    """
+    base = default_model().profile
+    gpu = base.partition("gpu")
+    cpu = replace(gpu, name="cpu", gpus_per_node=0, gpu_type="", memory_mb_per_node=64000)
+    cpu = replace(cpu, nodes=len(PARTITION_NODES["cpu"]), default=False)
+    capped = replace(gpu, name="capped", max_time_s=3600, default=False)
+    parts = (gpu, cpu, capped)
+    extra: dict[str, Any] = {}
+    if qos_limits_supported():
+        from mirage.profile import schema
+
+        capped = replace(capped, qos=CAPPED_QOS)  # type: ignore[call-arg,unused-ignore]
+        parts = (gpu, cpu, capped)
+        qos_cls = getattr(schema, "Qos")  # noqa: B009 (only on engines with QOS limits)
+        extra["qos"] = (qos_cls(CAPPED_QOS, max_jobs_per_user=CAPPED_MAX_JOBS_PER_USER),)
+    sched = replace(base.scheduler, backfill=backfill)
+    return replace(base, partitions=parts, scheduler=sched, **extra)
+
+
+Backfill = Literal["slurm", "easy"]
+#: Partition capped's QOS on the test cluster (scripts/slurm-testbed/start.sh).
+CAPPED_QOS = "capped"
+CAPPED_MAX_JOBS_PER_USER = 2
+
+
+def qos_limits_supported() -> bool:
+    """Does this engine take QOS limits through the profile (a partition's ``qos``)?"""
+    from dataclasses import fields
+
+    from mirage.profile import schema
+
+    return "qos" in {f.name for f in fields(Partition)} and hasattr(schema, "Qos")
+
+
+def _sim_time(epoch: float, base: int) -> int:
+    """A real instant as the simulator's whole second: Slurm acts on it from the next one."""
+    return max(SUBMIT_LATENCY_S, math.floor(epoch - base) + SUBMIT_LATENCY_S)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One simulated twin of a recorded run (times in s after the run's t0 second)."""
+
+    starts: dict[str, int | None]
+    waits: dict[str, int]  # start - eligible, started tasks
+    states: dict[str, str]
+
+
+def replay(
+    workload: Workload, run: RecordedRun, backfill: Backfill = "slurm", fairshare: bool = False
+) -> Replay:
+    """Replay ``workload`` as it was submitted in ``run``: same submit and release
+    instants (each taking effect SUBMIT_LATENCY_S later, in whole seconds), same controller
+    clocks at t0 (limit check and priority recalculation phases), on the test cluster's
+    three partitions (gpu and capped share gpu[1-4]). Array tasks are separate jobs;
+    dependencies name the parent's jobs (every task of an array). ``fairshare``: Slurm's
+    classic fair-share (PriorityWeightFairshare=10000) from zero usage.
+    """
+    profile = suite_profile(backfill)
+    if fairshare:
+        sched = replace(profile.scheduler, fairshare="classic", priority_weight_fairshare=10000)
+        profile = replace(profile, scheduler=sched)
+    base = run.base
+    kill: int | None = None
+    calc = 0
+    if run.clock is not None:
+        kill, calc = run.clock.phases(base, profile.scheduler.priority_calc_period_s or 0)
+    sim = Simulation(
+        profile,
+        start_time=0,
+        partition_nodes={p: list(n) for p, n in PARTITION_NODES.items()},
+        priority_calc_phase_s=calc,
+        limit_check_phase_s=kill,
+    )
+    ids: dict[str, list[str]] = {}  # workload key -> simulator ids (its tasks)
+    task_ids: dict[str, str] = {}
+    for job in workload.jobs:
+        sub = run.submitted.get(job.key)
+        if sub is None:
+            raise ValueError(f"{run.path}: job {job.key} was not submitted")
+        dep = ""
+        if job.depends_on is not None:
+            kind, parent = job.depends_on
+            dep = f"{kind}:" + ":".join(ids[parent])
+        ids[job.key] = []
+        for task in job.task_keys:
+            spec = JobSpec(
+                submit=_sim_time(sub.at, base),
+                run=job.run_s,
+                time_limit=job.limit_s,
+                nodes=job.nodes,
+                partition=job.partition,
+                gpus=job.nodes * job.gpus_per_node,
+                cpus=job.nodes * job.cpus_per_node,
+                user=job.user,
+                name=task,
+                dependency=dep,
+                hold=job.hold_until is not None,
+                exclusive=job.exclusive,
+            )
+            task_ids[task] = sim.add_job(spec)
+            ids[job.key].append(task_ids[task])
+    releases = sorted((_sim_time(at, base), key) for key, at in run.released.items() if key in ids)
+    for t, key in releases:
+        sim.run_until(t - 1)
+        sim.now = t  # events at t (ends, submits) come with the release, in one pass
+        for job_id in ids[key]:
+            sim.set_hold(job_id, False)
+    sim.run()
+    starts: dict[str, int | None] = {}
+    waits: dict[str, int] = {}
+    states: dict[str, str] = {}
+    for task, job_id in task_ids.items():
+        view = sim.view(job_id)
+        starts[task] = view.start
+        states[task] = view.state.value if view.state else "?"
+        if view.start is not None and view.eligible is not None:
+            waits[task] = view.start - view.eligible
+    return Replay(starts, waits, states)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A workload's row of the fidelity table."""
+
+    name: str
+    tasks: int
+    runs: int
+    floor: float  # real-vs-real share within TOLERANCE_S (mean over run pairs)
+    sim_share: float  # sim-vs-each-real share (mean)
+    easy_share: float  # the same with EASY backfill (for contrast)
+    real_wait: float  # mean wait (start - eligible), both runs
+    sim_wait: float
+    easy_wait: float
+    real_median_wait: float  # mean over runs of each run's median wait
+    max_pending: int  # most tasks pending at once in a real run (the larger of the runs)
+    qos_limits: bool  # the engine passed partition capped's QOS limit
+
+    @property
+    def passes_share(self) -> bool:
+        return self.sim_share >= self.floor - ALLOWED_GAP - 1e-9
+
+    @property
+    def passes_wait(self) -> bool:
+        return abs(self.sim_wait - self.real_wait) <= WAIT_TOLERANCE * self.real_wait + 1e-9
+
+    @property
+    def passes(self) -> bool:
+        return self.passes_share and self.passes_wait
+
+    def row(self) -> str:
+        mark = "pass" if self.passes else "FAIL"
+        return (
+            f"{self.name:13s} {self.tasks:4d} {self.floor:6.0%} {self.sim_share:6.0%} "
+            f"{self.easy_share:6.0%} {self.real_wait:7.1f} {self.sim_wait:7.1f} "
+            f"{self.easy_wait:7.1f} {self.real_median_wait:7.1f} {self.max_pending:4d}  {mark}"
+        )
+
+
+#: The pass mark's wait tolerance: |sim mean wait - real mean wait| <= 10% of the real.
+WAIT_TOLERANCE = 0.10
+TABLE_HEAD = "workload      jobs  floor    sim   easy  wait:real   sim    easy  median  pend  mark"
+
+
+def max_pending(run: RecordedRun) -> int:
+    """The most tasks pending (eligible or not, not yet started) at one instant."""
+    events: list[tuple[int, int]] = []
+    for rec in run.by_key.values():
+        if rec.submit is None:
+            continue
+        events.append((rec.submit, 1))
+        if rec.start is not None:
+            events.append((rec.start, -1))
+        elif rec.end is not None:
+            events.append((rec.end, -1))
+    most = now = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):
+        now += d
+        most = max(most, now)
+    return most
+
+
+def score(
+    workload: Workload, runs: Sequence[RecordedRun] | None = None, fairshare: bool = False
+) -> Score:
+    """Score ``workload`` against its recorded runs (default: those under DATA_DIR)."""
+    if runs is None:
+        runs = [read_run(p, workload) for p in recorded_runs(workload.name)]
+    if len(runs) < 2:
+        raise ValueError(f"{workload.name}: {len(runs)} recorded run(s), need 2")
+    real = [r.starts() for r in runs]
+    pairs = [(a, b) for i, a in enumerate(real) for b in real[i + 1 :]]
+    floor = statistics.mean(compare_starts(a, b).share for a, b in pairs)
+    sims = [replay(workload, r, "slurm", fairshare) for r in runs]
+    easy = [replay(workload, r, "easy", fairshare) for r in runs]
+    sim_share = statistics.mean(
+        compare_starts(s.starts, r).share for s, r in zip(sims, real, strict=True)
+    )
+    easy_share = statistics.mean(
+        compare_starts(s.starts, r).share for s, r in zip(easy, real, strict=True)
+    )
+    real_waits = [w for r in runs for w in r.waits().values()]
+    return Score(
+        name=workload.name,
+        tasks=len(workload.task_keys),
+        runs=len(runs),
+        floor=floor,
+        sim_share=sim_share,
+        easy_share=easy_share,
+        real_wait=statistics.mean(real_waits) if real_waits else 0.0,
+        sim_wait=statistics.mean(w for s in sims for w in s.waits.values()),
+        easy_wait=statistics.mean(w for s in easy for w in s.waits.values()),
+        real_median_wait=statistics.mean(
+            statistics.median(r.waits().values()) for r in runs if r.waits()
+        ),
+        max_pending=max(max_pending(r) for r in runs),
+        qos_limits=qos_limits_supported(),
+    )
