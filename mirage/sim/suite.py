@@ -935,8 +935,13 @@ def qos_limits_supported() -> bool:
 
 
 def _sim_time(epoch: float, base: int) -> int:
-    """A real instant as the simulator's whole second: Slurm acts on it from the next one."""
-    return max(SUBMIT_LATENCY_S, math.floor(epoch - base) + SUBMIT_LATENCY_S)
+    """A real instant as the simulator's whole second: Slurm acts on it from the next one
+    (SUBMIT_LATENCY_S). A submit before t0 is the burst's, with ``--begin`` at t0's whole
+    second: eligible at 0 (recorded: sacct's Eligible and the first starts are at t0's
+    second)."""
+    if epoch < base:
+        return 0
+    return math.floor(epoch - base) + SUBMIT_LATENCY_S
 
 
 @dataclass(frozen=True)

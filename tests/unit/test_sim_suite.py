@@ -210,10 +210,10 @@ def test_replay_follows_arrays_dependencies_and_holds() -> None:
     w = _sample()
     r = replay(w, _fake_run(w))
     s = r.starts
-    assert s["j000"] == 1  # the burst: eligible at t0's second, started one later
+    assert s["j000"] == 0  # the burst: --begin at t0's second
     # the array's tasks wait for the 4-node job (the whole gpu partition)
-    assert all(s[f"j001_{i}"] == 21 for i in range(3))
-    assert s["j002"] == 26  # afterok: after the last task ends (21 + 5)
+    assert all(s[f"j001_{i}"] == 20 for i in range(3))
+    assert s["j002"] == 25  # afterok: after the last task ends (20 + 5)
     assert s["j003"] == 41  # held until 40.1: released from second 41 on
     assert r.states["j003"] == "TIMEOUT"
 
@@ -221,15 +221,11 @@ def test_replay_follows_arrays_dependencies_and_holds() -> None:
 def test_replay_capped_partition_limit_when_the_engine_has_qos() -> None:
     jobs = tuple(_job(f"j{k}", partition="capped", run_s=30, user="mirage-bob") for k in range(3))
     w = Workload("capped", {}, jobs)
-    s = replay(w, _fake_run(w)).starts
+    starts = sorted(-1 if v is None else v for v in replay(w, _fake_run(w)).starts.values())
     if suite.qos_limits_supported():
-        assert sorted(v or -1 for v in s.values()) == [1, 1, 31]  # MaxJobsPerUser=2
+        assert starts == [0, 0, 30]  # MaxJobsPerUser=2
     else:
-        assert sorted(v or -1 for v in s.values()) == [
-            1,
-            1,
-            1,
-        ]  # no QOS limits in this engine (yet)
+        assert starts == [0, 0, 0]  # no QOS limits in this engine (yet)
 
 
 # ---- the selection rule ---------------------------------------------------------------
