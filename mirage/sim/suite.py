@@ -1041,6 +1041,7 @@ class Score:
     easy_wait: float
     real_median_wait: float  # mean over runs of each run's median wait
     max_pending: int  # most tasks pending at once in a real run (the larger of the runs)
+    jumped: float  # real out-of-order starts (a backfill proxy), mean over runs
     qos_limits: bool  # the engine passed partition capped's QOS limit
 
     @property
@@ -1060,7 +1061,8 @@ class Score:
         return (
             f"{self.name:13s} {self.tasks:4d} {self.floor:6.0%} {self.sim_share:6.0%} "
             f"{self.easy_share:6.0%} {self.real_wait:7.1f} {self.sim_wait:7.1f} "
-            f"{self.easy_wait:7.1f} {self.real_median_wait:7.1f} {self.max_pending:4d}  {mark}"
+            f"{self.easy_wait:7.1f} {self.real_median_wait:7.1f} {self.max_pending:4d} "
+            f"{self.jumped:5.0%}  {mark}"
         )
 
 
@@ -1085,6 +1087,33 @@ def max_pending(run: RecordedRun) -> int:
         now += d
         most = max(most, now)
     return most
+
+
+def jumped_share(run: RecordedRun) -> float:
+    """Share of started tasks that started while a task eligible earlier, on the same nodes,
+    still pended: out-of-order starts, sacct's proxy for backfill starts (sacct does not
+    say which pass started a job)."""
+    nodes = {p: set(n) for p, n in PARTITION_NODES.items()}
+    recs = [
+        r
+        for r in run.by_key.values()
+        if r.start is not None and r.eligible is not None and r.partition in nodes
+    ]
+    if not recs:
+        return 0.0
+    jumped = 0
+    for r in recs:
+        assert r.start is not None and r.eligible is not None
+        for o in recs:
+            assert o.start is not None and o.eligible is not None
+            if (
+                o.eligible < r.eligible
+                and o.start > r.start
+                and nodes[o.partition] & nodes[r.partition]
+            ):
+                jumped += 1
+                break
+    return jumped / len(recs)
 
 
 def score(
@@ -1121,5 +1150,6 @@ def score(
             statistics.median(r.waits().values()) for r in runs if r.waits()
         ),
         max_pending=max(max_pending(r) for r in runs),
+        jumped=statistics.mean(jumped_share(r) for r in runs),
         qos_limits=qos_limits_supported(),
     )

@@ -168,6 +168,8 @@ def test_read_run_keys_records_and_reads_the_recorders_zone(tmp_path: Path, tz: 
     }
     assert run.states()["j002"] == "CANCELLED"
     assert run.waits()["j001_2"] == 20
+    assert suite.max_pending(run) == 5  # at t0 + 4: three tasks, j002 (never ran), j003
+    assert suite.jumped_share(run) == 0.0  # every start in eligible order
 
 
 def test_parse_sacct_names_the_malformed_line() -> None:
