@@ -394,6 +394,8 @@ def read_run(path: str | Path, workload: Workload | None = None) -> RecordedRun:
     if tz:
         records = [_shift(r, tz) for r in records]
     key_of = {s.job_id: k for k, s in submitted.items()}
+    if workload is not None:
+        _check_recorded_shapes(d, workload, records, key_of)
     by_key: dict[str, SacctRecord] = {}
     for r in records:
         if r.array_id is not None:
@@ -414,6 +416,29 @@ def read_run(path: str | Path, workload: Workload | None = None) -> RecordedRun:
         path=str(d),
         by_key=by_key,
     )
+
+
+class StaleRunError(ValueError):
+    """A recorded run of another version of the workload (its jobs' shapes differ)."""
+
+
+def _check_recorded_shapes(
+    d: Path, workload: Workload, records: Sequence[SacctRecord], key_of: Mapping[str, str]
+) -> None:
+    """Raise StaleRunError where sacct's limit, node count or partition of a job differs
+    from the workload's (the run was recorded from an earlier workload.json)."""
+    for r in records:
+        key = key_of.get(r.array_id or r.job_id)
+        if key is None:
+            continue
+        job = workload.job(key)
+        seen = (r.limit_min, r.nodes, r.partition)
+        if seen != (job.limit_min, job.nodes, job.partition):
+            raise StaleRunError(
+                f"{d}: {key} was recorded as (limit {seen[0]} min, {seen[1]} nodes, "
+                f"{seen[2]}), the workload has ({job.limit_min}, {job.nodes}, {job.partition}): "
+                "recorded from another version of the workload"
+            )
 
 
 def _shift(r: SacctRecord, tz: int) -> SacctRecord:
@@ -474,6 +499,8 @@ MAX_LIMIT_HIT_SHARE = 1 / 8
 LATE_SHARE = 0.9
 #: ``chains`` workloads: a window with at least this many chain links.
 MIN_CHAIN_LINKS = 3
+#: Two-partition workloads: a window that gives each partition at least this share of jobs.
+MIN_PARTITION_SHARE = 0.25
 #: ``deep`` workloads: a window where this many jobs share one submit second.
 DEEP_QUEUE = 100
 #: A workload whose recorded real median wait (mean of its runs) is below this is cut
@@ -540,7 +567,7 @@ WORKLOADS: tuple[WorkloadDef, ...] = (
     WorkloadDef(
         "cerit-mixed",
         "cerit",
-        1,
+        2,  # seed 1's real median wait was 0.5 s (runs of 2026-11-28, 04:51 and 04:56 UTC)
         40,
         "a GPU partition (gpu) and one without GPUs (cpu) side by side",
         partitions=("gpu", "cpu"),
@@ -622,13 +649,14 @@ def _chain_link(user: str, name: str) -> tuple[tuple[str, str], tuple[str, str]]
 
 
 def _start_candidates(df: Any, d: WorkloadDef) -> list[int]:
-    """Rows a window may start at: any (room for n_jobs after it); with ``chains``, rows
-    whose window holds a chain link; with ``users``, rows whose window has 4+ users."""
+    """Rows a window may start at (step 1 of :func:`select_workload`)."""
     last = len(df) - d.n_jobs
     if last <= 0:
         raise ValueError(f"trace {d.trace} has {len(df)} jobs, not more than {d.n_jobs}")
-    if not (d.chains or d.users or d.deep):
+    split = len(d.partitions) > 1
+    if not (d.chains or d.users or d.deep or split):
         return list(range(last))
+    cpn = (df["cpus"] / df["nodes"]).fillna(0.0).astype("float64").tolist()
     submits = df["submit"].astype("int64").tolist()
     users = df["user"].astype(str).tolist()
     names = df["name"].astype(str).tolist()
@@ -642,6 +670,11 @@ def _start_candidates(df: Any, d: WorkloadDef) -> list[int]:
             DEEP_QUEUE <= max(Counter(submits[i] for i in window).values()) <= d.n_jobs * 3 // 4
         ):
             continue
+        if split:
+            mine = [cpn[i] for i in window]
+            big = sum(c > statistics.median(mine) for c in mine)
+            if min(big, len(mine) - big) < len(mine) * MIN_PARTITION_SHARE:
+                continue
         if d.chains:
             ids = {lk[0] for i in window if (lk := links[i]) is not None}
             n_links = sum((lk := links[i]) is not None and lk[1] in ids for i in window)
@@ -677,8 +710,9 @@ def _work(r: Mapping[str, Any], held_s: float) -> float:
 
 
 def _run_factor(rows: Sequence[Mapping[str, Any]], partitions: Sequence[str]) -> float:
-    """Step 4's r: the largest r <= 1 that loads no partition beyond TARGET_LOAD."""
-    factor = 1.0
+    """Step 4's r: the largest r that loads no partition beyond TARGET_LOAD (the runs
+    as scaled, before the 3 s floor and the limit - 5 s cap)."""
+    factor = math.inf
     for p in partitions:
         mine = [r for r in rows if r["partition"] == p]
         fixed = sum(_work(r, 60 * r["limit_min"] + 15) for r in mine if r["timeout"])
@@ -686,7 +720,7 @@ def _run_factor(rows: Sequence[Mapping[str, Any]], partitions: Sequence[str]) ->
         target = TARGET_LOAD * len(PARTITION_NODES[p]) * WINDOW_S
         if scalable > 0:
             factor = min(factor, max(0.0, target - fixed) / scalable)
-    return factor
+    return 1.0 if math.isinf(factor) else factor
 
 
 def select_workload(
@@ -704,7 +738,10 @@ def select_workload(
        ``n_jobs`` holds MIN_CHAIN_LINKS chain links (below) or more; with ``users``, only
        rows whose window has jobs of at least four users; with ``deep``, only rows whose
        window has DEEP_QUEUE or more jobs submitted in one second, but no more than 3/4
-       of them. The workload is the ``n_jobs`` jobs from there on.
+       of them; with two partitions, only rows whose window sends each partition at least
+       MIN_PARTITION_SHARE of its jobs (step 2's split; added with the first seed change,
+       after cerit-mixed's seed 2 sent every job to ``cpu``). The workload is the
+       ``n_jobs`` jobs from there on.
     2. Sizes. Node counts (HPC2N: CPUs / 2, Seth's cores a node) map to levels: 0 up to
        the trace's median, then one more per doubling (at most 3); a job gets level + 1
        nodes on a GPU partition (1-4), at most 2 on ``cpu``. Per node it asks for 1-4 GPUs
@@ -722,8 +759,12 @@ def select_workload(
     4. Load. Work = nodes x the larger of the GPU and CPU share of a node x time held (run,
        or limit + 15 s for a limit hit: Slurm's check comes 0-30 s after it), per
        partition; capacity = its nodes (4 for gpu or capped, 2 for cpu). r is the largest
-       r <= 1 that keeps every partition's work within TARGET_LOAD x capacity x
-       WINDOW_S (only early-ending jobs scaled; the 3 s floor may push it past). Submits
+       r that keeps every partition's work within TARGET_LOAD x capacity x WINDOW_S
+       (only early-ending jobs scaled; the 3 s floor may push the load past it, the
+       limit - 5 s cap below it). Until the first seed change r was at most 1, which
+       left cerit-mixed's seed 1 at loads 1.15 (gpu) and 0.51 (cpu), median real wait
+       0.5 s; the other
+       workloads have r < 1, the same under both. Submits
        keep the trace's spacing, scaled so the last comes WINDOW_S after the first (whole
        seconds; simultaneous trace submits stay so).
     5. Features. ``chains``: a job whose name ends in a number n depends ``afterany`` on
