@@ -169,12 +169,16 @@ def test_jobs_running_at_the_start_are_seeded_and_hold_their_nodes() -> None:
 
 
 def test_seeded_pending_job_keeps_its_age() -> None:
-    # one node; two pending jobs at T0, the older one submitted long before: it goes first
-    prof = toy_profile(1, priority_weight_age=1000, priority_max_age_s=86400)
+    # two pending jobs at T0: the older one's age (from its real eligible time, long before
+    # T0) outweighs the other's larger size; counted from T0 it would not, and the 2-node
+    # job would go first
+    prof = toy_profile(
+        2, priority_weight_age=1000, priority_max_age_s=2000, priority_weight_job_size=100
+    )
     jobs = [
-        sj("1", T0 - 200, T0 - 100, T0 + 20),
-        sj("2", T0 - 1000, T0 + 20, T0 + 40),  # old
-        sj("3", T0 - 50, T0 + 40, T0 + 60),
+        sj("1", T0 - 200, T0 - 100, T0 + 20, nodes=2),
+        sj("2", T0 - 1000, T0 + 20, T0 + 40),  # old, 1 node
+        sj("3", T0 - 50, T0 + 40, T0 + 60, nodes=2),
     ]
     rep = replay(jobs, prof, T0, T0 + 10)
     assert errors(rep) == {"2": 0.0, "3": 0.0}
