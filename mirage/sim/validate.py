@@ -679,6 +679,19 @@ class Report:
             "compared": len(r.outcomes),
             "wall_s": r.wall_s,
             "rows": [g.as_dict() for g in self.rows],
+            "jobs": [
+                {
+                    "job_id": o.job_id,
+                    "partition": o.partition,
+                    "nodes": o.nodes,
+                    "gpus": o.gpus,
+                    "submit": o.submit,
+                    "real_start": o.real_start,
+                    "sim_start": o.sim_start,
+                    "seeded_pending": o.seeded,
+                }
+                for o in r.outcomes
+            ],
         }
 
 

@@ -270,6 +270,16 @@ def test_report_rows_quantiles_and_shares(tmp_path: Path) -> None:
     assert math.isclose(overall.sim_mean_wait_s, (0 + 99 + 98) / 3)
     data = json.loads(json.dumps(report.as_dict()))
     assert data["compared"] == 3 and data["seeded"]["running"] == 0
+    assert data["jobs"][1] == {
+        "job_id": "2",
+        "partition": "gpu",
+        "nodes": 1,
+        "gpus": 0,
+        "submit": T0 + 1,
+        "real_start": T0 + 1000,
+        "sim_start": T0 + 100,
+        "seeded_pending": False,
+    }
     text = render_text(report)
     assert "seeded from the real state" in text and "partition=gpu" in text
     png = tmp_path / "cdf.png"
