@@ -405,6 +405,15 @@ def _when(text: str, tz: str, hint: str) -> int:
         ) from exc
 
 
+def _check_zone(tz: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise click.BadParameter(f"unknown time zone {tz!r}", param_hint="--tz") from exc
+
+
 def _client(ctx: click.Context) -> Any:
     client = ctx.obj.get("slurm_client") if isinstance(ctx.obj, dict) else None
     if client is None:
@@ -485,6 +494,7 @@ def validate(
 
     if sacct_path is None and start is None:
         raise click.UsageError("give --sacct FILE, or --start (and --end) to read the cluster's")
+    _check_zone(tz)
     t0 = None if start is None else _when(start, tz, "--start")
     t1 = None if end is None else _when(end, tz, "--end")
     if t1 is None and sacct_path is None:

@@ -352,6 +352,10 @@ def test_cli_needs_a_source_and_an_ordered_window(tmp_path: Path) -> None:
     assert runner.invoke(sim, ["validate"]).exit_code == 2
     bad = runner.invoke(sim, ["validate", "--start", "now", "--end", "1000"])
     assert bad.exit_code == 2 and "must be after --start" in bad.output
+    zone = runner.invoke(sim, ["validate", "--start", "2026-11-28T00:00", "--tz", "Bad/Zone"])
+    assert zone.exit_code == 2 and "unknown time zone" in zone.output
+    when = runner.invoke(sim, ["validate", "--start", "yesterday-ish"])
+    assert when.exit_code == 2 and "not 'now'" in when.output
 
 
 class _Accounting(NullSlurmClient):
