@@ -470,6 +470,14 @@ def _accounting(
     help="Zone of sacct -P text times and of naive --start/--end.",
 )
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the start-error CDF (PNG).")
+@click.option(
+    "--ks-floor",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Count waits under this many seconds as zero in the wait KS distance "
+    "(mirage calibrate uses 60).",
+)
 @_JSON
 @click.pass_context
 def validate(
@@ -481,6 +489,7 @@ def validate(
     profile_path: str | None,
     tz: str,
     plot: str | None,
+    ks_floor: int,
     as_json: bool,
 ) -> None:
     """Replay a window of the cluster's own accounting and report how well the simulator
@@ -509,7 +518,7 @@ def validate(
             from mirage.profile.capture import capture_profile
 
             prof = capture_profile(_client(ctx), "live", tz)
-        report = val.validate(acc, prof, t0, t1)
+        report = val.validate(acc, prof, t0, t1, ks_floor)
     except (val.ValidateError, ProfileError, SlurmError) as exc:
         raise click.ClickException(str(exc)) from exc
     if plot:

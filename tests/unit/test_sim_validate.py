@@ -301,6 +301,13 @@ def test_job_the_simulation_never_starts_counts_as_a_miss() -> None:
     json.dumps(g.as_dict(), allow_nan=False)
 
 
+def test_ks_floor_counts_short_waits_as_zero() -> None:
+    # every real start a second after the simulated one (Slurm's submit latency)
+    outs = [Outcome(str(k), "gpu", 1, 0, T0, T0 + 1, T0, seeded=False) for k in range(5)]
+    assert group_stats("all", "all", outs).ks == 1.0
+    assert group_stats("all", "all", outs, ks_floor_s=2).ks == 0.0
+
+
 # ---- the command ---------------------------------------------------------------------------
 
 
