@@ -1109,7 +1109,9 @@ class Score:
 
 #: The pass mark's wait tolerance: |sim mean wait - real mean wait| <= 10% of the real.
 WAIT_TOLERANCE = 0.10
-TABLE_HEAD = "workload      jobs  floor    sim   easy  wait:real   sim    easy  median  pend  mark"
+TABLE_HEAD = (
+    "workload      jobs  floor    sim   easy  wait:real   sim    easy  median  pend  jump  mark"
+)
 
 
 def max_pending(run: RecordedRun) -> int:
@@ -1194,3 +1196,24 @@ def score(
         jumped=statistics.mean(jumped_share(r) for r in runs),
         qos_limits=qos_limits_supported(),
     )
+
+
+def table(root: str | Path = DATA_DIR) -> str:
+    """The fidelity table over every workload of :data:`WORKLOADS` with 2+ current runs."""
+    lines = [TABLE_HEAD]
+    for d in WORKLOADS:
+        w = Workload.from_json(Path(root) / d.name / "workload.json")
+        try:
+            runs = [read_run(p, w) for p in recorded_runs(d.name, root)]
+        except StaleRunError:
+            lines.append(f"{d.name:13s} (recorded runs are of an earlier version)")
+            continue
+        if len(runs) < 2:
+            lines.append(f"{d.name:13s} ({len(runs)} recorded run(s))")
+            continue
+        lines.append(score(w, runs).row())
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
