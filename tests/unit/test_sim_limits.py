@@ -1,0 +1,237 @@
+"""QOS and association limits in the simulator (mirage.sim.limits): reasons, starts, backfill."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from mirage.profile.schema import Association, ClusterProfile, Qos
+from mirage.sim import JobSpec, Simulation
+from mirage.sim.engine import SimError
+from mirage.sim.limits import is_limit_reason
+from mirage.sim.scenario import job, toy_profile
+from mirage.slurm.types import JobState
+
+
+def limited(
+    qos: tuple[Qos, ...] = (),
+    assocs: tuple[Association, ...] = (),
+    part_qos: str = "",
+    nodes: int = 8,
+    **sched: Any,
+) -> ClusterProfile:
+    prof = toy_profile(nodes, **sched)
+    part = dataclasses.replace(prof.partitions[0], qos=part_qos)
+    return dataclasses.replace(prof, partitions=(part,), qos=qos, associations=assocs)
+
+
+def ujob(submit: int, run: int, user: str = "alice", **kw: Any) -> JobSpec:
+    return job(submit, run, user=user, **kw)
+
+
+def pending_reasons(sim: Simulation) -> dict[str, str]:
+    return {v.job_id: v.reason for v in sim.pending_jobs()}
+
+
+def test_no_limits_no_state() -> None:
+    assert Simulation(toy_profile(4))._lim is None
+    assert Simulation(limited(qos=(Qos("normal"),)))._lim is None  # a QOS with no limit
+
+
+@pytest.mark.parametrize(
+    ("profile", "reason"),
+    [
+        (limited(qos=(Qos("normal", max_jobs_per_user=2),)), "QOSMaxJobsPerUserLimit"),
+        (limited(qos=(Qos("cap", max_jobs_per_user=2),), part_qos="cap"), "QOSMaxJobsPerUserLimit"),
+        (limited(qos=(Qos("normal", grp_jobs=2),)), "QOSGrpJobsLimit"),
+        (limited(assocs=(Association("*", max_jobs=2),)), "AssocMaxJobsLimit"),
+        (limited(assocs=(Association("alice", grp_jobs=2),)), "AssocGrpJobsLimit"),
+        (limited(qos=(Qos("normal", max_tres_per_user="gres/gpu=8"),)), "QOSMaxGRESPerUser"),
+        (limited(qos=(Qos("normal", max_tres_per_user="node=2"),)), "QOSMaxNodePerUserLimit"),
+        (limited(qos=(Qos("normal", max_tres_per_user="cpu=64"),)), "QOSMaxCpuPerUserLimit"),
+        (limited(qos=(Qos("normal", grp_tres="gres/gpu=8"),)), "QOSGrpGRES"),
+        (limited(qos=(Qos("normal", grp_tres="cpu=64"),)), "QOSGrpCpuLimit"),
+        (limited(assocs=(Association("*", grp_tres="gres/gpu=8"),)), "AssocGrpGRES"),
+        (limited(assocs=(Association("*", grp_tres="node=2"),)), "AssocGrpNodeLimit"),
+    ],
+)
+def test_limit_holds_third_job_while_nodes_are_free(profile: ClusterProfile, reason: str) -> None:
+    # whole-node jobs on 4-GPU, 32-CPU nodes: two of them use 8 GPUs, 2 nodes, 64 CPUs
+    sim = Simulation(profile)
+    a, b, c = sim.add_jobs([ujob(0, 100), ujob(0, 200), ujob(0, 50)])
+    sim.run_until(10)
+    assert sim.view(a).state is JobState.RUNNING
+    assert sim.view(b).state is JobState.RUNNING
+    assert pending_reasons(sim) == {c: reason}
+    assert is_limit_reason(reason)
+    assert sum(sim.free.values()) == 6  # nodes are free: the limit holds it
+    # another user is not held
+    [d] = sim.add_jobs([ujob(10, 10, user="bob")])
+    sim.run_until(10)
+    if reason.startswith("QOSGrp"):  # a group limit holds everyone
+        assert sim.view(d).reason == reason
+    else:
+        assert sim.view(d).state is JobState.RUNNING
+    sim.run()
+    assert sim.view(c).start == 100  # starts once the user's count drops
+
+
+def test_limit_held_job_does_not_block_its_partition() -> None:
+    # alice's third job has the highest priority (oldest) but is held: bob's starts
+    sim = Simulation(limited(qos=(Qos("normal", max_jobs_per_user=2),), nodes=4))
+    a1, a2, a3 = sim.add_jobs([ujob(0, 100), ujob(0, 100), ujob(0, 100)])
+    [b] = sim.add_jobs([ujob(5, 100, user="bob")])
+    sim.run_until(5)
+    assert sim.view(b).state is JobState.RUNNING
+    assert sim.view(b).start == 5
+    assert sim.view(a3).reason == "QOSMaxJobsPerUserLimit"
+
+
+def test_resources_reason_goes_to_the_first_unheld_job() -> None:
+    sim = Simulation(limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=1))
+    a1, a2 = sim.add_jobs([ujob(0, 100), ujob(0, 100)])
+    [b] = sim.add_jobs([ujob(1, 100, user="bob")])
+    sim.run_until(1)
+    assert pending_reasons(sim) == {a2: "QOSMaxJobsPerUserLimit", b: "Resources"}
+
+
+def test_backfill_gives_no_reservation_to_a_held_job_and_goes_on() -> None:
+    # 2 nodes. alice runs 1 job (limit 1); her 2-node job is held. bob's 2-node job
+    # must wait for alice's first; his 1-node short job backfills beside it.
+    prof = limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=2)
+    sim = Simulation(prof)
+    [a1] = sim.add_jobs([ujob(0, 1000)])
+    sim.run_until(0)
+    [a2] = sim.add_jobs([ujob(1, 1000, nodes=2)])
+    [b1, b2] = sim.add_jobs([ujob(2, 1000, user="bob", nodes=2), ujob(3, 60, user="bob")])
+    sim.run_until(60)
+    assert sim.view(a2).estimate is None  # held by a limit: no reservation
+    assert sim.view(a2).reason == "QOSMaxJobsPerUserLimit"
+    assert sim.view(b1).estimate == 1020  # a1's planned end (0 + 1000, at bf_resolution)
+    assert sim.view(b2).state is JobState.RUNNING  # did not stop at the held job
+
+
+def test_backfill_start_counts_for_the_next_job_in_the_same_pass() -> None:
+    prof = limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=4)
+    sim = Simulation(prof)
+    [big] = sim.add_jobs([ujob(0, 1000, user="bob", nodes=3)])
+    sim.run_until(0)
+    [blocker, x, y] = sim.add_jobs(
+        [ujob(1, 100, user="carol", nodes=2), ujob(2, 30, user="alice"), ujob(3, 30, user="alice")]
+    )
+    sim.run_until(45)
+    # x backfilled (or started) on the free node; y is held by the limit, not started too
+    assert sim.view(x).state is JobState.RUNNING
+    assert sim.view(y).reason == "QOSMaxJobsPerUserLimit"
+
+
+def test_partition_qos_ranks_before_job_qos() -> None:
+    prof = limited(
+        qos=(Qos("cap", max_jobs_per_user=1), Qos("high", max_jobs_per_user=5)),
+        part_qos="cap",
+    )
+    sim = Simulation(prof)
+    a, b = sim.add_jobs([ujob(0, 100, qos="high"), ujob(0, 100, qos="high")])
+    sim.run_until(0)
+    assert sim.view(b).reason == "QOSMaxJobsPerUserLimit"
+    # OverPartQOS: the job QOS's 5 hides the partition QOS's 1
+    prof2 = dataclasses.replace(
+        prof, qos=(Qos("cap", max_jobs_per_user=1), Qos("high", max_jobs_per_user=5,
+                                                         over_part_qos=True))
+    )
+    sim2 = Simulation(prof2)
+    ids = sim2.add_jobs([ujob(0, 100, qos="high") for _ in range(3)])
+    sim2.run_until(0)
+    assert all(sim2.view(i).state is JobState.RUNNING for i in ids)
+
+
+def test_qos_max_jobs_hides_the_association_max_jobs() -> None:
+    prof = limited(
+        qos=(Qos("normal", max_jobs_per_user=3),), assocs=(Association("*", max_jobs=1),)
+    )
+    sim = Simulation(prof)
+    ids = sim.add_jobs([ujob(0, 100) for _ in range(4)])
+    sim.run_until(0)
+    assert [sim.view(i).state for i in ids].count(JobState.RUNNING) == 3
+    assert sim.view(ids[3]).reason == "QOSMaxJobsPerUserLimit"
+
+
+def test_max_wall_holds_for_ever_and_sets_a_missing_limit() -> None:
+    prof = limited(qos=(Qos("normal", max_wall_s=600),))
+    sim = Simulation(prof)
+    long, short = sim.add_jobs([ujob(0, 100, limit=1200), ujob(0, 100, limit=600)])
+    sim.run()
+    assert sim.view(long).state is JobState.PENDING
+    assert sim.view(long).reason == "QOSMaxWallDurationPerJobLimit"
+    assert sim.view(short).state is JobState.COMPLETED
+
+
+def test_max_wall_is_the_default_time_limit() -> None:
+    prof = limited(assocs=(Association("*", max_wall_s=600),))
+    sim = Simulation(prof)
+    [a] = sim.add_jobs([JobSpec(submit=0, run=5000, time_limit=None, nodes=1, partition="gpu",
+                                user="alice")])
+    sim.run()
+    v = sim.view(a)
+    assert (v.state, v.end) == (JobState.TIMEOUT, 600)
+
+
+def test_max_submit_refuses_now_and_later() -> None:
+    prof = limited(qos=(Qos("normal", max_submit_jobs_per_user=2),))
+    sim = Simulation(prof)
+    sim.add_jobs([ujob(0, 100), ujob(0, 100)])
+    with pytest.raises(SimError) as err:
+        sim.add_job(ujob(0, 100))
+    assert err.value.reason == "QOSMaxSubmitJobPerUserLimit"
+    assert len(sim.specs) == 2
+    # future submits are refused at their submit time, counted in skipped
+    ids = sim.add_jobs([ujob(50, 10), ujob(150, 10)])
+    sim.run()
+    assert sim.view(ids[0]).state is JobState.CANCELLED
+    assert sim.skipped == {"QOSMaxSubmitJobPerUserLimit": 1}
+    assert sim.view(ids[1]).state is JobState.COMPLETED  # the first two ended at 100
+    # the association's MaxSubmitJobs has its own reason
+    sim2 = Simulation(limited(assocs=(Association("*", max_submit_jobs=1),)))
+    sim2.add_job(ujob(0, 100))
+    ids = sim2.add_jobs_skipping_invalid([ujob(0, 100)])
+    assert ids == [""] and sim2.skipped == {"AssocMaxSubmitJobLimit": 1}
+
+
+def test_cancel_releases_submit_and_run_counts() -> None:
+    prof = limited(qos=(Qos("normal", max_jobs_per_user=1, max_submit_jobs_per_user=2),))
+    sim = Simulation(prof)
+    a, b = sim.add_jobs([ujob(0, 1000), ujob(0, 100)])
+    sim.run_until(10)
+    assert sim.view(b).reason == "QOSMaxJobsPerUserLimit"
+    sim.cancel(a)
+    sim.run_until(20)
+    assert sim.view(b).state is JobState.RUNNING
+    sim.add_job(ujob(20, 10))  # a's submit count was released
+
+
+def test_unknown_qos_is_refused() -> None:
+    sim = Simulation(limited(qos=(Qos("normal", max_jobs_per_user=1),)))
+    with pytest.raises(SimError) as err:
+        sim.add_job(ujob(0, 10, qos="nope"))
+    assert err.value.reason == "invalid qos"
+
+
+def test_fork_copies_limit_state() -> None:
+    prof = limited(qos=(Qos("normal", max_jobs_per_user=2),))
+    sim = Simulation(prof)
+    sim.add_jobs([ujob(t, 300) for t in range(0, 600, 20)])
+    sim.run_until(250)
+    child = sim.fork()
+    assert child._lim is not sim._lim
+    assert child._lim is not None and sim._lim is not None
+    assert child._lim.used == sim._lim.used
+    # driving the fork leaves the parent alone; both then reach the same schedule
+    child.add_jobs([ujob(260, 10, user="bob")])
+    child.run()
+    assert sim._lim.used != child._lim.used
+    sim.add_jobs([ujob(260, 10, user="bob")])
+    sim.run()
+    assert [v.start for v in sim.all_jobs()] == [v.start for v in child.all_jobs()]
+    assert all(v == 0 for v in sim._lim.used.values())
