@@ -1007,6 +1007,8 @@ class Simulation:
         slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
         if not slots.size or not self._fits_mask(slots).any():
             return  # nothing can start: the pass would only find the first job blocked
+        if self._lim is not None and not self._lim.any_runnable(self._pidx[slots]):
+            return  # every candidate is held by a limit
         self.main_passes += 1
         parts = (
             1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
@@ -1055,6 +1057,10 @@ class Simulation:
             now_ok = self._pelig[slots] <= self.now
             if not (now_ok & self._fits_mask(slots)).any():
                 return
+            if self._lim is not None:  # ... or every one that fits is held by a limit
+                fit = slots[now_ok & self._fits_mask(slots)]
+                if not self._lim.any_runnable(self._pidx[fit]):
+                    return
         self.backfill_passes += 1
         s = self.sched
         res = max(1, s.bf_resolution_s)

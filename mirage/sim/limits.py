@@ -52,6 +52,8 @@ With no limit configured ``Limits.build`` returns None and the engine does nothi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+import numpy as np
+
 from mirage.profile.schema import LIMIT_TRES, ClusterProfile, Qos, parse_tres
 from mirage.sim.workload import JobSpec
 
@@ -106,6 +108,7 @@ class Limits:
         self.max_time = {p.name: p.max_time_s for p in profile.partitions}
         self.profile = profile
         self.default_qos = "normal" if "normal" in self.qos else ""
+        self._tres: dict[str, dict[str, int]] = {}  # parse_tres, cached
         self.used: dict[Key, int] = {}
         self.pre: list[tuple[Rule, ...]] = []
         self.post: list[tuple[Rule, ...]] = []
@@ -237,7 +240,7 @@ class Limits:
         for q in (q1, q2):
             if q is None:
                 continue
-            grp, pu = parse_tres(q.grp_tres), parse_tres(q.max_tres_per_user)
+            grp, pu = self._parsed(q.grp_tres), self._parsed(q.max_tres_per_user)
             for t in LIMIT_TRES:
                 if t in grp:
                     runs.append((("qt", q.name, t), need[t]))
@@ -250,7 +253,7 @@ class Limits:
                         post.append((("qut", q.name, user, t), need[t], pu[t], _QOS_PU[t]))
         # acct_policy_job_runnable_post_select: the association's GrpTRES
         if assoc is not None:
-            grp = parse_tres(assoc.grp_tres)
+            grp = self._parsed(assoc.grp_tres)
             for t in LIMIT_TRES:
                 if t in grp:
                     runs.append((("at", user, t), need[t]))
@@ -273,6 +276,12 @@ class Limits:
         self.counted.append(counted)
         self.counting.append(False)
         return new_limit
+
+    def _parsed(self, text: str) -> dict[str, int]:
+        got = self._tres.get(text)
+        if got is None:
+            got = self._tres[text] = parse_tres(text)
+        return got
 
     def _over_submit(self, subs: Sequence[tuple[Key, int, str]]) -> str:
         used = self.used
@@ -326,6 +335,14 @@ class Limits:
     def reason(self, i: int) -> str:
         """The limit holding pending job ``i`` now ("" if none): Slurm's reason string."""
         return self._fails(self.pre[i]) or self._fails(self.post[i])
+
+    def any_runnable(self, jobs: np.ndarray) -> bool:
+        """Does any of these jobs pass every limit now (stops at the first that does)?"""
+        pre, post, fails = self.pre, self.post, self._fails
+        for i in jobs.tolist():
+            if not ((pre[i] and fails(pre[i])) or (post[i] and fails(post[i]))):
+                return True
+        return False
 
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
