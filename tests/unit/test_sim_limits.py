@@ -235,3 +235,72 @@ def test_fork_copies_limit_state() -> None:
     sim.run()
     assert [v.start for v in sim.all_jobs()] == [v.start for v in child.all_jobs()]
     assert all(v == 0 for v in sim._lim.used.values())
+
+
+def test_simulated_squeue_shows_the_limit_reason() -> None:
+    from mirage.sim.backend import SimSlurmClient
+    from mirage.slurm.types import SubmitError, SubmitRequest
+
+    prof = limited(qos=(Qos("cap", max_jobs_per_user=2, max_submit_jobs_per_user=3),),
+                   part_qos="cap")  # fmt: skip
+    client = SimSlurmClient(Simulation(prof), user="alice")
+    ids = [client.submit(SubmitRequest(job_name=f"j{k}", time_limit=600)) for k in range(3)]
+    jobs = client.queue().by_id()
+    assert [jobs[i].state for i in ids] == [JobState.RUNNING, JobState.RUNNING, JobState.PENDING]
+    assert jobs[ids[2]].reason == "QOSMaxJobsPerUserLimit"
+    with pytest.raises(SubmitError, match="QOSMaxSubmitJobPerUserLimit"):
+        client.submit(SubmitRequest(job_name="j3", time_limit=600))
+
+
+# ---- inference from a trace (mirage.trace.limits) ----------------------------------
+
+
+def _trace(rows: list[tuple[str, int, int, int]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "user": pd.array([r[0] for r in rows], dtype="string"),
+            "start": pd.array([r[1] for r in rows], dtype="Int64"),
+            "end": pd.array([r[2] for r in rows], dtype="Int64"),
+            "nodes": pd.array([r[3] for r in rows], dtype="Int64"),
+            "gpus": pd.array([None] * len(rows), dtype="Int64"),
+        }
+    )
+
+
+def test_infer_limit_many_users_hit_exactly() -> None:
+    from mirage.trace.limits import infer_user_limits
+
+    rows = []
+    for u in ("a", "b", "c", "d"):  # four users run 3 at once, never 4
+        rows += [(u, 0, 100, 1), (u, 10, 100, 1), (u, 20, 100, 1), (u, 100, 200, 1)]
+    rows += [("e", 0, 50, 2), ("e", 50, 90, 1)]  # back to back: never 2 at once
+    jobs, nodes = infer_user_limits(_trace(rows))  # no GPUs in the trace: not measured
+    assert (jobs.measure, jobs.ceiling, jobs.users_at_ceiling, jobs.users) == ("jobs", 3, 4, 5)
+    assert jobs.is_limit and jobs.top_peaks == ((3, 4), (1, 1))
+    assert (nodes.ceiling, nodes.users_at_ceiling) == (3, 4)
+    # one user once is a peak, not a limit
+    rows.append(("f", 0, 10, 1))
+    rows += [("f", 1, 10, 1) for _ in range(5)]
+    jobs = infer_user_limits(_trace(rows))[0]
+    assert (jobs.ceiling, jobs.users_at_ceiling, jobs.is_limit) == (6, 1, False)
+    gpus = infer_user_limits(_trace(rows), gpus_per_node=3)[2]
+    assert (gpus.measure, gpus.ceiling) == ("gpus", 18)
+
+
+def test_infer_ls6_max_jobs_per_user_is_8() -> None:
+    from pathlib import Path
+
+    from mirage.trace.limits import infer_user_limits
+    from mirage.trace.readers import load_trace
+
+    # the shared traces beside the checkout, as tests/unit/test_trace_chains.py finds them
+    path = Path(__file__).resolve().parents[3] / "shared" / "traces" / "tacc_ls6_a100"
+    path = path / "ls6-a100.log.gz"
+    if not path.exists():
+        pytest.skip(f"shared traces not present at {path}")
+    jobs, nodes, gpus = infer_user_limits(load_trace(path).jobs, gpus_per_node=3)
+    assert (jobs.ceiling, jobs.is_limit) == (8, True)
+    assert jobs.users_at_ceiling == 26
+    assert not nodes.is_limit and not gpus.is_limit
