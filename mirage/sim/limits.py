@@ -88,9 +88,15 @@ Key = tuple[str, ...]
 Rule = tuple[Key | None, int, int, str]
 
 
+#: Prefixes of Slurm's other limit reasons (TRES-minutes, memory, per-account, ...).
+_LIMIT_PREFIXES = ("QOSGrp", "QOSMax", "AssocGrp", "AssocMax", "Association", "QOSJobLimit",
+                   "QOSResourceLimit", "QOSTimeLimit", "MaxCpuPerAccount", "MaxGRESPerAccount",
+                   "MaxNodePerAccount", "MaxMemPerAccount")  # fmt: skip
+
+
 def is_limit_reason(reason: str) -> bool:
     """Is this pending reason a QOS or association limit (not resources or priority)?"""
-    return reason in LIMIT_REASONS or reason.startswith(("QOS", "Assoc"))
+    return reason in LIMIT_REASONS or reason.startswith(_LIMIT_PREFIXES)
 
 
 class Limits:

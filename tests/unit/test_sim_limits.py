@@ -304,3 +304,54 @@ def test_infer_ls6_max_jobs_per_user_is_8() -> None:
     assert (jobs.ceiling, jobs.is_limit) == (8, True)
     assert jobs.users_at_ceiling == 26
     assert not nodes.is_limit and not gpus.is_limit
+
+
+# ---- the look-ahead and features see limits ------------------------------------------
+
+
+def test_lookahead_request_is_held_by_its_users_limit() -> None:
+    from mirage.policy.lookahead import Request, lookahead_starts
+    from mirage.slurm.types import QueueSnapshot, SlurmJob
+
+    h = 3600
+
+    def rec(job_id: str, user: str, state: JobState, **kw: Any) -> SlurmJob:
+        base: dict[str, Any] = dict(
+            job_id=job_id, name="x", user=user, account="a", partition="gpu", state=state,
+            reason="None", submit=0, eligible=0, start=None, end=None, time_limit=10 * h,
+            nodes=1, cpus=32, gpus=4, priority=None, dependency="", comment="",
+        )  # fmt: skip
+        base.update(kw)
+        return SlurmJob(**base)
+
+    class OneHour:
+        def predict_job(self, job: SlurmJob, now: int) -> int:
+            return h
+
+    running = tuple(rec(str(k), "ann", JobState.RUNNING, start=0) for k in (1, 2))
+    held = rec("3", "ann", JobState.PENDING, reason="QOSMaxJobsPerUserLimit", priority=100)
+    snap = QueueSnapshot(0, (*running, held))
+    prof = limited(qos=(Qos("cap", max_jobs_per_user=2),), part_qos="cap", nodes=8)
+    ann, bob = Request("gpu", 1, 0, 4 * h, "ann"), Request("gpu", 1, 0, 4 * h, "bob")
+    # nodes are free, but ann runs 2 (her limit): her request waits until both end at 1 h
+    # (then her held job and the request take her 2 slots); bob's starts now
+    starts = lookahead_starts(snap, prof, 0, OneHour(), [ann, bob])
+    assert starts == [h, 0]
+    # without limits the user is ignored: both start now, one shared simulation
+    assert lookahead_starts(snap, toy_profile(8), 0, OneHour(), [ann, bob]) == [0, 0]
+
+
+def test_features_tell_limit_held_jobs_apart() -> None:
+    from mirage.policy.features import is_competing, is_limit_held
+    from mirage.slurm.types import SlurmJob
+
+    base: dict[str, Any] = dict(
+        job_id="1", name="x", user="u", account="a", partition="gpu", state=JobState.PENDING,
+        reason="QOSMaxJobsPerUserLimit", submit=0, eligible=0, start=None, end=None,
+        time_limit=60, nodes=1, cpus=1, gpus=0, priority=None, dependency="", comment="",
+    )  # fmt: skip
+    held = SlurmJob(**base)
+    assert is_limit_held(held) and is_competing(held, 10)  # counted as before (shapes fixed)
+    for reason in ("Resources", "Priority", "Dependency", "JobHeldUser"):
+        assert not is_limit_held(SlurmJob(**{**base, "reason": reason}))
+    assert is_limit_held(SlurmJob(**{**base, "reason": "AssocGrpGRES"}))
