@@ -234,7 +234,9 @@ def qos_from(rows: Sequence[Mapping[str, str]]) -> tuple[Qos, ...]:
     return tuple(out)
 
 
-def associations_from(rows: Sequence[Mapping[str, str]], qos: Sequence[str]) -> tuple[Association, ...]:
+def associations_from(
+    rows: Sequence[Mapping[str, str]], qos: Sequence[str]
+) -> tuple[Association, ...]:
     """``sacctmgr -P show assoc`` rows -> per-user associations (rows with a User).
 
     Account rows (no User) are left out (the simulator has no account hierarchy); a

@@ -194,10 +194,13 @@ class Association:
 
     @property
     def has_limits(self) -> bool:
-        return any(
-            x not in (None, "")
-            for x in (self.max_jobs, self.max_submit_jobs, self.grp_tres, self.grp_jobs)
-        ) or self.max_wall_s is not None
+        return (
+            any(
+                x not in (None, "")
+                for x in (self.max_jobs, self.max_submit_jobs, self.grp_tres, self.grp_jobs)
+            )
+            or self.max_wall_s is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,8 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
         raise ProfileError(f"{source}: partition names repeat: {names}")
     scheduler = build(SchedulerSettings, data.get("scheduler", {}), f"{source} [scheduler]")
     qos = tuple(
-        build(Qos, q, f"{source} [[qos]] #{i + 1}") for i, q in enumerate(_tables(data, "qos", source))
+        build(Qos, q, f"{source} [[qos]] #{i + 1}")
+        for i, q in enumerate(_tables(data, "qos", source))
     )
     assocs = tuple(
         build(Association, a, f"{source} [[associations]] #{i + 1}")
@@ -268,8 +272,12 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
         ClusterProfile,
         top,
         source,
-        nested={"partitions": partitions, "scheduler": scheduler, "qos": qos,
-                "associations": assocs},
+        nested={
+            "partitions": partitions,
+            "scheduler": scheduler,
+            "qos": qos,
+            "associations": assocs,
+        },
     )
     _check_timezone(profile.timezone, source)
     _check_limits(profile, source)
@@ -368,7 +376,7 @@ def profile_to_toml(profile: ClusterProfile) -> str:
             lines += ["", f"[[{table}]]"]
             for f in fields(cls):
                 value = getattr(row, f.name)
-                if value is not None and value != f.default or f.name in ("name", "user"):
+                if f.name in ("name", "user") or (value is not None and value != f.default):
                     lines.append(f"{f.name} = {_toml(value)}")
     return "\n".join(lines) + "\n"
 

@@ -52,9 +52,10 @@ With no limit configured ``Limits.build`` returns None and the engine does nothi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+
 import numpy as np
 
-from mirage.profile.schema import LIMIT_TRES, ClusterProfile, Qos, parse_tres
+from mirage.profile.schema import LIMIT_TRES, Association, ClusterProfile, Qos, parse_tres
 from mirage.sim.workload import JobSpec
 
 # Slurm's job_reason_string for each TRES (cpu, node, gres) of a limit kind.
@@ -172,99 +173,23 @@ class Limits:
 
         q1, q2 = self.job_qos(spec)
         assoc = self.profile.association(spec.user)
-        user = spec.user
-        count, whole = spec.nodes, spec.whole_nodes
-        g, c = (0, 0) if whole else spec.per_node()
-        if whole:
-            cpus_pn, gpus_pn = self.part_shape[spec.partition]
-            need = {"cpu": count * cpus_pn, "node": count, "gres/gpu": count * gpus_pn}
-        else:
-            need = {"cpu": count * c, "node": count, "gres/gpu": count * g}
-        limit = spec.time_limit
-        part_max = self.max_time[spec.partition]
-        walls = [q.max_wall_s for q in (q1, q2) if q is not None and q.max_wall_s is not None]
-        if assoc is not None and assoc.max_wall_s is not None and not walls:
-            walls.append(assoc.max_wall_s)
-        new_limit = None
-        if limit is None and walls:  # _set_time_limit: MIN(partition MaxTime, MaxWall)
-            new_limit = min([w for w in (part_max, walls[0]) if w is not None])
-            limit = new_limit
-        elif limit is None:
-            limit = part_max
-
-        pre: list[Rule] = []
-        post: list[Rule] = []
-        runs: list[tuple[Key, int]] = []
-        subs: list[tuple[Key, int, str]] = []
-        sub_keys: list[Key] = []
-        seen: set[str] = set()  # limits a QOS already set (qos_out_ptr / qos_rec)
-
-        def first(name: str) -> bool:
-            if name in seen:
-                return False
-            seen.add(name)
-            return True
-
-        # _qos_job_runnable_pre_select, for each QOS in order
-        for q in (q1, q2):
-            if q is None:
-                continue
-            if q.grp_jobs is not None:
-                runs.append((("qj", q.name), 1))
-                if first("grp_jobs"):
-                    pre.append((("qj", q.name), 1, q.grp_jobs, "QOSGrpJobsLimit"))
-            if q.max_jobs_per_user is not None:
-                runs.append((("qu", q.name, user), 1))
-                if first("max_jobs_pu"):
-                    pre.append(
-                        (("qu", q.name, user), 1, q.max_jobs_per_user, "QOSMaxJobsPerUserLimit")
-                    )
-            if q.max_wall_s is not None and first("max_wall"):
-                if limit is not None and limit > q.max_wall_s:
-                    pre.append((None, 0, 0, "QOSMaxWallDurationPerJobLimit"))
-            if q.max_submit_jobs_per_user is not None:
-                sub_keys.append(("qs", q.name, user))
-                if first("max_submit_pu"):
-                    key = ("qs", q.name, user)
-                    subs.append((key, q.max_submit_jobs_per_user, "QOSMaxSubmitJobPerUserLimit"))
-        # acct_policy_job_runnable_pre_select: the association after the QOS
-        if assoc is not None:
-            if assoc.grp_jobs is not None or assoc.max_jobs is not None:
-                runs.append((("aj", user), 1))
-            if assoc.grp_jobs is not None and "grp_jobs" not in seen:
-                pre.append((("aj", user), 1, assoc.grp_jobs, "AssocGrpJobsLimit"))
-            if assoc.max_jobs is not None and "max_jobs_pu" not in seen:
-                pre.append((("aj", user), 1, assoc.max_jobs, "AssocMaxJobsLimit"))
-            if assoc.max_wall_s is not None and "max_wall" not in seen:
-                if limit is not None and limit > assoc.max_wall_s:
-                    pre.append((None, 0, 0, "AssocMaxWallDurationPerJobLimit"))
-            if assoc.max_submit_jobs is not None:
-                sub_keys.append(("as", user))
-                if "max_submit_pu" not in seen:
-                    subs.append((("as", user), assoc.max_submit_jobs, "AssocMaxSubmitJobLimit"))
-        # _qos_job_runnable_post_select: GrpTRES, then MaxTRESPerUser, TRES in order
-        for q in (q1, q2):
-            if q is None:
-                continue
-            grp, pu = self._parsed(q.grp_tres), self._parsed(q.max_tres_per_user)
-            for t in LIMIT_TRES:
-                if t in grp:
-                    runs.append((("qt", q.name, t), need[t]))
-                    if first("grp_tres " + t) and need[t]:
-                        post.append((("qt", q.name, t), need[t], grp[t], _QOS_GRP[t]))
-            for t in LIMIT_TRES:
-                if t in pu:
-                    runs.append((("qut", q.name, user, t), need[t]))
-                    if first("max_tres_pu " + t) and need[t]:
-                        post.append((("qut", q.name, user, t), need[t], pu[t], _QOS_PU[t]))
-        # acct_policy_job_runnable_post_select: the association's GrpTRES
-        if assoc is not None:
-            grp = self._parsed(assoc.grp_tres)
-            for t in LIMIT_TRES:
-                if t in grp:
-                    runs.append((("at", user, t), need[t]))
-                    if "grp_tres " + t not in seen and need[t]:
-                        post.append((("at", user, t), need[t], grp[t], _ASSOC_GRP[t]))
+        new_limit = self._default_limit(spec, q1, q2, assoc)
+        limit = spec.time_limit if new_limit is None else new_limit
+        if limit is None:
+            limit = self.max_time[spec.partition]
+        r = _Rules(spec.user, limit)
+        for q in (q1, q2):  # _qos_job_runnable_pre_select, for each QOS in order
+            if q is not None:
+                r.qos_pre(q)
+        if assoc is not None:  # acct_policy_job_runnable_pre_select: then the association
+            r.assoc_pre(assoc)
+        need = self._need(spec)
+        for q in (q1, q2):  # _qos_job_runnable_post_select: GrpTRES, then MaxTRESPerUser
+            if q is not None:
+                r.qos_post(q, need, self._parsed(q.grp_tres), self._parsed(q.max_tres_per_user))
+        if assoc is not None:  # acct_policy_job_runnable_post_select: association GrpTRES
+            r.assoc_post(need, self._parsed(assoc.grp_tres))
+        pre, post, runs, subs, sub_keys = r.pre, r.post, r.runs, r.subs, r.sub_keys
 
         counted = False
         if spec.submit <= now:  # submitted now: refused now (acct_policy_validate)
@@ -282,6 +207,30 @@ class Limits:
         self.counted.append(counted)
         self.counting.append(False)
         return new_limit
+
+    def _need(self, spec: JobSpec) -> dict[str, int]:
+        """The job's TRES: a whole-node job's CPUs and GPUs are its nodes'."""
+        count = spec.nodes
+        if spec.whole_nodes:
+            cpus_pn, gpus_pn = self.part_shape[spec.partition]
+            return {"cpu": count * cpus_pn, "node": count, "gres/gpu": count * gpus_pn}
+        g, c = spec.per_node()
+        return {"cpu": count * c, "node": count, "gres/gpu": count * g}
+
+    def _default_limit(
+        self, spec: JobSpec, q1: Qos | None, q2: Qos | None, assoc: Association | None
+    ) -> int | None:
+        """_set_time_limit: a job without a time limit gets MIN(partition MaxTime, MaxWall)
+        (the first QOS's MaxWall, else the second's, else the association's)."""
+        if spec.time_limit is not None:
+            return None
+        walls = [q.max_wall_s for q in (q1, q2) if q is not None and q.max_wall_s is not None]
+        if assoc is not None and assoc.max_wall_s is not None:
+            walls.append(assoc.max_wall_s)
+        if not walls:
+            return None
+        part_max = self.max_time[spec.partition]
+        return walls[0] if part_max is None else min(part_max, walls[0])
 
     def _parsed(self, text: str) -> dict[str, int]:
         got = self._tres.get(text)
@@ -376,3 +325,94 @@ class Limits:
                 continue
             yield i
 
+
+class _Rules:
+    """One job's rules as ``Limits.add`` builds them, in Slurm's order.
+
+    ``seen``: the limits a QOS already set (``qos_out_ptr`` / ``qos_rec``): the same limit
+    of a later QOS, or the association's counterpart, is not checked. Every QOS counts the
+    job's usage (``runs``) whatever limit holds it.
+    """
+
+    def __init__(self, user: str, limit: int | None) -> None:
+        self.user = user
+        self.limit = limit
+        self.pre: list[Rule] = []
+        self.post: list[Rule] = []
+        self.runs: list[tuple[Key, int]] = []
+        self.subs: list[tuple[Key, int, str]] = []
+        self.sub_keys: list[Key] = []
+        self.seen: set[str] = set()
+
+    def _first(self, name: str) -> bool:
+        if name in self.seen:
+            return False
+        self.seen.add(name)
+        return True
+
+    def _over_wall(self, wall: int) -> bool:
+        return self.limit is not None and self.limit > wall
+
+    def qos_pre(self, q: Qos) -> None:
+        """GrpJobs, MaxJobsPerUser, MaxWall (and MaxSubmitJobsPerUser, checked at submit)."""
+        user = self.user
+        if q.grp_jobs is not None:
+            self.runs.append((("qj", q.name), 1))
+            if self._first("grp_jobs"):
+                self.pre.append((("qj", q.name), 1, q.grp_jobs, "QOSGrpJobsLimit"))
+        if q.max_jobs_per_user is not None:
+            key = ("qu", q.name, user)
+            self.runs.append((key, 1))
+            if self._first("max_jobs_pu"):
+                self.pre.append((key, 1, q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"))
+        if q.max_wall_s is not None and self._first("max_wall") and self._over_wall(q.max_wall_s):
+            self.pre.append((None, 0, 0, "QOSMaxWallDurationPerJobLimit"))
+        if q.max_submit_jobs_per_user is not None:
+            key = ("qs", q.name, user)
+            self.sub_keys.append(key)
+            if self._first("max_submit_pu"):
+                self.subs.append((key, q.max_submit_jobs_per_user, "QOSMaxSubmitJobPerUserLimit"))
+
+    def assoc_pre(self, a: Association) -> None:
+        """GrpJobs, MaxJobs, MaxWall (MaxSubmitJobs at submit), unless a QOS set them."""
+        key = ("aj", self.user)
+        if a.grp_jobs is not None or a.max_jobs is not None:
+            self.runs.append((key, 1))
+        if a.grp_jobs is not None and "grp_jobs" not in self.seen:
+            self.pre.append((key, 1, a.grp_jobs, "AssocGrpJobsLimit"))
+        if a.max_jobs is not None and "max_jobs_pu" not in self.seen:
+            self.pre.append((key, 1, a.max_jobs, "AssocMaxJobsLimit"))
+        wall = a.max_wall_s
+        if wall is not None and "max_wall" not in self.seen and self._over_wall(wall):
+            self.pre.append((None, 0, 0, "AssocMaxWallDurationPerJobLimit"))
+        if a.max_submit_jobs is not None:
+            skey = ("as", self.user)
+            self.sub_keys.append(skey)
+            if "max_submit_pu" not in self.seen:
+                self.subs.append((skey, a.max_submit_jobs, "AssocMaxSubmitJobLimit"))
+
+    def qos_post(
+        self, q: Qos, need: dict[str, int], grp: dict[str, int], pu: dict[str, int]
+    ) -> None:
+        """GrpTRES, then MaxTRESPerUser, TRES in Slurm's order (request + usage > limit)."""
+        for t in LIMIT_TRES:
+            if t in grp:
+                key: Key = ("qt", q.name, t)
+                self.runs.append((key, need[t]))
+                if self._first("grp_tres " + t) and need[t]:
+                    self.post.append((key, need[t], grp[t], _QOS_GRP[t]))
+        for t in LIMIT_TRES:
+            if t in pu:
+                key = ("qut", q.name, self.user, t)
+                self.runs.append((key, need[t]))
+                if self._first("max_tres_pu " + t) and need[t]:
+                    self.post.append((key, need[t], pu[t], _QOS_PU[t]))
+
+    def assoc_post(self, need: dict[str, int], grp: dict[str, int]) -> None:
+        """The association's GrpTRES, where no QOS set the same TRES's GrpTRES."""
+        for t in LIMIT_TRES:
+            if t in grp:
+                key = ("at", self.user, t)
+                self.runs.append((key, need[t]))
+                if "grp_tres " + t not in self.seen and need[t]:
+                    self.post.append((key, need[t], grp[t], _ASSOC_GRP[t]))

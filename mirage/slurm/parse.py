@@ -740,7 +740,7 @@ def parse_scontrol_config(text: str) -> dict[str, str]:
     return out
 
 
-def parse_sacctmgr_parsable(text: str) -> list[dict[str, str]]:
+def parse_sacctmgr_parsable(text: str) -> list[Mapping[str, str]]:
     """``sacctmgr -P show qos|assoc`` (with its header line) -> one mapping per row.
 
     Fields are "|"-separated; empty fields stay "" (no limit). A row with a different
@@ -752,7 +752,7 @@ def parse_sacctmgr_parsable(text: str) -> list[dict[str, str]]:
     header = lines[0].split("|")
     if len(header) < 2:
         raise _perr("sacctmgr -P output has no '|'-separated header", text)
-    rows = []
+    rows: list[Mapping[str, str]] = []
     for line in lines[1:]:
         fields = line.split("|")
         if len(fields) != len(header):

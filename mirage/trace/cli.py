@@ -60,12 +60,15 @@ def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool) -> None:
 @click.option(
     "--min-users", default=3, show_default=True, help="Users at a ceiling that make it a limit."
 )
-@click.option(
-    "--gpus-per-node", type=int, help="GPUs of a node, for traces with node counts only."
-)
+@click.option("--gpus-per-node", type=int, help="GPUs of a node, for traces with node counts only.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def infer_limits(
-    file: str, fmt: str | None, tz: str | None, min_users: int, gpus_per_node: int | None,
+    file: str,
+    fmt: str | None,
+    tz: str | None,
+    *,
+    min_users: int,
+    gpus_per_node: int | None,
     as_json: bool,
 ) -> None:
     """Per-user limits FILE shows: running jobs (nodes, GPUs) no user ever exceeds."""

@@ -45,8 +45,9 @@ class InferredLimit:
         )
 
 
-def user_peaks(users: np.ndarray, start: np.ndarray, end: np.ndarray,
-               weight: np.ndarray) -> dict[str, int]:
+def user_peaks(
+    users: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray
+) -> dict[str, int]:
     """Each user's highest concurrent sum of ``weight`` over jobs running in [start, end)."""
     peaks: dict[str, int] = {}
     order = np.argsort(users, kind="stable")

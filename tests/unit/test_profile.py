@@ -323,7 +323,12 @@ def test_sacctmgr_limits_columns() -> None:
     )
     [a] = associations_from(parse_sacctmgr_parsable(assoc), ["big"])
     assert (a.user, a.max_jobs, a.max_submit_jobs, a.grp_tres, a.max_wall_s, a.default_qos) == (
-        "ann", 8, 100, "node=4", 43200, "big"
+        "ann",
+        8,
+        100,
+        "node=4",
+        43200,
+        "big",
     )
 
 

@@ -81,7 +81,7 @@ def test_limit_holds_third_job_while_nodes_are_free(profile: ClusterProfile, rea
 def test_limit_held_job_does_not_block_its_partition() -> None:
     # alice's third job has the highest priority (oldest) but is held: bob's starts
     sim = Simulation(limited(qos=(Qos("normal", max_jobs_per_user=2),), nodes=4))
-    a1, a2, a3 = sim.add_jobs([ujob(0, 100), ujob(0, 100), ujob(0, 100)])
+    _, _, a3 = sim.add_jobs([ujob(0, 100), ujob(0, 100), ujob(0, 100)])
     [b] = sim.add_jobs([ujob(5, 100, user="bob")])
     sim.run_until(5)
     assert sim.view(b).state is JobState.RUNNING
@@ -91,7 +91,7 @@ def test_limit_held_job_does_not_block_its_partition() -> None:
 
 def test_resources_reason_goes_to_the_first_unheld_job() -> None:
     sim = Simulation(limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=1))
-    a1, a2 = sim.add_jobs([ujob(0, 100), ujob(0, 100)])
+    _, a2 = sim.add_jobs([ujob(0, 100), ujob(0, 100)])
     [b] = sim.add_jobs([ujob(1, 100, user="bob")])
     sim.run_until(1)
     assert pending_reasons(sim) == {a2: "QOSMaxJobsPerUserLimit", b: "Resources"}
@@ -102,7 +102,7 @@ def test_backfill_gives_no_reservation_to_a_held_job_and_goes_on() -> None:
     # must wait for alice's first; his 1-node short job backfills beside it.
     prof = limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=2)
     sim = Simulation(prof)
-    [a1] = sim.add_jobs([ujob(0, 1000)])
+    sim.add_jobs([ujob(0, 1000)])
     sim.run_until(0)
     [a2] = sim.add_jobs([ujob(1, 1000, nodes=2)])
     [b1, b2] = sim.add_jobs([ujob(2, 1000, user="bob", nodes=2), ujob(3, 60, user="bob")])
@@ -116,9 +116,9 @@ def test_backfill_gives_no_reservation_to_a_held_job_and_goes_on() -> None:
 def test_backfill_start_counts_for_the_next_job_in_the_same_pass() -> None:
     prof = limited(qos=(Qos("normal", max_jobs_per_user=1),), nodes=4)
     sim = Simulation(prof)
-    [big] = sim.add_jobs([ujob(0, 1000, user="bob", nodes=3)])
+    sim.add_jobs([ujob(0, 1000, user="bob", nodes=3)])
     sim.run_until(0)
-    [blocker, x, y] = sim.add_jobs(
+    [_, x, y] = sim.add_jobs(
         [ujob(1, 100, user="carol", nodes=2), ujob(2, 30, user="alice"), ujob(3, 30, user="alice")]
     )
     sim.run_until(45)
@@ -133,13 +133,13 @@ def test_partition_qos_ranks_before_job_qos() -> None:
         part_qos="cap",
     )
     sim = Simulation(prof)
-    a, b = sim.add_jobs([ujob(0, 100, qos="high"), ujob(0, 100, qos="high")])
+    _, b = sim.add_jobs([ujob(0, 100, qos="high"), ujob(0, 100, qos="high")])
     sim.run_until(0)
     assert sim.view(b).reason == "QOSMaxJobsPerUserLimit"
     # OverPartQOS: the job QOS's 5 hides the partition QOS's 1
     prof2 = dataclasses.replace(
-        prof, qos=(Qos("cap", max_jobs_per_user=1), Qos("high", max_jobs_per_user=5,
-                                                         over_part_qos=True))
+        prof,
+        qos=(Qos("cap", max_jobs_per_user=1), Qos("high", max_jobs_per_user=5, over_part_qos=True)),
     )
     sim2 = Simulation(prof2)
     ids = sim2.add_jobs([ujob(0, 100, qos="high") for _ in range(3)])
@@ -171,8 +171,9 @@ def test_max_wall_holds_for_ever_and_sets_a_missing_limit() -> None:
 def test_max_wall_is_the_default_time_limit() -> None:
     prof = limited(assocs=(Association("*", max_wall_s=600),))
     sim = Simulation(prof)
-    [a] = sim.add_jobs([JobSpec(submit=0, run=5000, time_limit=None, nodes=1, partition="gpu",
-                                user="alice")])
+    [a] = sim.add_jobs(
+        [JobSpec(submit=0, run=5000, time_limit=None, nodes=1, partition="gpu", user="alice")]
+    )
     sim.run()
     v = sim.view(a)
     assert (v.state, v.end) == (JobState.TIMEOUT, 600)
