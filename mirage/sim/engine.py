@@ -47,6 +47,12 @@ nothing in it is free now: later reservations could only move estimates, never s
 Modelling choices: priority = age (capped) + job size + partition weight (+ fair-share,
 below), at every pass or as of the last recalculation.
 
+QOS and association limits (mirage.sim.limits, from the profile's [[qos]] and
+[[associations]]; with none configured ``_lim`` is None and nothing of them runs): a job
+over MaxJobsPerUser, MaxTRESPerUser, GrpTRES, GrpJobs, MaxWall... pends with Slurm's
+reason; the main pass skips it (it blocks nothing), backfill gives it no reservation; a
+submit over MaxSubmitJobs is refused. The hooks are the lines that name ``self._lim``.
+
 Fair-share (``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0; off by
 default, and then nothing of it runs): Slurm's classic algorithm (priority/multifactor with
 PriorityFlags=NO_FAIR_TREE, https://slurm.schedmd.com/classic_fair_share.html and

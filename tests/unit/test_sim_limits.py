@@ -253,6 +253,25 @@ def test_simulated_squeue_shows_the_limit_reason() -> None:
         client.submit(SubmitRequest(job_name="j3", time_limit=600))
 
 
+def test_simulated_sbatch_qos_option() -> None:
+    from mirage.sim.backend import SimSlurmClient, qos_request
+    from mirage.slurm.types import SubmitError, SubmitRequest
+
+    assert qos_request(["--qos=high"]) == qos_request(["-q", "high"]) == "high"
+    assert qos_request(["-qhigh", "-c", "2"]) == "high" and qos_request(["-c", "2"]) == ""
+    prof = limited(qos=(Qos("normal", max_jobs_per_user=1), Qos("high", max_jobs_per_user=3)))
+    client = SimSlurmClient(Simulation(prof), user="alice")
+    ids = [
+        client.submit(SubmitRequest(job_name="j", time_limit=600, extra_args=("--qos=high",)))
+        for _ in range(3)
+    ]
+    assert all(j.state is JobState.RUNNING for j in client.queue().jobs if j.job_id in ids)
+    [b] = [client.submit(SubmitRequest(job_name="n", time_limit=600)) for _ in range(1)]
+    assert client.queue().by_id()[b].state is JobState.RUNNING  # "normal" counts apart
+    with pytest.raises(SubmitError, match="invalid QOS"):
+        client.submit(SubmitRequest(job_name="x", time_limit=600, extra_args=("-q", "nope")))
+
+
 # ---- inference from a trace (mirage.trace.limits) ----------------------------------
 
 
