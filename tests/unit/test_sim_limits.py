@@ -375,3 +375,20 @@ def test_features_tell_limit_held_jobs_apart() -> None:
     for reason in ("Resources", "Priority", "Dependency", "JobHeldUser"):
         assert not is_limit_held(SlurmJob(**{**base, "reason": reason}))
     assert is_limit_held(SlurmJob(**{**base, "reason": "AssocGrpGRES"}))
+
+
+def test_cli_infer_limits_on_the_committed_slice() -> None:
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from mirage.cli import main
+
+    path = Path(__file__).resolve().parents[2] / "traces" / "ls6-a100-slice.log.gz"
+    res = CliRunner().invoke(main, ["trace", "infer-limits", str(path), "--gpus-per-node", "3"])
+    assert res.exit_code == 0, res.output
+    assert "max_jobs_per_user = 8  # inferred: 7 of 142 users reach it" in res.output
+    res = CliRunner().invoke(main, ["trace", "infer-limits", str(path), "--json"])
+    jobs = json.loads(res.stdout)[0]
+    assert (jobs["measure"], jobs["ceiling"], jobs["is_limit"]) == ("jobs", 8, True)
