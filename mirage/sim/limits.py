@@ -28,9 +28,11 @@ The reasons are ``job_reason_string`` of src/common/slurm_protocol_defs.c. A hel
 reason is the first rule that fails, in the order above (Slurm stops at the first).
 
 Scheduling (the engine's hooks call ``runnable`` / ``runnable_pre`` / ``runnable_post``):
-Slurm's schedule() skips a job that fails these checks and goes on with the next one: it
-does not block its partition (unless SchedulerParameters=assoc_limit_stop, not
-modelled). Backfill (plugins/sched/backfill/backfill.c ``_attempt_backfill``) skips a job
+Slurm's schedule() (slurmctld/job_scheduler.c) skips a job that fails these checks and
+goes on with the next one ("delayed for accounting policy"): it does not block its
+partition (unless SchedulerParameters=assoc_limit_stop, not modelled), and a job behind a
+blocked partition keeps its limit reason (``_failed_partition`` only overwrites
+Resources or no reason with Priority); the simulator's reason is always the limit's. Backfill (plugins/sched/backfill/backfill.c ``_attempt_backfill``) skips a job
 failing ``acct_policy_job_runnable_pre_select`` before counting it against
 bf_max_job_test, and a job whose selection fails with ESLURM_ACCOUNTING_POLICY (the
 post_select TRES limits) after counting it ("Unknown future start time, just skip job"):
