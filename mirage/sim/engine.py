@@ -814,9 +814,8 @@ class Simulation:
             return
         refused = "" if self._lim is None else self._lim.submit(i)
         if refused:  # over a submit limit: never created (mirage.sim.limits)
-            self.state[i] = JobState.CANCELLED
-            self.end[i] = self.now
             self.skipped[refused] = self.skipped.get(refused, 0) + 1
+            self._finish(i, JobState.CANCELLED)  # (its dependents learn it)
             return
         self.state[i] = PENDING
         self.pending.add(i)

@@ -32,11 +32,12 @@ Slurm's schedule() (slurmctld/job_scheduler.c) skips a job that fails these chec
 goes on with the next one ("delayed for accounting policy"): it does not block its
 partition (unless SchedulerParameters=assoc_limit_stop, not modelled), and a job behind a
 blocked partition keeps its limit reason (``_failed_partition`` only overwrites
-Resources or no reason with Priority); the simulator's reason is always the limit's. Backfill (plugins/sched/backfill/backfill.c ``_attempt_backfill``) skips a job
-failing ``acct_policy_job_runnable_pre_select`` before counting it against
-bf_max_job_test, and a job whose selection fails with ESLURM_ACCOUNTING_POLICY (the
-post_select TRES limits) after counting it ("Unknown future start time, just skip job"):
-neither gets a reservation, so no start estimate. Counts are updated at every start and
+Resources or no reason with Priority); the simulator's reason is always the limit's.
+Backfill (plugins/sched/backfill/backfill.c ``_attempt_backfill``) skips a job failing
+``acct_policy_job_runnable_pre_select`` before counting it against bf_max_job_test, and a
+job whose selection fails with ESLURM_ACCOUNTING_POLICY (the post_select TRES limits)
+after counting it ("Unknown future start time, just skip job"): neither gets a
+reservation, so no start estimate. Counts are updated at every start and
 end, so a job started earlier in the same pass counts for the next.
 
 Modelling choices: one association per user (a "*" one stands for every user without

@@ -193,6 +193,17 @@ def test_max_submit_refuses_now_and_later() -> None:
     assert sim.view(ids[0]).state is JobState.CANCELLED
     assert sim.skipped == {"QOSMaxSubmitJobPerUserLimit": 1}
     assert sim.view(ids[1]).state is JobState.COMPLETED  # the first two ended at 100
+    # a refused job's dependents learn it: afterok never, afterany now
+    sim3 = Simulation(limited(qos=(Qos("normal", max_submit_jobs_per_user=1),)))
+    p, c_ok, c_any = sim3.add_jobs(
+        [ujob(10, 10), ujob(10, 10, user="bob", dependency="afterok:1"),
+         ujob(10, 10, user="carol", dependency="afterany:1")]
+    )  # fmt: skip
+    sim3.add_job(ujob(0, 100))  # alice's one submit slot is taken until 100
+    sim3.run_until(20)
+    assert sim3.view(p).state is JobState.CANCELLED
+    assert sim3.view(c_ok).reason == "DependencyNeverSatisfied"
+    assert sim3.view(c_any).state is JobState.COMPLETED
     # the association's MaxSubmitJobs has its own reason
     sim2 = Simulation(limited(assocs=(Association("*", max_submit_jobs=1),)))
     sim2.add_job(ujob(0, 100))
