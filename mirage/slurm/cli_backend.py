@@ -30,6 +30,7 @@ from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import (
     START_FORMAT,
     parse_sacct_json,
+    parse_sacctmgr_parsable,
     parse_sbatch_parsable,
     parse_scontrol_config,
     parse_scontrol_oneliner,
@@ -223,6 +224,11 @@ class CliSlurmClient(SlurmClient):
         if kind == "config":
             return [parsed(self._run("scontrol", ["show", "config"]), parse_scontrol_config)]
         return list(parsed(self._run("scontrol", ["-o", "show", kind]), parse_scontrol_oneliner))
+
+    def accounting_limits(self, kind: str) -> list[Mapping[str, str]]:
+        if kind not in ("qos", "assoc"):
+            raise ValueError(f"accounting_limits() kind must be qos or assoc, not {kind!r}")
+        return parsed(self._run("sacctmgr", ["-P", "show", kind]), parse_sacctmgr_parsable)
 
     # -- actions
     def submit(self, request: SubmitRequest) -> str:
