@@ -74,7 +74,10 @@ def test_captured_model_matches_the_testbed_config() -> None:
     # the default model leaves it off (one user's jobs all get the same factor)
     assert model.profile.scheduler.fairshare == "classic"
     assert replace(model.profile.scheduler, fairshare="none") == expected.profile.scheduler
-    assert model.profile.partitions == expected.profile.partitions
+    # the captured partitions name their nodes (node_list); the default model's need not
+    unnamed = tuple(replace(p, node_list="") for p in model.profile.partitions)
+    assert unnamed == expected.profile.partitions
+    assert [p.node_list for p in model.profile.partitions] == ["gpu[1-4]", "cpu[1-2]"]
     # the job size factor counts over the whole cluster: gpu[1-4] and cpu[1-2]
     assert (model.cluster_nodes, model.cluster_cpus, model.calc_period_s) == (6, 96, 300)
 
