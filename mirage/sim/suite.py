@@ -592,7 +592,7 @@ WORKLOADS: tuple[WorkloadDef, ...] = (
     WorkloadDef(
         "cerit-mixed",
         "cerit",
-        2,  # seed 1's real median wait was 0.5 s (runs of 2026-11-28, 04:51 and 04:56 UTC)
+        2,  # seed 1's real median wait was 0.5 s (runs at 04:51 and 04:56 UTC, 2026-11-28)
         40,
         "a GPU partition (gpu) and one without GPUs (cpu) side by side",
         partitions=("gpu", "cpu"),
@@ -600,7 +600,7 @@ WORKLOADS: tuple[WorkloadDef, ...] = (
     WorkloadDef(
         "hpc2n-capped",
         "hpc2n",
-        1,
+        2,  # seed 1's real median wait was 24.8 s (runs at 05:29 and 05:34 UTC, 2026-11-28)
         40,
         "the per-user limit (partition capped, QOS MaxJobsPerUser=2), five users",
         partitions=("capped",),
