@@ -34,6 +34,9 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
                                         # free CPUs, as select/cons_tres) on shared nodes
     bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
                                         # its nodes whole (sched/backfill's node bitmaps)
+    bf_will_run_batches = true          # backfill starts a reservation at the end of a
+                                        # batch of running-job ends, as Slurm's
+                                        # _will_run_test (false: at the exact earliest fit)
     fairshare = "none"                  # "classic": Slurm's classic fair-share factor,
                                         # weighted by priority_weight_fairshare, per user;
                                         # "none": no fair-share term (as on a cluster whose
@@ -86,6 +89,7 @@ class SchedulerSettings:
     limit_check_interval_s: int | None = None
     node_choice: Literal["lowest", "best_fit"] = "lowest"
     bf_reserve_whole_nodes: bool = False
+    bf_will_run_batches: bool = True
     fairshare: Literal["none", "classic"] = "none"
     priority_decay_half_life_s: int = 7 * 86400
     fairshare_usage: Literal["cpus", "gpus"] = "cpus"

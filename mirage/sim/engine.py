@@ -96,7 +96,7 @@ from itertools import islice
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
-from mirage.sim.plan import Availability, Hold, NodePlan
+from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.types import JobState
 
@@ -1039,7 +1039,9 @@ class Simulation:
         s = self.sched
         res = max(1, s.bf_resolution_s)
         order = islice(self._in_order(self._keys(slots), s.bf_max_job_test), s.bf_max_job_test)
-        if self._packed:
+        if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
+            self._backfill_will_run(order, res, lazy)
+        elif self._packed:
             self._backfill_nodes(order, res, lazy)
         else:
             self._backfill_counts(order, res, lazy)
@@ -1064,6 +1066,7 @@ class Simulation:
         # earliest start found for an earlier job of the same shape: start the scan there
         # (queues are dominated by a few shapes, so this keeps long queues cheap).
         floor: dict[tuple[str, int, int], int] = {}
+        batches = self._end_batches(res) if s.bf_will_run_batches else None
         for i in order:
             spec = specs[i]
             part = spec.partition
@@ -1076,6 +1079,16 @@ class Simulation:
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
             shape = (part, spec.nodes, dur)
             t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
+            if batches is not None:
+                # Slurm's _will_run_test (cons_common/job_test.c) reports the end of the
+                # batch of running-job ends after which the job fits, not that end: the
+                # reservation goes there, if the job still fits then (_attempt_backfill's
+                # _test_resv_overlap, else TRY_LATER from there); see will_run_batches.
+                while t is not None and t > now:
+                    b = batches.start(part, t)
+                    if b is None or b <= t:
+                        break
+                    t = plan.earliest(spec.nodes, dur, b)
             if t is not None:
                 floor[shape] = t
             if t is None or t > horizon:
@@ -1085,6 +1098,8 @@ class Simulation:
             if t == now and elig[i] is not None:
                 self._start(i)
                 plan.reserve(t, end, spec.nodes)
+                if batches is not None:
+                    batches.add(end, (part,))  # a running job in later _will_run_test calls
                 if lazy:
                     dry[part] = plan.dry()
                 continue
@@ -1157,6 +1172,65 @@ class Simulation:
                 holds = [(n, gcap[n], ccap[n]) for n in chosen]
             plan.reserve(t, t + dur, holds)
 
+    def _backfill_will_run(self, order: Iterable[int], res: int, lazy: bool) -> None:
+        """Backfill on shared nodes as sched/backfill's _attempt_backfill does it.
+
+        Running jobs are released in ``_will_run_test``'s batches of end times and
+        reservations are node bitmaps over time (``WillRunPlan``): each job's start and
+        nodes come from ``WillRunPlan.place`` (the TRY_LATER loop over ``later_start``).
+        """
+        s = self.sched
+        now = self.now
+        horizon = now + s.bf_window_s
+        alloc = self.alloc
+        plan = WillRunPlan(
+            now,
+            gpus_free=self.gfree,
+            cpus_free=self.cfree,
+            gpus_cap=self.node_gpus,
+            cpus_cap=self.node_cpus,
+            releases=[(t, alloc[i]) for i, t in self._planned_ends(res)],
+            res=res,
+            best_fit=self._best_fit,
+        )
+        easy_done: set[str] = set()
+        full: set[str] = set()
+        specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
+        for i in order:
+            spec = specs[i]
+            part = spec.partition
+            nodes = self._part_arr[part]
+            if lazy:
+                # as in _backfill_counts: nothing starts now where no CPU is free now
+                if part in full:
+                    continue
+                if plan.busy_now(nodes):
+                    full.add(part)
+                    if len(full) == len(self._part_arr):
+                        break
+                    continue
+            count, g, c, whole = dem[i]
+            not_before = now if elig[i] is not None else max(now, spec.begin or now)
+            dur = _ceil(limit[i], res)
+            found = plan.place(
+                nodes, count, gpus=g, cpus=c, exclusive=whole, duration=dur, not_before=not_before
+            )
+            if found is None or found[0] > horizon:
+                self.estimate[i] = None
+                continue
+            t, chosen = found
+            if t == now and elig[i] is not None:
+                self._next_nodes[i] = chosen
+                self._start(i)
+                plan.start(now + dur, alloc[i])
+                continue
+            self.estimate[i] = t
+            if s.backfill == "easy":
+                if part in easy_done:
+                    continue
+                easy_done.add(part)
+            plan.reserve(t, dur, chosen)
+
     def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
         """(running job, expected end for backfill): start + limit, at ``res``.
 
@@ -1170,6 +1244,16 @@ class Simulation:
             st = start[i]
             assert st is not None
             yield i, max(st + _ceil(limit[i], res), soon)
+
+    def _end_batches(self, res: int) -> EndBatches:
+        specs = self.specs
+        if not self._packed:
+            return EndBatches(((t, (specs[i].partition,)) for i, t in self._planned_ends(res)))
+        alloc, node_parts = self.alloc, self.node_parts
+        return EndBatches(
+            (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
+            for i, t in self._planned_ends(res)
+        )
 
     def _availability(self, res: int) -> dict[str, Availability]:
         releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}
