@@ -1222,7 +1222,7 @@ class Simulation:
             if t == now and elig[i] is not None:
                 self._next_nodes[i] = chosen
                 self._start(i)
-                plan.start(now + dur, alloc[i])
+                plan.start(now + dur, alloc[i], whole)
                 continue
             self.estimate[i] = t
             if s.backfill == "easy":

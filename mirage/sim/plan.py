@@ -457,8 +457,13 @@ class WillRunPlan:
             return None
         return tests[last[b]], self._choose(oks[b], cs[b], count, exclusive)
 
-    def start(self, end: int, holds: Sequence[Hold]) -> None:
-        """A job started now (until ``end``): its holds are taken, it is a running job."""
+    def start(self, end: int, holds: Sequence[Hold], whole: bool = False) -> None:
+        """A job started now (until ``end``): its holds are taken, it is a running job.
+
+        A ``whole``-node job also gets its nodes reserved in node_space from the map's
+        start to its end, rounded down (``_bf_reserve_running``, which backfill.c applies
+        to each job it starts; a job sharing its nodes gets none).
+        """
         for node, g, c in holds:
             self.g[node] -= g
             self.c[node] -= c
@@ -466,6 +471,11 @@ class WillRunPlan:
         self.ends.insert(k, end)
         self.holds.insert(k, tuple(holds))
         self._mats = None
+        if whole:
+            b = self._split(max(end // self.res * self.res, self.times[0] + self.res))
+            idx = [node for node, _, _ in holds]
+            for r in range(b):
+                self.resv[r][idx] = True
 
     # ---- the reservations (node_space) -------------------------------------------------
 
