@@ -290,6 +290,7 @@ class Simulation:
         self._dirty_main = False
         self._dirty_bf = False
         self._next_tick: int | None = None
+        self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
         self._in_step = False
         self._init_fairshare(start_time, fairshare_shares)
         self.events = self.main_passes = self.backfill_passes = 0
@@ -778,6 +779,7 @@ class Simulation:
         if self._dirty_main:
             self._main_pass()
         if tick and self._dirty_bf:
+            self._last_bf = t
             self._backfill(force=False)
         self._in_step = False
 
@@ -791,7 +793,12 @@ class Simulation:
 
     def _want_tick(self) -> None:
         if self._next_tick is None:
-            self._next_tick = _ceil(self.now, self.sched.bf_interval_s)
+            # backfill_agent (sched/backfill/backfill.c) runs a cycle once bf_interval has
+            # passed since the last one and something changed since (_more_work); until
+            # then it checks every second: the first change after that runs one at once
+            last = self._last_bf
+            gap = self.sched.bf_interval_s
+            self._next_tick = self.now if last is None else max(self.now, last + gap)
             heapq.heappush(self.heap, (self._next_tick, TICK, -1))
 
     # ---- event handlers ------------------------------------------------------------
