@@ -313,17 +313,23 @@ class EndBatches:
     every running job of the cluster, as Slurm's list); None when ``t`` is no such end.
     """
 
-    __slots__ = ("_by_part", "ends", "parts", "scale")
+    __slots__ = ("_by_part", "enabled", "ends", "parts", "scale")
 
-    def __init__(self, running: Iterable[tuple[int, Collection[str]]], scale: int = 0) -> None:
-        pairs = sorted(running, key=lambda x: x[0])
+    def __init__(
+        self, running: Iterable[tuple[int, Collection[str]]], scale: int = 0, enabled: bool = True
+    ) -> None:
+        """``enabled=False``: no batches (``start`` is always None, ``add`` does nothing)."""
+        pairs = sorted(running, key=lambda x: x[0]) if enabled else []
         self.ends = [t for t, _ in pairs]
         self.parts = [p for _, p in pairs]
         self.scale = scale
+        self.enabled = enabled
         self._by_part: dict[str, dict[int, int]] = {}
 
     def add(self, end: int, parts: Collection[str]) -> None:
         """A job started during the pass: it runs until ``end``."""
+        if not self.enabled:
+            return
         k = bisect_right(self.ends, end)
         self.ends.insert(k, end)
         self.parts.insert(k, parts)
@@ -412,12 +418,16 @@ class WillRunPlan:
             self._mats = (inc, dg, dc)
         return self._mats
 
-    def _ok(self, g: np.ndarray, c: np.ndarray, gpus: int, cpus: int, exclusive: bool) -> np.ndarray:
+    def _ok(
+        self, g: np.ndarray, c: np.ndarray, gpus: int, cpus: int, exclusive: bool
+    ) -> np.ndarray:
         if exclusive:
             return np.asarray((g == self.gcap) & (c == self.ccap))
         return np.asarray((g >= gpus) & (c >= cpus))
 
-    def _choose(self, ok: np.ndarray, cfree: np.ndarray, count: int, exclusive: bool) -> tuple[int, ...]:
+    def _choose(
+        self, ok: np.ndarray, cfree: np.ndarray, count: int, exclusive: bool
+    ) -> tuple[int, ...]:
         idx = ok.nonzero()[0]
         if self.best_fit and not exclusive:
             idx = np.sort(idx[np.lexsort((idx, cfree[idx]))[:count]])
@@ -440,11 +450,11 @@ class WillRunPlan:
         if not self.ends:
             return None
         inc, dg, dc = self._matrices()
-        touch = inc[:, avail].any(axis=1)
+        touch: np.ndarray = np.asarray(inc[:, avail].any(axis=1))
         if not touch.any():
             return None
-        out = will_run_batches(self.ends, touch.tolist(), self.scale)
-        rows = touch.nonzero()[0]
+        out = will_run_batches(self.ends, [bool(x) for x in touch], self.scale)
+        rows = np.flatnonzero(touch)
         tests = [out[r] for r in rows]
         # the last touching job of each batch: where its test happens
         last = [k for k in range(len(rows)) if k + 1 == len(rows) or tests[k + 1] != tests[k]]
@@ -502,31 +512,12 @@ class WillRunPlan:
         start whose chosen nodes meet a reservation over [start, start + duration)
         (``_test_resv_overlap``): again from that start. Else that start, those nodes.
         """
-        now, res = self.now, self.res
+        now = self.now
         part = np.zeros(len(self.g), dtype=bool)
         part[nodes] = True
         start_res = not_before
-        times, resv = self.times, self.resv
-        for _ in range(4 * len(times) + 8):  # each try starts later; a bound for safety
-            end_time = max(start_res, now) + duration
-            avail = part.copy()
-            later = 0
-            last = len(times) - 1
-            k = max(0, bisect_right(times, start_res) - 1)
-            while True:
-                seg_end = times[k + 1] if k < last else None
-                if later == 0 and seg_end is not None:
-                    nxt = part & ~resv[k + 1]
-                    cur = avail & ~resv[k]
-                    if (nxt & ~cur).any():
-                        later = seg_end
-                if times[k] <= end_time:
-                    avail &= ~resv[k]
-                else:
-                    break
-                if seg_end is None:
-                    break
-                k += 1
+        for _ in range(4 * len(self.times) + 8):  # each try starts later; a bound for safety
+            avail, later = self._usable(part, start_res, max(start_res, now) + duration)
             found = None
             if np.add.reduce(avail) >= count:
                 found = self.will_run(avail, count, gpus, cpus, exclusive)
@@ -548,6 +539,31 @@ class WillRunPlan:
                 continue
             return t, chosen
         return None
+
+    def _usable(self, part: np.ndarray, start_res: int, end_time: int) -> tuple[np.ndarray, int]:
+        """The nodes of ``part`` no reservation holds over [start_res, end_time], and
+        ``later_start`` (0: none), as _attempt_backfill's walk over node_space sets them."""
+        times, resv = self.times, self.resv
+        avail = part.copy()
+        later = 0
+        last = len(times) - 1
+        k = max(0, bisect_right(times, start_res) - 1)
+        while True:
+            seg_end = times[k + 1] if k < last else None
+            # a node usable in the next record that is not usable so far
+            if (
+                later == 0
+                and seg_end is not None
+                and (part & ~resv[k + 1] & ~(avail & ~resv[k])).any()
+            ):
+                later = seg_end
+            if times[k] > end_time:
+                break
+            avail &= ~resv[k]
+            if seg_end is None:
+                break
+            k += 1
+        return avail, later
 
     def span(self, start: int, duration: int) -> tuple[int, int]:
         """A reservation's [begin, end) in node_space: both rounded down to bf_resolution,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mirage.sim import JobSpec, Simulation
 from mirage.sim.plan import WillRunPlan, will_run_batches
@@ -85,18 +86,22 @@ SHARED = (
     job(0, 120, gpus=1, cpus=1),
 )
 SLURM_22 = {"bf_reserve_whole_nodes": True, "node_choice": "best_fit"}
+# the simpler planner (NodePlan: partial reservations, lowest nodes first), same outcome
+PLANNERS = [SLURM_22, {"bf_reserve_whole_nodes": False, "node_choice": "lowest"}]
 
 
-def test_batched_reservation_lets_a_job_backfill_on_shared_nodes() -> None:
-    sim, ids = _at_zero(*SHARED, nodes=3, **SLURM_22)
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_batched_reservation_lets_a_job_backfill_on_shared_nodes(planner: dict[str, Any]) -> None:
+    sim, ids = _at_zero(*SHARED, nodes=3, **planner)
     assert [sim.view(i).nodes for i in ids[:3]] == [("gpu-0000",), ("gpu-0001",), ("gpu-0001",)]
     assert sim.start_estimate(ids[3]) == 140
     assert sim.view(ids[4]).start == 0
     assert sim.view(ids[4]).nodes == ("gpu-0002",)
 
 
-def test_exact_earliest_start_without_batches_on_shared_nodes() -> None:
-    sim, ids = _at_zero(*SHARED, nodes=3, bf_will_run_batches=False, **SLURM_22)
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_exact_earliest_start_without_batches_on_shared_nodes(planner: dict[str, Any]) -> None:
+    sim, ids = _at_zero(*SHARED, nodes=3, bf_will_run_batches=False, **planner)
     assert sim.start_estimate(ids[3]) == 100
     assert sim.view(ids[4]).start is None
 
@@ -138,5 +143,7 @@ def test_a_start_that_meets_a_reservation_tries_again_from_there() -> None:
         releases=[(100, ((0, 4, 32),))],
     )
     plan.reserve(150, 100, (0,))
-    found = plan.place(np.array([0]), 1, gpus=1, cpus=1, exclusive=False, duration=100, not_before=0)
+    found = plan.place(
+        np.array([0]), 1, gpus=1, cpus=1, exclusive=False, duration=100, not_before=0
+    )
     assert found == (250, (0,))
