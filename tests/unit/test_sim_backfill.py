@@ -38,7 +38,7 @@ def test_main_pass_stops_at_first_blocked_job() -> None:
 def test_backfill_runs_at_once_after_a_quiet_interval() -> None:
     # backfill_agent checks every second once bf_interval has passed since its last cycle
     # (at 0): the submits at 61 get a cycle at 61, not at the next multiple of 30 (90).
-    # (Until 2026-11 the engine ran backfill on a grid of multiples of bf_interval.)
+    # (The engine used to run backfill only at multiples of bf_interval: at 90 here.)
     sim = Simulation(toy_profile(4, bf_interval_s=30))
     ids = sim.add_jobs([job(0, 600, nodes=2), job(61, 600, nodes=4), job(61, 300, 2)])
     sim.run_until(61)
