@@ -44,10 +44,12 @@ differs on purpose:
 - cons_common/job_test.c:_will_run_test: running jobs are released in order of end time,
   in batches (``plan.will_run_batches``: the ``time_window`` loop, 30 s aligned on a
   multiple of 30, doubling), the pending job tried after each; its start is the end of the
-  batch's last job (``last_job_ptr->end_time``). Slurm's running ends are exact (start +
-  limit); the engine's are at ``bf_resolution_s`` (the same at 1 s, the test cluster's).
-  A job already past its end is planned to end at the next step (now + resolution), not by
-  ``_guess_job_end`` (end + KillWait). The 2 s wall-time cap of the loop is not modelled.
+  batch's last job (``last_job_ptr->end_time``); ``bf_window_linear`` makes the window
+  grow linearly. With ``WillRunPlan`` (below) running ends are exact (start + limit) and a
+  start at the end of a job already past it is that end + ``kill_wait_s``
+  (``_guess_job_end``, OverTimeLimit=0); the other planners use ends at
+  ``bf_resolution_s`` and plan such a job to end at the next step (now + resolution). The
+  2 s wall-time cap of the loop is not modelled.
 - backfill.c:_attempt_backfill, on shared nodes with ``bf_reserve_whole_nodes``
   (``WillRunPlan``, the test cluster's settings): reservations are node bitmaps over time
   (node_space, rounded down to ``bf_resolution``, at least one step long:
@@ -1291,20 +1293,23 @@ class Simulation:
         s = self.sched
         now = self.now
         horizon = now + s.bf_window_s
-        alloc = self.alloc
+        alloc, start, limit = self.alloc, self.start, self.limit
         plan = WillRunPlan(
             now,
             gpus_free=self.gfree,
             cpus_free=self.cfree,
             gpus_cap=self.node_gpus,
             cpus_cap=self.node_cpus,
-            releases=[(t, alloc[i]) for i, t in self._planned_ends(res)],
+            # Slurm's end_time (start + limit, exact), past or not: see kill_wait
+            releases=[((start[i] or 0) + limit[i], alloc[i]) for i in self.running],
             res=res,
             best_fit=self._best_fit,
+            scale=s.bf_window_linear,
+            kill_wait=s.kill_wait_s,
         )
         easy_done: set[str] = set()
         full: set[str] = set()
-        specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
+        specs, elig, dem = self.specs, self.eligible_at, self.dem
         for i in order:
             spec = specs[i]
             part = spec.partition
@@ -1327,8 +1332,8 @@ class Simulation:
             if found is None or found[0] > horizon:
                 self.estimate[i] = None
                 continue
-            t, chosen = found
-            if t == now and elig[i] is not None:
+            t, chosen, fits = found
+            if fits and elig[i] is not None:
                 self._next_nodes[i] = chosen
                 self._start(i)
                 plan.start(now + dur, alloc[i], whole)
@@ -1359,11 +1364,17 @@ class Simulation:
         if not self.sched.bf_will_run_batches:
             return EndBatches((), enabled=False)
         if not self._packed:
-            return EndBatches(((t, (specs[i].partition,)) for i, t in self._planned_ends(res)))
+            return EndBatches(
+                ((t, (specs[i].partition,)) for i, t in self._planned_ends(res)),
+                self.sched.bf_window_linear,
+            )
         alloc, node_parts = self.alloc, self.node_parts
         return EndBatches(
-            (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
-            for i, t in self._planned_ends(res)
+            (
+                (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
+                for i, t in self._planned_ends(res)
+            ),
+            self.sched.bf_window_linear,
         )
 
     def _availability(self, res: int) -> dict[str, Availability]:

@@ -382,6 +382,7 @@ def default_model(exclusive: bool = False) -> SimModel:
         default=True,
     )
     sched = SchedulerSettings(
+        kill_wait_s=2,  # KillWait=2 in start.sh
         priority_weight_age=1000,
         priority_weight_job_size=100,
         priority_weight_fairshare=10000,

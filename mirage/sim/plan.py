@@ -365,6 +365,7 @@ class WillRunPlan:
         "g",
         "gcap",
         "holds",
+        "kill_wait",
         "now",
         "res",
         "resv",
@@ -384,8 +385,14 @@ class WillRunPlan:
         res: int = 1,
         best_fit: bool = False,
         scale: int = 0,
+        kill_wait: int | None = None,
     ) -> None:
+        """``releases``: (end, holds) of each running job. ``kill_wait`` (KillWait): a
+        start ``_will_run_test`` finds at the end of a job already past it is that end +
+        KillWait (``_guess_job_end``, OverTimeLimit=0), which may still be in the past;
+        None: ends are never past (the caller plans overdue jobs to end later)."""
         self.now = now
+        self.kill_wait = kill_wait
         self.g = np.array(gpus_free, dtype=np.int64)
         self.c = np.array(cpus_free, dtype=np.int64)
         self.gcap = np.asarray(gpus_cap, dtype=np.int64)
@@ -435,18 +442,18 @@ class WillRunPlan:
 
     def will_run(
         self, avail: np.ndarray, count: int, gpus: int, cpus: int, exclusive: bool
-    ) -> tuple[int, tuple[int, ...]] | None:
-        """Slurm's ``_will_run_test`` (cons_common/job_test.c) on the nodes ``avail``.
+    ) -> tuple[int, tuple[int, ...], bool] | None:
+        """Slurm's ``_will_run_test`` (cons_common/job_test.c) on the nodes ``avail``:
+        (start, nodes, whether it fits now).
 
         The job on what is free now, else after each batch of running jobs' ends
         (``will_run_batches``, only jobs on ``avail`` touching), released cumulatively;
-        the start is the end of the batch's last job. (Slurm's guess for a job already past
-        its end, ``_guess_job_end``, is not used: the engine plans such a job to end at the
-        next step.)
+        the start is the end of the batch's last job, or for a job already past its end
+        that end + KillWait (``_guess_job_end``; see ``kill_wait``).
         """
         ok = self._ok(self.g, self.c, gpus, cpus, exclusive) & avail
         if np.add.reduce(ok) >= count:
-            return self.now, self._choose(ok, self.c, count, exclusive)
+            return self.now, self._choose(ok, self.c, count, exclusive), True
         if not self.ends:
             return None
         inc, dg, dc = self._matrices()
@@ -465,7 +472,10 @@ class WillRunPlan:
         b = int(enough.argmax())
         if not enough[b]:
             return None
-        return tests[last[b]], self._choose(oks[b], cs[b], count, exclusive)
+        t = tests[last[b]]
+        if self.kill_wait is not None and t <= self.now:
+            t += self.kill_wait  # _guess_job_end
+        return t, self._choose(oks[b], cs[b], count, exclusive), False
 
     def start(self, end: int, holds: Sequence[Hold], whole: bool = False) -> None:
         """A job started now (until ``end``): its holds are taken, it is a running job.
@@ -499,8 +509,9 @@ class WillRunPlan:
         exclusive: bool,
         duration: int,
         not_before: int,
-    ) -> tuple[int, tuple[int, ...]] | None:
-        """The job's start and nodes as ``_attempt_backfill`` finds them (not reserved).
+    ) -> tuple[int, tuple[int, ...], bool] | None:
+        """The job's start and nodes as ``_attempt_backfill`` finds them (not reserved),
+        and whether it starts now.
 
         Per try from ``start_res`` (``not_before`` first): the partition's nodes that no
         reservation holds over [start_res, start_res + duration] (node_space records with
@@ -511,6 +522,9 @@ class WillRunPlan:
         if any, else None. A start after ``later_start``: again from ``later_start``. A
         start whose chosen nodes meet a reservation over [start, start + duration)
         (``_test_resv_overlap``): again from that start. Else that start, those nodes.
+        A start guessed in the past (``kill_wait``) becomes ``start_res`` (now), where
+        the job does not start (``_start_job`` fails: its nodes are busy): it is reserved
+        from then ("planned start ... failed": no further tries).
         """
         now = self.now
         part = np.zeros(len(self.g), dtype=bool)
@@ -526,10 +540,10 @@ class WillRunPlan:
                     start_res = later
                     continue
                 return None
-            t, chosen = found
+            t, chosen, fits = found
             t = max(t, start_res)
             if t <= now:
-                return now, chosen
+                return (now, chosen, True) if fits else (t, chosen, False)
             if later and t > later:
                 start_res = later
                 continue
@@ -537,7 +551,7 @@ class WillRunPlan:
             if self._overlaps(chosen, st, er):
                 start_res = t
                 continue
-            return t, chosen
+            return t, chosen, False
         return None
 
     def _usable(self, part: np.ndarray, start_res: int, end_time: int) -> tuple[np.ndarray, int]:

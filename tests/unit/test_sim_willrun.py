@@ -122,10 +122,10 @@ def test_a_reservation_moves_to_where_more_nodes_are_free_of_reservations() -> N
     plan.reserve(50, 100, (0,))
     nodes = np.array([0, 1])
     found = plan.place(nodes, 2, gpus=4, cpus=1, exclusive=False, duration=100, not_before=0)
-    assert found == (150, (0, 1))
+    assert found == (150, (0, 1), False)
     # a 1-node job of 40 s fits now (node 1, or node 0 before 50): it starts now
     found = plan.place(nodes, 1, gpus=4, cpus=1, exclusive=False, duration=40, not_before=0)
-    assert found is not None and found[0] == 0
+    assert found is not None and found[0] == 0 and found[2]  # it starts now
 
 
 def test_a_start_that_meets_a_reservation_tries_again_from_there() -> None:
@@ -146,4 +146,29 @@ def test_a_start_that_meets_a_reservation_tries_again_from_there() -> None:
     found = plan.place(
         np.array([0]), 1, gpus=1, cpus=1, exclusive=False, duration=100, not_before=0
     )
-    assert found == (250, (0,))
+    assert found == (250, (0,), False)
+
+
+def test_a_job_past_its_end_is_guessed_to_end_kill_wait_later() -> None:
+    # At 110 a job still holds node 0 although its limit ended at 100 (time limits are
+    # enforced every 30 s). _will_run_test: J fits once it is released, at its end 100,
+    # which is past: _guess_job_end says 100 + KillWait. KillWait=30: start 130, a
+    # reservation. KillWait=2: 102, before start_res (now): the start is now, which fails
+    # (_start_job: the node is busy), and the job is reserved from now on: [110, 210).
+    def plan(kill_wait: int) -> WillRunPlan:
+        return WillRunPlan(
+            110,
+            gpus_free=[0],
+            cpus_free=[0],
+            gpus_cap=[4],
+            cpus_cap=[32],
+            releases=[(100, ((0, 4, 32),))],
+            kill_wait=kill_wait,
+        )
+
+    args: dict[str, Any] = {"gpus": 1, "cpus": 1, "exclusive": False, "duration": 100}
+    assert plan(30).place(np.array([0]), 1, not_before=110, **args) == (130, (0,), False)
+    p = plan(2)
+    assert p.place(np.array([0]), 1, not_before=110, **args) == (110, (0,), False)
+    p.reserve(110, 100, (0,))
+    assert p.times == [110, 210] and p.resv[0].tolist() == [True]
