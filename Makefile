@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | sha1sum | cu
 # Unit tests in parallel; real-Slurm tests in their own run, sharing one cluster start.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down fidelity clean
+.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down fidelity fidelity-record clean
 
 venv: $(STAMP)
 
@@ -60,6 +60,14 @@ test: venv
 fidelity: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -p no:xdist -s -m slurm \
 	  tests/slurm/test_fidelity.py; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
+
+# Re-record the fidelity suite's fixtures on the real cluster (mirage/sim/record.py): every
+# tests/data/fidelity/<name>/workload.json twice, as run-1/ and run-2/ (run.json, sacct.txt,
+# sshare.txt), the queue drained before each run; then commit the run-* directories.
+fidelity-record: venv slurm-up
+	rc=0; for w in tests/data/fidelity/*/workload.json; do \
+	  $(BIN)/python -m mirage.sim.record "$$w" --out "$$(dirname "$$w")" --runs 2 || { rc=$$?; break; }; \
+	done; scripts/slurm-testbed/stop.sh; exit $$rc
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -87,6 +87,7 @@ import numpy as np
 
 from mirage.policy.base import PendingTransition
 from mirage.profile.schema import ClusterProfile, Partition, ProfileError
+from mirage.sim.limits import is_limit_reason
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
 
 #: Name and version of this feature set; a trained model records both and refuses a
@@ -201,6 +202,19 @@ def is_competing(job: SlurmJob, now: int) -> bool:
     if job.eligible is None or job.eligible > now:
         return False
     return not (job.reason.startswith("JobHeld") or job.reason in BLOCKED_REASONS)
+
+
+def is_limit_held(job: SlurmJob) -> bool:
+    """Is a pending job held by a QOS or association limit (``QOSMaxJobsPerUserLimit``,
+    ``AssocGrpGRES``, ...: Slurm's reasons, also the simulator's with limits in its
+    profile) rather than waiting for resources or priority?
+
+    Not a feature column: the shipped models' vectors are fixed, and their training
+    simulations had no limits. Such jobs count as competing (``is_competing``), as they
+    always did on a real cluster: they start as soon as their user's count drops, ahead of
+    a new submission, and the look-ahead's simulation holds them by the same limits.
+    """
+    return job.state in PENDING_STATES and is_limit_reason(job.reason)
 
 
 @dataclass(frozen=True)

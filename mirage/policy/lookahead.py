@@ -52,6 +52,7 @@ from mirage.policy.base import Decision, DecisionContext, PendingTransition, Pol
 from mirage.policy.features import PENDING_STATES, RUNNING_STATES, is_competing, task_count
 from mirage.profile.schema import ClusterProfile
 from mirage.sim.engine import Simulation
+from mirage.sim.limits import Limits
 from mirage.sim.workload import JobSpec
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
 
@@ -237,16 +238,22 @@ def plan_limit(job: SlurmJob) -> int:
 
 @dataclass(frozen=True)
 class Request:
-    """The successor's request: the shape a simulation is shared by."""
+    """The successor's request: the shape a simulation is shared by.
+
+    ``user``: the chain's owner, so that per-user QOS/association limits of the profile
+    (mirage.sim.limits) hold the request as they would hold the real job; ignored (shared
+    simulations) when the profile sets no limit.
+    """
 
     partition: str
     nodes: int
     gpus: int
     time_limit: int
+    user: str = ""
 
     @classmethod
     def of(cls, p: PendingTransition) -> Request:
-        return cls(p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit)
+        return cls(p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit, p.user)
 
 
 class _RankedSimulation(Simulation):
@@ -383,7 +390,7 @@ def request_spec(req: Request, profile: ClusterProfile, now: int) -> JobSpec:
         gpus=0 if whole else req.gpus,
         cpus=0,
         exclusive=whole,
-        user="mirage-lookahead",
+        user=req.user or "mirage-lookahead",
         name="request",
     )
 
@@ -431,6 +438,8 @@ def _starts(  # noqa: PLR0917 - the arguments of lookahead_starts
     horizon_s: int,
 ) -> list[int]:
     plan = queue_specs(snapshot, profile, now, runtimes, to_limit)
+    if Limits.build(profile) is None:  # no per-user limit: requests share by shape only
+        requests = [replace(r, user="") for r in requests]
     out: dict[Request, int] = {}
     for req in dict.fromkeys(requests):
         sim = _RankedSimulation(profile, start_time=now, track_estimates=False)

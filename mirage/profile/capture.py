@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from mirage.profile.schema import ClusterProfile, Partition, ProfileError, SchedulerSettings
+from mirage.profile.schema import (
+    LIMIT_TRES,
+    Association,
+    ClusterProfile,
+    Partition,
+    ProfileError,
+    Qos,
+    SchedulerSettings,
+)
 from mirage.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
@@ -166,21 +175,138 @@ def partitions_from(
                 gpu_type=kind,
                 max_time_s=parse_slurm_duration(part.get("MaxTime", "UNLIMITED")),
                 default=part.get("Default", "NO").upper() == "YES",
+                qos=_none_if_na(part.get("QoS", part.get("QOS", ""))),
             )
         )
     return tuple(out)
 
 
+def _none_if_na(text: str) -> str:
+    return "" if text.strip().upper() in _UNLIMITED else text.strip()
+
+
+def limit_tres(text: str, where: str) -> str:
+    """A sacctmgr TRES list ("cpu=64,gres/gpu=8,mem=100G") with only the TRES the
+    simulator models (cpu, node, gres/gpu; "gres/gpu:a100" counts as gres/gpu)."""
+    kept = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, _, value = item.partition("=")
+        if key.startswith("gres/gpu:"):
+            key = "gres/gpu"
+        if key in LIMIT_TRES and value.isdigit():
+            kept.append(f"{key}={value}")
+        else:
+            log.warning("%s: TRES limit %r not modelled; left out", where, item)
+    return ",".join(kept)
+
+
+def _count(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _wall(text: str) -> int | None:
+    text = text.strip()
+    return parse_slurm_duration(text) if text else None
+
+
+def qos_from(rows: Sequence[Mapping[str, str]]) -> tuple[Qos, ...]:
+    """``sacctmgr -P show qos`` rows -> profile QOS (the limits the simulator models).
+
+    Columns: MaxJobsPU, MaxSubmitPU, MaxTRESPU, GrpTRES, GrpJobs, MaxWall, Flags
+    (OverPartQOS). Limits not modelled (GrpSubmit, GrpWall, MaxTRES per job, per-account
+    limits, TRES-minutes) are logged and left out.
+    """
+    out = []
+    for row in rows:
+        name = row.get("Name", "").strip()
+        if not name:
+            continue
+        for col in ("GrpSubmit", "GrpWall", "MaxTRES", "MaxTRESPerNode", "MaxTRESMins",
+                    "GrpTRESMins", "GrpTRESRunMins", "MaxTRESPA", "MaxJobsPA", "MaxSubmitPA",
+                    "MinTRES"):  # fmt: skip
+            if row.get(col, "").strip():
+                log.warning("QOS %s: %s=%s not modelled; left out", name, col, row[col])
+        out.append(
+            Qos(
+                name=name,
+                max_jobs_per_user=_count(row.get("MaxJobsPU", "")),
+                max_submit_jobs_per_user=_count(row.get("MaxSubmitPU", "")),
+                max_tres_per_user=limit_tres(row.get("MaxTRESPU", ""), f"QOS {name} MaxTRESPU"),
+                grp_tres=limit_tres(row.get("GrpTRES", ""), f"QOS {name} GrpTRES"),
+                grp_jobs=_count(row.get("GrpJobs", "")),
+                max_wall_s=_wall(row.get("MaxWall", "")),
+                over_part_qos="overpartqos" in row.get("Flags", "").lower(),
+            )
+        )
+    return tuple(out)
+
+
+def associations_from(
+    rows: Sequence[Mapping[str, str]], qos: Sequence[str]
+) -> tuple[Association, ...]:
+    """``sacctmgr -P show assoc`` rows -> per-user associations (rows with a User).
+
+    Account rows (no User) are left out (the simulator has no account hierarchy); a
+    user with several associations keeps the first (logged). A default QOS that is not
+    among ``qos`` is dropped. Users with no limit and no default QOS are not listed.
+    """
+    out: dict[str, Association] = {}
+    for row in rows:
+        user = row.get("User", "").strip()
+        if not user:
+            continue
+        dq = row.get("Def QOS", "").strip()
+        a = Association(
+            user=user,
+            max_jobs=_count(row.get("MaxJobs", "")),
+            max_submit_jobs=_count(row.get("MaxSubmit", "")),
+            grp_tres=limit_tres(row.get("GrpTRES", ""), f"association {user} GrpTRES"),
+            grp_jobs=_count(row.get("GrpJobs", "")),
+            max_wall_s=_wall(row.get("MaxWall", "")),
+            default_qos=dq if dq in qos else "",
+        )
+        if not a.has_limits and not a.default_qos:
+            continue
+        if user in out:
+            if out[user] != a:
+                log.warning("user %s has several associations; the first is kept", user)
+            continue
+        out[user] = a
+    return tuple(out.values())
+
+
+def limits_enforced(config: Mapping[str, str]) -> bool:
+    """AccountingStorageEnforce with limits (or safe, which implies them)."""
+    enforce = {e.strip().lower() for e in config.get("AccountingStorageEnforce", "").split(",")}
+    return bool(enforce & {"limits", "safe"})
+
+
 def capture_profile(client: SlurmClient, name: str, timezone: str = "UTC") -> ClusterProfile:
-    """Read partitions, nodes and scheduler configuration through the Slurm client."""
+    """Read partitions, nodes, scheduler configuration and (where enforced) QOS and
+    association limits (``sacctmgr -P show qos|assoc``) through the Slurm client."""
     config = _merge(client.show("config"))
     parts = partitions_from(client.show("partition"), client.show("node"))
     if not parts:
         raise ProfileError("the cluster reports no partition with nodes")
+    qos: tuple[Qos, ...] = ()
+    assocs: tuple[Association, ...] = ()
+    if limits_enforced(config):
+        qos = qos_from(client.accounting_limits("qos"))
+        assocs = associations_from(client.accounting_limits("assoc"), [q.name for q in qos])
+    else:
+        log.info("AccountingStorageEnforce has no limits: QOS and association limits not read")
+    known = {q.name for q in qos}
+    for p in parts:
+        if p.qos and p.qos not in known:
+            log.warning("partition %s: QOS %s not captured; left out", p.name, p.qos)
+    parts = tuple(p if p.qos in known else dataclasses.replace(p, qos="") for p in parts)
     return ClusterProfile(
         name=name,
         description=f"captured from cluster {config.get('ClusterName', '?')}",
         timezone=timezone,
         partitions=parts,
         scheduler=scheduler_from_config(config),
+        qos=qos,
+        associations=assocs,
     )

@@ -59,6 +59,30 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
     gpu_type = "a100"                   # default ""
     max_time_s = 172800                 # optional: omitted = unlimited
     default = false                     # the partition jobs go to without -p
+    qos = ""                            # the partition QOS (a [[qos]] name; "": none)
+
+    # Limits that make jobs wait besides capacity (Slurm's QOS and association limits,
+    # enforced as AccountingStorageEnforce=associations,limits,qos; mirage.sim.limits).
+    # Omitted: no limits. TRES lists name cpu, node and gres/gpu ("cpu=64,gres/gpu=8").
+    [[qos]]                             # zero or more
+    name = "normal"                     # required; jobs without a QOS get "normal" if
+                                        # defined (or their association's default_qos)
+    max_jobs_per_user = 8               # MaxJobsPerUser (running jobs); omitted = none
+    max_submit_jobs_per_user = 100      # MaxSubmitJobsPerUser (pending + running)
+    max_tres_per_user = "gres/gpu=12"   # MaxTRESPerUser (running jobs' total)
+    grp_tres = "node=40"                # GrpTRES (all the QOS's running jobs)
+    grp_jobs = 50                       # GrpJobs
+    max_wall_s = 172800                 # MaxWall (a longer time limit pends for ever)
+    over_part_qos = false               # Flags=OverPartQOS (the job QOS ranks first)
+
+    [[associations]]                    # zero or more, per user
+    user = "*"                          # required; "*": every user without their own
+    max_jobs = 8                        # MaxJobs (running jobs)
+    max_submit_jobs = 100               # MaxSubmitJobs
+    grp_tres = "gres/gpu=12"            # GrpTRES (the user's running jobs)
+    grp_jobs = 8                        # GrpJobs
+    max_wall_s = 172800                 # MaxWall
+    default_qos = ""                    # DefaultQOS (a [[qos]] name)
 """
 
 from __future__ import annotations
@@ -111,10 +135,82 @@ class Partition:
     gpu_type: str = ""
     max_time_s: int | None = None
     default: bool = False
+    qos: str = ""
 
     @property
     def total_gpus(self) -> int | None:
         return None if self.nodes is None else self.nodes * self.gpus_per_node
+
+
+#: The trackable resources (TRES) that limits may name, in Slurm's TRES order (cpu is
+#: TRES 1, node 4, GRES after the fixed ones): the first one over its limit names the reason.
+LIMIT_TRES = ("cpu", "node", "gres/gpu")
+
+
+def parse_tres(text: str, where: str = "<tres>") -> dict[str, int]:
+    """ "cpu=64,gres/gpu=8" -> {"cpu": 64, "gres/gpu": 8}; unknown TRES are an error."""
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, eq, value = item.partition("=")
+        if key not in LIMIT_TRES:
+            raise ProfileError(
+                f"{where}: unknown TRES {key!r} in {text!r}; valid: {', '.join(LIMIT_TRES)}"
+            )
+        if not eq or not value.isdigit():
+            raise ProfileError(f"{where}: {item!r} in {text!r} is not TRES=count")
+        out[key] = int(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Qos:
+    """A Slurm QOS's limits (None / "": no limit)."""
+
+    name: str
+    max_jobs_per_user: int | None = None
+    max_submit_jobs_per_user: int | None = None
+    max_tres_per_user: str = ""
+    grp_tres: str = ""
+    grp_jobs: int | None = None
+    max_wall_s: int | None = None
+    over_part_qos: bool = False
+
+    @property
+    def has_limits(self) -> bool:
+        return any(
+            x not in (None, "")
+            for x in (
+                self.max_jobs_per_user,
+                self.max_submit_jobs_per_user,
+                self.max_tres_per_user,
+                self.grp_tres,
+                self.grp_jobs,
+                self.max_wall_s,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Association:
+    """A user association's limits ("*": every user without one of their own)."""
+
+    user: str
+    max_jobs: int | None = None
+    max_submit_jobs: int | None = None
+    grp_tres: str = ""
+    grp_jobs: int | None = None
+    max_wall_s: int | None = None
+    default_qos: str = ""
+
+    @property
+    def has_limits(self) -> bool:
+        return (
+            any(
+                x not in (None, "")
+                for x in (self.max_jobs, self.max_submit_jobs, self.grp_tres, self.grp_jobs)
+            )
+            or self.max_wall_s is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -124,6 +220,18 @@ class ClusterProfile:
     description: str = ""
     timezone: str = "UTC"
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    qos: tuple[Qos, ...] = ()
+    associations: tuple[Association, ...] = ()
+
+    def association(self, user: str) -> Association | None:
+        """The user's association: their own, else the "*" one, else None."""
+        default = None
+        for a in self.associations:
+            if a.user == user:
+                return a
+            if a.user == "*":
+                default = a
+        return default
 
     def partition(self, name: str | None = None) -> Partition:
         """The named partition, or the default one (the first if none is marked)."""
@@ -160,15 +268,64 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
     if len(set(names)) != len(names):
         raise ProfileError(f"{source}: partition names repeat: {names}")
     scheduler = build(SchedulerSettings, data.get("scheduler", {}), f"{source} [scheduler]")
-    top = {k: v for k, v in data.items() if k not in ("partitions", "scheduler")}
+    qos = tuple(
+        build(Qos, q, f"{source} [[qos]] #{i + 1}")
+        for i, q in enumerate(_tables(data, "qos", source))
+    )
+    assocs = tuple(
+        build(Association, a, f"{source} [[associations]] #{i + 1}")
+        for i, a in enumerate(_tables(data, "associations", source))
+    )
+    nested = ("partitions", "scheduler", "qos", "associations")
+    top = {k: v for k, v in data.items() if k not in nested}
     profile = build(
         ClusterProfile,
         top,
         source,
-        nested={"partitions": partitions, "scheduler": scheduler},
+        nested={
+            "partitions": partitions,
+            "scheduler": scheduler,
+            "qos": qos,
+            "associations": assocs,
+        },
     )
     _check_timezone(profile.timezone, source)
+    _check_limits(profile, source)
     return profile
+
+
+def _tables(data: dict[str, Any], key: str, source: str) -> list[Any]:
+    raw = data.get(key, [])
+    if not isinstance(raw, list):
+        raise ProfileError(f"{source}: {key} must be an array of tables ([[{key}]])")
+    return raw
+
+
+def _check_limits(profile: ClusterProfile, source: str) -> None:
+    """QOS names unique and known where named; TRES lists valid; one association per user."""
+    names = [q.name for q in profile.qos]
+    if len(set(names)) != len(names):
+        raise ProfileError(f"{source}: QOS names repeat: {names}")
+    users = [a.user for a in profile.associations]
+    if len(set(users)) != len(users):
+        raise ProfileError(f"{source}: association users repeat: {users}")
+    known = set(names)
+    valid = ", ".join(names) or "(none defined)"
+    for p in profile.partitions:
+        if p.qos and p.qos not in known:
+            raise ProfileError(
+                f"{source}: partition {p.name!r} names QOS {p.qos!r}; [[qos]] defines: {valid}"
+            )
+    for a in profile.associations:
+        if a.default_qos and a.default_qos not in known:
+            raise ProfileError(
+                f"{source}: association {a.user!r} names default_qos {a.default_qos!r}; "
+                f"[[qos]] defines: {valid}"
+            )
+        parse_tres(a.grp_tres, f"{source} association {a.user!r} grp_tres")
+    for q in profile.qos:
+        parse_tres(q.grp_tres, f"{source} QOS {q.name!r} grp_tres")
+        parse_tres(q.max_tres_per_user, f"{source} QOS {q.name!r} max_tres_per_user")
 
 
 def _check_timezone(zone: str, source: str) -> None:
@@ -219,8 +376,18 @@ def profile_to_toml(profile: ClusterProfile) -> str:
         lines += ["", "[[partitions]]"]
         for f in fields(Partition):
             value = getattr(p, f.name)
-            if value is not None:
+            if value is not None and not (f.name == "qos" and value == ""):
                 lines.append(f"{f.name} = {_toml(value)}")
+    for table, cls, rows in (
+        ("qos", Qos, profile.qos),
+        ("associations", Association, profile.associations),
+    ):
+        for row in rows:
+            lines += ["", f"[[{table}]]"]
+            for f in fields(cls):
+                value = getattr(row, f.name)
+                if f.name in ("name", "user") or (value is not None and value != f.default):
+                    lines.append(f"{f.name} = {_toml(value)}")
     return "\n".join(lines) + "\n"
 
 

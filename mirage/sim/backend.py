@@ -38,6 +38,19 @@ def gres_gpus(gres: str | None) -> int:
     return total
 
 
+def qos_request(args: Sequence[str]) -> str:
+    """The job QOS from sbatch options in ``extra_args`` (--qos=NAME, --qos NAME, -q NAME);
+    "" when not given (the job gets its default, mirage.sim.limits)."""
+    items = iter(args)
+    for arg in items:
+        name, eq, value = arg.partition("=")
+        if name in ("--qos", "-q"):
+            return value if eq else next(items, "")
+        if name.startswith("-q") and not name.startswith("--") and len(name) > 2:
+            return name[2:]
+    return ""
+
+
 def cpu_request(args: Sequence[str]) -> tuple[int, bool]:
     """(CPUs per node, --exclusive) from sbatch options in ``extra_args``.
 
@@ -225,6 +238,7 @@ class SimSlurmClient(SlurmClient):
             dependency=request.dependency or "",
             hold=request.hold,
             comment=request.comment or "",
+            qos=qos_request(request.extra_args),
         )
 
     def cancel(self, job_ids: Sequence[str], pending_only: bool = False) -> None:

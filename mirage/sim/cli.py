@@ -378,3 +378,159 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
         console.print(f"wrote {out}")
     else:
         sys.stdout.write(cal_mod.calibrated_toml(result, trace, tz))
+
+
+# ---- mirage sim ... -------------------------------------------------------------------------
+
+
+@click.group("sim")
+def sim() -> None:
+    """The simulator against a cluster's own accounting."""
+
+
+def _when(text: str, tz: str, hint: str) -> int:
+    """``now``, epoch seconds, or an ISO date/time (naive: zone ``tz``)."""
+    from mirage.sim.calibrate import parse_when
+
+    text = text.strip()
+    if text.lower() == "now":
+        return int(time.time())
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        return parse_when(text, tz)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not 'now', epoch seconds or an ISO date/time: {text!r}", param_hint=hint
+        ) from exc
+
+
+def _check_zone(tz: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise click.BadParameter(f"unknown time zone {tz!r}", param_hint="--tz") from exc
+
+
+def _client(ctx: click.Context) -> Any:
+    client = ctx.obj.get("slurm_client") if isinstance(ctx.obj, dict) else None
+    if client is None:
+        from mirage.slurm.cli_backend import CliSlurmClient
+
+        client = CliSlurmClient()
+    return client
+
+
+def _accounting(
+    ctx: click.Context, sacct_path: str | None, t0: int | None, t1: int | None, tz: str
+) -> Any:
+    """The file's records, or the cluster's accounting for the window."""
+    from mirage.sim import validate as val
+
+    if sacct_path is not None:
+        return val.read_sacct(sacct_path, tz)
+    assert t0 is not None and t1 is not None
+    from mirage.trace.accounting import CHUNK_ABOVE_S
+
+    if t1 - t0 > CHUNK_ABOVE_S:
+        raise click.BadParameter("at most 31 days", param_hint="--start/--end")
+    jobs = _client(ctx).accounting(t0, t1)
+    return val.from_client_jobs(jobs, f"sacct {val.iso(t0)} .. {val.iso(t1)}")
+
+
+@sim.command("validate")
+@click.option(
+    "--sacct",
+    "sacct_path",
+    type=click.Path(dir_okay=False),
+    help="A sacct export: `sacct --json`, or `sacct -P` text (with a header line, or "
+    "--noheader with the fidelity recordings' --format list). Default: read the cluster's "
+    "accounting for --start .. --end.",
+)
+@click.option(
+    "--start",
+    help="Window start: ISO date/time (naive: --tz), epoch seconds or 'now'. Required "
+    "without --sacct; with it, default: the file's first submit.",
+)
+@click.option(
+    "--end", help="Window end (as --start). Default: now, or with --sacct the last submit."
+)
+@click.option(
+    "--profile",
+    "profile_path",
+    help="A captured profile (TOML path or built-in name). Default: capture the live "
+    "cluster's, as `mirage profile capture` does.",
+)
+@click.option(
+    "--tz",
+    default="UTC",
+    show_default=True,
+    help="Zone of sacct -P text times and of naive --start/--end.",
+)
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write the start-error CDF (PNG).")
+@click.option(
+    "--ks-floor",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Count waits under this many seconds as zero in the wait KS distance "
+    "(mirage calibrate uses 60).",
+)
+@_JSON
+@click.pass_context
+def validate(
+    ctx: click.Context,
+    *,
+    sacct_path: str | None,
+    start: str | None,
+    end: str | None,
+    profile_path: str | None,
+    tz: str,
+    plot: str | None,
+    ks_floor: int,
+    as_json: bool,
+) -> None:
+    """Replay a window of the cluster's own accounting and report how well the simulator
+    agrees: start error (simulated - real start) quantiles and shares within 35 s / 5 min /
+    1 h, and the KS distance of real against simulated waits, overall, per partition and
+    per job size. Jobs running or pending at the window's start are seeded as they were.
+    """
+    from mirage.profile.schema import ProfileError, load_profile
+    from mirage.sim import validate as val
+    from mirage.slurm.types import SlurmError
+
+    if sacct_path is None and start is None:
+        raise click.UsageError("give --sacct FILE, or --start (and --end) to read the cluster's")
+    _check_zone(tz)
+    t0 = None if start is None else _when(start, tz, "--start")
+    t1 = None if end is None else _when(end, tz, "--end")
+    if t1 is None and sacct_path is None:
+        t1 = int(time.time())
+    if t0 is not None and t1 is not None and t1 <= t0:
+        raise click.BadParameter("must be after --start", param_hint="--end")
+    try:
+        acc = _accounting(ctx, sacct_path, t0, t1, tz)
+        if profile_path is not None:
+            prof = load_profile(profile_path)
+        else:
+            from mirage.profile.capture import capture_profile
+
+            prof = capture_profile(_client(ctx), "live", tz)
+        report = val.validate(acc, prof, t0, t1, ks_floor)
+    except (val.ValidateError, ProfileError, SlurmError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if plot:
+        try:
+            val.plot_cdf(report, plot)
+        except OSError as exc:
+            raise click.ClickException(f"{plot}: cannot write: {exc.strerror or exc}") from exc
+    if as_json:
+        data = report.as_dict()
+        data["plot"] = plot
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(val.render_text(report), nl=False)
+        if plot:
+            click.echo(f"wrote {plot}")

@@ -96,6 +96,12 @@ nothing in it is free now: later reservations could only move estimates, never s
 Modelling choices: priority = age (capped) + job size + partition weight (+ fair-share,
 below), at every pass or as of the last recalculation.
 
+QOS and association limits (mirage.sim.limits, from the profile's [[qos]] and
+[[associations]]; with none configured ``_lim`` is None and nothing of them runs): a job
+over MaxJobsPerUser, MaxTRESPerUser, GrpTRES, GrpJobs, MaxWall... pends with Slurm's
+reason; the main pass skips it (it blocks nothing), backfill gives it no reservation; a
+submit over MaxSubmitJobs is refused. The hooks are the lines that name ``self._lim``.
+
 Fair-share (``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0; off by
 default, and then nothing of it runs): Slurm's classic algorithm (priority/multifactor with
 PriorityFlags=NO_FAIR_TREE, https://slurm.schedmd.com/classic_fair_share.html and
@@ -145,6 +151,7 @@ from itertools import islice
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
+from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.types import JobState
@@ -389,10 +396,11 @@ class Simulation:
         self._dirty_main = False
         self._dirty_bf = False
         self._next_tick: int | None = None
-        self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
         self._in_step = False
         self._init_fairshare(start_time, fairshare_shares)
         self.events = self.main_passes = self.backfill_passes = 0
+        # QOS / association limits (mirage.sim.limits); None when the profile sets none
+        self._lim: Limits | None = Limits.build(profile)
 
     def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
         """Fair-share state (see the module docstring): per user, in closed form."""
@@ -423,6 +431,7 @@ class Simulation:
         self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
         self._fs_half = max(0, self.sched.priority_decay_half_life_s)
         self._fs_gpus = self.sched.fairshare_usage == "gpus"
+        self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
 
     def _build_nodes(
         self,
@@ -551,6 +560,8 @@ class Simulation:
             )
         except SimError as exc:
             raise SimError(str(exc), "bad dependency") from None
+        # limits: may refuse the job (MaxSubmitJobs...) or set its time limit (MaxWall)
+        wall = None if self._lim is None else self._lim.add(spec, self.now)
         whole = spec.whole_nodes
         g, c = (0, 0) if whole else spec.per_node()
         if not whole:
@@ -561,6 +572,8 @@ class Simulation:
         self.start.append(None)
         self.end.append(None)
         limit = spec.time_limit if spec.time_limit is not None else self.max_time[spec.partition]
+        if wall is not None:
+            limit = wall
         self.limit.append(INFINITE if limit is None else limit)
         self.eligible_at.append(None)
         self.held.append(spec.hold)
@@ -905,6 +918,11 @@ class Simulation:
     def _on_submit(self, i: int) -> None:
         if self.state[i] is not None:  # cancelled before its submit time
             return
+        refused = "" if self._lim is None else self._lim.submit(i)
+        if refused:  # over a submit limit: never created (mirage.sim.limits)
+            self.skipped[refused] = self.skipped.get(refused, 0) + 1
+            self._finish(i, JobState.CANCELLED)  # (its dependents learn it)
+            return
         self.state[i] = PENDING
         self.pending.add(i)
         if self.deps[i]:
@@ -935,6 +953,8 @@ class Simulation:
         self._finish(i, final)
 
     def _finish(self, i: int, final: JobState) -> None:
+        if self._lim is not None:
+            self._lim.left(i)
         if self.state[i] is RUNNING:
             self.running.discard(i)
             if self._fs_on:
@@ -1016,6 +1036,8 @@ class Simulation:
             self.nrun[n] += 1
             holds.append((n, hg, hc))
         self.alloc[i] = tuple(holds)
+        if self._lim is not None:
+            self._lim.started(i)
         if self._fs_on:
             self._fs_started(i, sum(h[1] if self._fs_gpus else h[2] for h in holds))
         self.pending.discard(i)
@@ -1096,6 +1118,8 @@ class Simulation:
         slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
         if not slots.size or not self._fits_mask(slots).any():
             return  # nothing can start: the pass would only find the first job blocked
+        if self._lim is not None and not self._lim.any_runnable(self._pidx[slots]):
+            return  # every candidate is held by a limit
         self.main_passes += 1
         parts = (
             1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
@@ -1106,7 +1130,10 @@ class Simulation:
         barred: set[int] = set()
         started = False
         specs, dem, free, packed = self.specs, self.dem, self.free, self._packed
-        for i in self._in_order(self._keys(slots), 16):
+        order = self._in_order(self._keys(slots), 16)
+        if self._lim is not None:  # a job held by a limit is skipped, it blocks nothing
+            order = self._lim.runnable(order)
+        for i in order:
             part = specs[i].partition
             if part in blocked:
                 continue
@@ -1141,10 +1168,19 @@ class Simulation:
             now_ok = self._pelig[slots] <= self.now
             if not (now_ok & self._fits_mask(slots)).any():
                 return
+            if self._lim is not None:  # ... or every one that fits is held by a limit
+                fit = slots[now_ok & self._fits_mask(slots)]
+                if not self._lim.any_runnable(self._pidx[fit]):
+                    return
         self.backfill_passes += 1
         s = self.sched
         res = max(1, s.bf_resolution_s)
-        order = islice(self._in_order(self._keys(slots), s.bf_max_job_test), s.bf_max_job_test)
+        order = self._in_order(self._keys(slots), s.bf_max_job_test)
+        if self._lim is not None:  # limit-held jobs: skipped, no reservation (limits.py)
+            order = self._lim.runnable_pre(order, self.estimate)
+        order = islice(order, s.bf_max_job_test)
+        if self._lim is not None:
+            order = self._lim.runnable_post(order, self.estimate)
         if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
             self._backfill_will_run(order, res, lazy)
         elif self._packed:
@@ -1410,6 +1446,8 @@ class Simulation:
         if st is None:
             self.state[i] = JobState.CANCELLED  # its SUBMIT event will be ignored
             self.end[i] = self.now
+            if self._lim is not None:
+                self._lim.left(i)
         elif st.is_active:
             self._finish(i, JobState.CANCELLED)
 
@@ -1470,6 +1508,8 @@ class Simulation:
         for i in self.pending:
             if self.eligible_at[i] is None or self.held[i]:
                 continue
+            if self._lim is not None and self._lim.reason(i):
+                continue  # held by a limit: its reason is the limit's
             key = (-self.priority(i), i)
             part = self.specs[i].partition
             if part not in best or key < best[part]:
@@ -1485,6 +1525,10 @@ class Simulation:
             return "Dependency"
         if self.eligible_at[i] is None:
             return "BeginTime"
+        if self._lim is not None:
+            held = self._lim.reason(i)
+            if held:
+                return held
         return "Resources" if i in top else "Priority"
 
     def _view(self, i: int, top: set[int]) -> JobView:
@@ -1526,4 +1570,6 @@ class Simulation:
         clone.__dict__.update(self.__dict__)
         for name in self._MUTABLE:
             setattr(clone, name, getattr(self, name).copy())
+        if self._lim is not None:
+            clone._lim = self._lim.copy()
         return clone

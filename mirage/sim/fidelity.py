@@ -312,8 +312,9 @@ def count_differences(
 class SimModel:
     """What the simulator needs to mimic the test cluster."""
 
-    # the workload's partition only (its nodes are the cluster's: the job size factor
-    # counts over them), with the Slurm details on (slurm_details)
+    # the workload's partition (the default), plus the partitions on the cluster's other
+    # nodes (the job size factor counts over the whole cluster), with the Slurm details on
+    # (slurm_details)
     profile: ClusterProfile
     calc_phase_s: int = 0  # recalculations at calc_phase_s + k * calc_period_s (sim time)
     kill_phase_s: int | None = None  # limit checks at kill_phase_s + k * 30 (sim time)
@@ -326,13 +327,12 @@ class SimModel:
 
     @property
     def cluster_nodes(self) -> int:
-        """The nodes the job size factor counts over (the partition's: the cluster's)."""
-        return self.profile.partition().nodes or 0
+        """The nodes the job size factor counts over (the model's partitions: the cluster's)."""
+        return sum(p.nodes or 0 for p in self.profile.partitions)
 
     @property
     def cluster_cpus(self) -> int:
-        part = self.profile.partition()
-        return (part.nodes or 0) * part.cpus_per_node
+        return sum((p.nodes or 0) * p.cpus_per_node for p in self.profile.partitions)
 
 
 def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> SchedulerSettings:
@@ -354,15 +354,26 @@ def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
     (config,) = client.show("config") or [{}]
     period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
     part = profile.partition(PARTITION)
-    if part.nodes != len(nodes):
+    # the partitions on nodes outside the workload's (the test cluster's cpu): the engine
+    # then counts the whole cluster's nodes and CPUs for the job size factor
+    parts_of = {n.get("NodeName", ""): set(n.get("Partitions", "").split(",")) for n in nodes}
+    others = tuple(
+        p
+        for p in profile.partitions
+        if p.name != PARTITION
+        and any(p.name in ps for ps in parts_of.values())
+        and not any(p.name in ps and PARTITION in ps for ps in parts_of.values())
+    )
+    counted = (part.nodes or 0) + sum(p.nodes or 0 for p in others)
+    if counted != len(nodes):
         raise ValueError(
-            f"partition {PARTITION!r} has {part.nodes} of the cluster's {len(nodes)} nodes: "
-            "the job size factor counts over the whole cluster"
+            f"partition {PARTITION!r} and the partitions beside it have {counted} of the "
+            f"cluster's {len(nodes)} nodes: the job size factor counts over the whole cluster"
         )
     return SimModel(
         profile=replace(
             profile,
-            partitions=(replace(part, default=True),),
+            partitions=(replace(part, default=True), *(replace(p, default=False) for p in others)),
             scheduler=slurm_details(profile.scheduler, period),
         ),
         exclusive=exclusive,
@@ -381,6 +392,13 @@ def default_model(exclusive: bool = False) -> SimModel:
         max_time_s=2 * 86400,
         default=True,
     )
+    cpu = Partition(
+        name="cpu",
+        cpus_per_node=16,
+        memory_mb_per_node=64000,
+        nodes=2,
+        max_time_s=2 * 86400,
+    )
     sched = SchedulerSettings(
         kill_wait_s=2,  # KillWait=2 in start.sh
         priority_weight_age=1000,
@@ -392,7 +410,7 @@ def default_model(exclusive: bool = False) -> SimModel:
         bf_resolution_s=1,
         sched_interval_s=1,
     )
-    profile = ClusterProfile(name="testbed", partitions=(part,), scheduler=slurm_details(sched))
+    profile = ClusterProfile(name="testbed", partitions=(part, cpu), scheduler=slurm_details(sched))
     return SimModel(profile, exclusive=exclusive)
 
 

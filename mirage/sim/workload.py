@@ -42,6 +42,7 @@ class JobSpec:
     # Whole nodes, shared with no other job. None: exclusive exactly when neither GPUs nor
     # CPUs are given (traces with node counts only, such as ls6).
     exclusive: bool | None = None
+    qos: str = ""  # the job QOS ("": its association's default, else "normal" if defined)
 
     @property
     def whole_nodes(self) -> bool:

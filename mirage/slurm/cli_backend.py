@@ -30,6 +30,7 @@ from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import (
     START_FORMAT,
     parse_sacct_json,
+    parse_sacctmgr_parsable,
     parse_sbatch_parsable,
     parse_scontrol_config,
     parse_scontrol_oneliner,
@@ -196,6 +197,23 @@ class CliSlurmClient(SlurmClient):
         result = self._run("sacct", args, timeout=self.accounting_timeout)
         return parsed(result, parse_sacct_json)
 
+    def accounting_text(
+        self, job_ids: Sequence[str], fields: Sequence[str], start: int, end: int | None = None
+    ) -> str:
+        """sacct's raw ``-X -P --noheader`` text of ``fields`` for ``job_ids`` (all users),
+        times in UTC (for recorded fixtures that keep what sacct printed, unparsed)."""
+        stop = int(self._clock()) if end is None else end
+        args = ["-X", "-P", "--noheader", "-a", "--format=" + ",".join(fields)]
+        args += ["-S", format_time(start), "-E", format_time(stop)]
+        args += ["-j", ",".join(str(j) for j in job_ids)]
+        return self._run("sacct", args, timeout=self.accounting_timeout).stdout
+
+    def share_text(self, fields: Sequence[str]) -> str:
+        """sshare's raw ``-a -P --noheader`` text of ``fields`` (every association's usage
+        and fair-share factor, for recorded fixtures)."""
+        args = ["-a", "-P", "--noheader", "--format=" + ",".join(fields)]
+        return self._run("sshare", args).stdout
+
     def start_estimates(self) -> dict[str, StartEstimate]:
         result = self._run("squeue", ["--start", "-h", "-o", START_FORMAT])
         return parsed(result, parse_start_estimates)
@@ -206,6 +224,11 @@ class CliSlurmClient(SlurmClient):
         if kind == "config":
             return [parsed(self._run("scontrol", ["show", "config"]), parse_scontrol_config)]
         return list(parsed(self._run("scontrol", ["-o", "show", kind]), parse_scontrol_oneliner))
+
+    def accounting_limits(self, kind: str) -> list[Mapping[str, str]]:
+        if kind not in ("qos", "assoc"):
+            raise ValueError(f"accounting_limits() kind must be qos or assoc, not {kind!r}")
+        return parsed(self._run("sacctmgr", ["-P", "show", kind]), parse_sacctmgr_parsable)
 
     # -- actions
     def submit(self, request: SubmitRequest) -> str:

@@ -68,3 +68,10 @@ class SlurmClient(abc.ABC):
     @abc.abstractmethod
     def show(self, kind: str) -> list[Mapping[str, str]]:
         """``scontrol show <kind>`` (partition, node, config): one key/value mapping per entity."""
+
+    def accounting_limits(self, kind: str) -> list[Mapping[str, str]]:
+        """``sacctmgr -P show <kind>`` (qos, assoc): one mapping per row, by column name.
+
+        A client without accounting (the default) knows no limits: [].
+        """
+        return []

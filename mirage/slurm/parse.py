@@ -738,3 +738,26 @@ def parse_scontrol_config(text: str) -> dict[str, str]:
     if not out:
         raise _perr("scontrol show config: no 'Key = value' lines", text)
     return out
+
+
+def parse_sacctmgr_parsable(text: str) -> list[Mapping[str, str]]:
+    """``sacctmgr -P show qos|assoc`` (with its header line) -> one mapping per row.
+
+    Fields are "|"-separated; empty fields stay "" (no limit). A row with a different
+    number of fields than the header is an error.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = lines[0].split("|")
+    if len(header) < 2:
+        raise _perr("sacctmgr -P output has no '|'-separated header", text)
+    rows: list[Mapping[str, str]] = []
+    for line in lines[1:]:
+        fields = line.split("|")
+        if len(fields) != len(header):
+            raise _perr(
+                f"sacctmgr row has {len(fields)} fields, the header {len(header)}: {line!r}", text
+            )
+        rows.append(dict(zip(header, fields, strict=True)))
+    return rows

@@ -53,6 +53,43 @@ def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool) -> None:
         render(summary)
 
 
+@trace.command("infer-limits")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
+@click.option(
+    "--min-users", default=3, show_default=True, help="Users at a ceiling that make it a limit."
+)
+@click.option("--gpus-per-node", type=int, help="GPUs of a node, for traces with node counts only.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def infer_limits(
+    file: str,
+    fmt: str | None,
+    tz: str | None,
+    *,
+    min_users: int,
+    gpus_per_node: int | None,
+    as_json: bool,
+) -> None:
+    """Per-user limits FILE shows: running jobs (nodes, GPUs) no user ever exceeds."""
+    from mirage.trace.limits import infer_user_limits
+
+    found = infer_user_limits(
+        _load(file, fmt, tz).jobs, min_users=min_users, gpus_per_node=gpus_per_node
+    )
+    if as_json:
+        click.echo(json.dumps([f.as_dict() for f in found], indent=2))
+        return
+    for f in found:
+        click.echo(f.line())
+    jobs = next((f for f in found if f.measure == "jobs" and f.is_limit), None)
+    if jobs is not None:
+        click.echo(
+            f"profile: [[qos]] max_jobs_per_user = {jobs.ceiling}  # inferred: "
+            f"{jobs.users_at_ceiling} of {jobs.users} users reach it, none passes"
+        )
+
+
 @trace.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))

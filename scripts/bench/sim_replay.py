@@ -2,7 +2,7 @@
 
 .venv/bin/python scripts/bench/sim_replay.py [--trace PATH] [--nodes 88]
     [--arrival-scale 1.0] [--backfill slurm|easy] [--estimates] [--tracemalloc]
-    [--configs 88:1,88:2,44:1,60:1]
+    [--configs 88:1,88:2,44:1,60:1] [--max-jobs-per-user 8]
 
 ``--configs`` runs several (nodes:arrival scale) configurations in one invocation and
 prints them side by side: wall time, jobs/s, events/s, peak traced heap (with
@@ -37,6 +37,12 @@ def replay(args: argparse.Namespace, nodes: int, scale: float) -> dict[str, floa
     if args.backfill:
         sched = dataclasses.replace(profile.scheduler, backfill=args.backfill)
         profile = dataclasses.replace(profile, scheduler=sched)
+    if args.max_jobs_per_user:  # a partition QOS with MaxJobsPerUser (mirage.sim.limits)
+        from mirage.profile.schema import Qos
+
+        parts = tuple(dataclasses.replace(p, qos="cap") for p in profile.partitions)
+        qos = (Qos("cap", max_jobs_per_user=args.max_jobs_per_user),)
+        profile = dataclasses.replace(profile, partitions=parts, qos=qos)
     if args.tracemalloc:
         tracemalloc.start()
     t0 = time.perf_counter()
@@ -84,6 +90,7 @@ def main() -> None:
     ap.add_argument("--backfill", choices=["slurm", "easy"], default=None)
     ap.add_argument("--estimates", action="store_true", help="keep start estimates fresh")
     ap.add_argument("--priority-calc-period", type=int, default=0, help="seconds (0: every pass)")
+    ap.add_argument("--max-jobs-per-user", type=int, default=0, help="partition QOS limit")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slower)")
     args = ap.parse_args()
     configs = [(args.nodes, args.arrival_scale)]

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Mirage's Slurm test cluster: real Slurm daemons from the distribution's packages, on
 # loopback, on one machine, as root. Emulates a small GPU cluster:
-#   NODES x (CPUS cpus, MEM_MB memory, GPUS fake "a100" GPUs), one slurmd per node,
-#   slurmctld, slurmdbd on MariaDB (so sacct works), munge. Nothing runs under systemd.
+#   NODES x (CPUS cpus, MEM_MB memory, GPUS fake "a100" GPUs) gpu[1-NODES], and
+#   CPU_NODES CPU-only nodes cpu[1-CPU_NODES] (CPUS cpus, CPU_MEM_MB memory, no GPUs),
+#   one slurmd per node, slurmctld, slurmdbd on MariaDB (so sacct works), munge.
+#   Nothing runs under systemd.
+# Partitions: gpu (the default: gpu[1-NODES], 2 days), debug (gpu1, 1 h), cpu (the CPU
+# nodes, 2 days) and capped (gpu[1-NODES], 1 h, partition QOS "capped": at most 2 running
+# jobs per user, the rest pend with reason QOSMaxJobsPerUserLimit). Accounting limits are
+# enforced (AccountingStorageEnforce=associations,limits,qos): every user who submits needs
+# an association in the account "mirage" (root's is added here, the test users' by users.sh).
 #
 # Idempotent: installs missing Debian packages, (re)writes configs, starts only what is not
 # running, restarts Slurm daemons whose config changed, and waits until every node is idle.
@@ -11,6 +18,7 @@
 # Environment (defaults in brackets):
 #   MIRAGE_SLURM_LAB [/tmp/mirage-slurm]  state: pids, logs, spool, MariaDB data, fake GPUs
 #   MIRAGE_SLURM_NODES [4] MIRAGE_SLURM_CPUS [16] MIRAGE_SLURM_MEM_MB [128000] MIRAGE_SLURM_GPUS [4]
+#   MIRAGE_SLURM_CPU_NODES [2] MIRAGE_SLURM_CPU_MEM_MB [64000]
 #   MIRAGE_SLURM_READY_TIMEOUT [90]       seconds to wait for the nodes
 # Stop with scripts/slurm-testbed/stop.sh [--purge].
 set -euo pipefail
@@ -20,6 +28,8 @@ NODES=${MIRAGE_SLURM_NODES:-4}
 CPUS=${MIRAGE_SLURM_CPUS:-16}
 MEM_MB=${MIRAGE_SLURM_MEM_MB:-128000}
 GPUS=${MIRAGE_SLURM_GPUS:-4}
+CPU_NODES=${MIRAGE_SLURM_CPU_NODES:-2}
+CPU_MEM_MB=${MIRAGE_SLURM_CPU_MEM_MB:-64000}
 READY_TIMEOUT=${MIRAGE_SLURM_READY_TIMEOUT:-90}
 RUN=$LAB/run
 LOG=$LAB/log
@@ -32,6 +42,10 @@ CONF_DIR=/etc/slurm
 CLUSTER=mirage
 ACCOUNT=mirage
 NODELIST="gpu[1-$NODES]"
+CPU_NODELIST="cpu[1-$CPU_NODES]"
+ALL_NODES=$((NODES + CPU_NODES))
+QOS_CAPPED=capped
+QOS_CAPPED_MAX_JOBS_PER_USER=2
 START_NS=$(date +%s%N)
 
 elapsed() { echo $(( ($(date +%s%N) - START_NS) / 1000000 )); }
@@ -175,12 +189,17 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu
+# associations, their limits and QOS limits (partition capped's QOS) are enforced
+AccountingStorageEnforce=associations,limits,qos
 # the job's --comment reaches sacct only with this flag
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
 NodeName=$NODELIST NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=$CPUS Boards=1 SocketsPerBoard=2 CoresPerSocket=$((CPUS / 2)) ThreadsPerCore=1 RealMemory=$MEM_MB Gres=gpu:a100:$GPUS State=UNKNOWN
+NodeName=$CPU_NODELIST NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17101-$((17100 + CPU_NODES))] CPUs=$CPUS Boards=1 SocketsPerBoard=2 CoresPerSocket=$((CPUS / 2)) ThreadsPerCore=1 RealMemory=$CPU_MEM_MB State=UNKNOWN
 PartitionName=gpu Nodes=$NODELIST Default=YES DefaultTime=01:00:00 MaxTime=2-00:00:00 State=UP
 PartitionName=debug Nodes=gpu1 Default=NO DefaultTime=00:10:00 MaxTime=01:00:00 State=UP
+PartitionName=cpu Nodes=$CPU_NODELIST Default=NO DefaultTime=01:00:00 MaxTime=2-00:00:00 State=UP
+PartitionName=capped Nodes=$NODELIST Default=NO DefaultTime=00:10:00 MaxTime=01:00:00 QOS=$QOS_CAPPED State=UP
 EOF
 )
 GRES_CONF_TEXT="NodeName=$NODELIST Name=gpu Type=a100 File=$LAB/fakedev/nvidia[0-$((GPUS - 1))]"
@@ -260,7 +279,12 @@ sacctmgr -n -P list account format=account | grep -qx "$ACCOUNT" \
   || sacctmgr -i add account "$ACCOUNT" Description=mirage-tests Organization=mirage > /dev/null
 sacctmgr -n -P list assoc format=account,user | grep -qx "$ACCOUNT|root" \
   || sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" > /dev/null
-"$(dirname "$(readlink -f "$0")")/users.sh"  # mirage-alice, mirage-bob (multi-user tests)
+# partition capped's QOS: slurmctld resolves a partition's QOS when it starts
+sacctmgr -n -P list qos format=name | grep -qx "$QOS_CAPPED" \
+  || sacctmgr -i add qos "$QOS_CAPPED" > /dev/null
+[ "$(sacctmgr -n -P list qos "$QOS_CAPPED" format=maxjobspu)" = "$QOS_CAPPED_MAX_JOBS_PER_USER" ] \
+  || sacctmgr -i modify qos "$QOS_CAPPED" set MaxJobsPerUser="$QOS_CAPPED_MAX_JOBS_PER_USER" > /dev/null
+"$(dirname "$(readlink -f "$0")")/users.sh"  # mirage-alice, -bob, -carol, -dave (multi-user tests)
 say "slurmdbd ready"
 
 # ------------------------------------------------------------------ 5. slurmctld + one slurmd per node
@@ -276,13 +300,19 @@ for ((i = 1; i <= NODES; i++)); do
     slurmd -N "gpu$i"; started="$started gpu$i"
   fi
 done
+for ((i = 1; i <= CPU_NODES; i++)); do
+  if ! alive "$RUN/slurmd-cpu$i.pid" slurmd; then
+    mkdir -p "$SPOOL/slurmd-cpu$i"
+    slurmd -N "cpu$i"; started="$started cpu$i"
+  fi
+done
 [ -n "$started" ] && say "started slurmd for:$started"
 
 # ------------------------------------------------------------------ 6. wait for idle nodes
 nodes_ready() { # every node usable (idle/mixed/allocated/completing), none down/drained/unknown
-  local st; st=$(sinfo -h -N -p gpu -o '%T' 2> /dev/null) || return 1
-  [ "$(printf '%s\n' "$st" | grep -c .)" = "$NODES" ] || return 1
-  ! printf '%s\n' "$st" | grep -qvE '^(idle|mixed|allocated|completing)$'
+  local st; st=$(sinfo -h -N -o '%N %T' 2> /dev/null | sort -u) || return 1
+  [ "$(printf '%s\n' "$st" | grep -c .)" = "$ALL_NODES" ] || return 1
+  ! printf '%s\n' "$st" | awk '{print $2}' | grep -qvE '^(idle|mixed|allocated|completing)$'
 }
 if ! waitfor "$READY_TIMEOUT" nodes_ready; then
   sinfo -N -o '%N %T %E'

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Two ordinary local users for the multi-user tests (tests/slurm/test_two_users.py):
-# mirage-alice and mirage-bob, with home directories, known to Slurm's accounting in the
-# test cluster's account. Idempotent; as root (start.sh calls it once slurmdbd is up).
+# Ordinary local users for the multi-user tests and workloads (tests/slurm/test_two_users.py,
+# the fidelity suite's recorded workloads): mirage-alice, mirage-bob, mirage-carol and
+# mirage-dave, with home directories, known to Slurm's accounting in the test cluster's
+# account. Idempotent; as root (start.sh calls it once slurmdbd is up).
 #
-# On one host munge and getpwnam already know them; the test cluster does not set
-# AccountingStorageEnforce, so the associations are not required for their jobs to run,
-# but a real site has them, and sacct then shows each job under its user's account.
+# On one host munge and getpwnam already know them; the test cluster sets
+# AccountingStorageEnforce=associations,limits,qos, so their jobs are refused without the
+# association added here (sacct then shows each job under its user's account).
 set -euo pipefail
-USERS=${MIRAGE_TEST_USERS:-"mirage-alice mirage-bob"}
+USERS=${MIRAGE_TEST_USERS:-"mirage-alice mirage-bob mirage-carol mirage-dave"}
 ACCOUNT=${MIRAGE_SLURM_ACCOUNT:-mirage}
 if [ "$(id -u)" != 0 ]; then
   command -v sudo > /dev/null && sudo -n true 2> /dev/null && exec sudo -n -E "$0" "$@"

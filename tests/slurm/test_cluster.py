@@ -224,8 +224,11 @@ def test_show_partitions_nodes_config(slurm: CliSlurmClient) -> None:
     parts = {p["PartitionName"]: p for p in slurm.show("partition")}
     assert parts["gpu"]["MaxTime"] == "2-00:00:00"
     assert parts["debug"]["MaxTime"] == "01:00:00"
-    nodes = slurm.show("node")
-    assert len(nodes) >= 4 and all(n["Gres"] == "gpu:a100:4" for n in nodes)
+    assert (parts["cpu"]["Nodes"], parts["capped"]["QoS"]) == ("cpu[1-2]", "capped")
+    nodes = {n["NodeName"]: n for n in slurm.show("node")}
+    gpu_nodes = [n for name, n in nodes.items() if name.startswith("gpu")]
+    assert len(gpu_nodes) >= 4 and all(n["Gres"] == "gpu:a100:4" for n in gpu_nodes)
+    assert nodes["cpu1"]["Gres"] == "(null)" and nodes["cpu1"]["RealMemory"] == "64000"
     (config,) = slurm.show("config")
     assert config["AccountingStoreFlags"] == "job_comment"
     assert "bf_window=2880" in config["SchedulerParameters"]

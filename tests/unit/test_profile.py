@@ -74,7 +74,7 @@ def test_minimal_profile_gets_documented_defaults() -> None:
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        ('nmae = "x"\n', r"unknown key\(s\) nmae; valid keys: description, name,"),
+        ('nmae = "x"\n', r"unknown key\(s\) nmae; valid keys: associations, description, name,"),
         (
             "[scheduler]\nbf_windw_s = 3\n",
             r"unknown key\(s\) bf_windw_s; valid keys: .*bf_window_s",
@@ -230,3 +230,138 @@ def test_cli_show_and_capture(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert load_profile(out).partition().nodes == 1
+
+
+# ---- QOS and association limits ---------------------------------------------------
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+LIMITED = (
+    MINIMAL
+    + """qos = "capped"
+
+[[qos]]
+name = "capped"
+max_jobs_per_user = 2
+max_tres_per_user = "gres/gpu=8,node=2"
+max_wall_s = 3600
+
+[[qos]]
+name = "normal"
+
+[[associations]]
+user = "*"
+max_jobs = 8
+grp_tres = "cpu=64"
+default_qos = "normal"
+"""
+)
+
+
+def test_limits_load_and_round_trip() -> None:
+    prof = profile_from_dict(tomllib.loads(LIMITED))
+    assert prof.partition("gpu").qos == "capped"
+    capped, normal = prof.qos
+    assert (capped.max_jobs_per_user, capped.max_tres_per_user) == (2, "gres/gpu=8,node=2")
+    assert not normal.has_limits
+    assert prof.association("bob") == prof.associations[0]  # the "*" one
+    assert profile_from_dict(tomllib.loads(profile_to_toml(prof))) == prof
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("max_jobs_per_user = 2", "max_jobs_per_usr = 2"), "valid keys: grp_jobs, grp_tres"),
+        (("max_jobs = 8", "maxjobs = 8"), "unknown key(s) maxjobs; valid keys: default_qos"),
+        (('qos = "capped"', 'qos = "nope"'), "names QOS 'nope'; [[qos]] defines: capped, normal"),
+        (('"gres/gpu=8,node=2"', '"gpu=8"'), "unknown TRES 'gpu'"),
+        (('"cpu=64"', '"cpu=lots"'), "is not TRES=count"),
+        (('default_qos = "normal"', 'default_qos = "x"'), "names default_qos 'x'"),
+        (("max_wall_s = 3600", "max_wall_s = -1"), "must not be negative"),
+    ],
+)
+def test_limits_schema_rejects(change: tuple[str, str], message: str) -> None:
+    with pytest.raises(ProfileError, match=None) as err:
+        profile_from_dict(tomllib.loads(LIMITED.replace(*change)))
+    assert message in str(err.value)
+
+
+def test_parse_recorded_sacctmgr_and_partition_qos() -> None:
+    # real output of the test cluster (Slurm 22.05.8), recorded 2026-11-28
+    from mirage.profile.capture import associations_from, partitions_from, qos_from
+    from mirage.slurm.parse import parse_sacctmgr_parsable, parse_scontrol_oneliner
+
+    qos_rows = parse_sacctmgr_parsable((DATA / "sacctmgr-show-qos.txt").read_text())
+    assert [r["Name"] for r in qos_rows] == ["normal", "capped"]
+    normal, capped = qos_from(qos_rows)
+    assert capped.max_jobs_per_user == 2 and capped.max_submit_jobs_per_user is None
+    assert not normal.has_limits
+    assoc_rows = parse_sacctmgr_parsable((DATA / "sacctmgr-show-assoc.txt").read_text())
+    assert {r["User"] for r in assoc_rows} >= {"mirage-alice", "mirage-bob", "root"}
+    assert associations_from(assoc_rows, ["normal", "capped"]) == ()  # no user limits set
+    parts = parse_scontrol_oneliner((DATA / "scontrol-show-partition-qos.txt").read_text())
+    nodes = [_node(f"gpu{i}", "gpu,capped" + (",debug" if i == 1 else "")) for i in (1, 2, 3, 4)]
+    by_name = {p.name: p for p in partitions_from(parts, nodes)}
+    assert by_name["capped"].qos == "capped"
+    assert by_name["gpu"].qos == ""  # QoS=N/A
+
+
+def test_sacctmgr_limits_columns() -> None:
+    # synthetic rows (the recorded cluster sets only MaxJobsPU): every modelled column
+    from mirage.profile.capture import associations_from, qos_from
+    from mirage.slurm.parse import parse_sacctmgr_parsable
+
+    text = (
+        "Name|Flags|GrpTRES|GrpJobs|MaxWall|MaxTRESPU|MaxJobsPU|MaxSubmitPU\n"
+        "big|OverPartQOS|cpu=512,mem=1T,gres/gpu:a100=32|10|2-00:00:00|gres/gpu=8|4|20\n"
+    )
+    [q] = qos_from(parse_sacctmgr_parsable(text))
+    assert q == q.__class__(
+        "big", 4, 20, "gres/gpu=8", "cpu=512,gres/gpu=32", 10, 172800, True
+    )  # mem is not modelled: left out
+    assoc = (
+        "Cluster|Account|User|GrpJobs|GrpTRES|MaxJobs|MaxSubmit|MaxWall|Def QOS\n"
+        "c|acct|||||||\n"
+        "c|acct|ann||node=4|8|100|12:00:00|big\n"
+    )
+    [a] = associations_from(parse_sacctmgr_parsable(assoc), ["big"])
+    assert (a.user, a.max_jobs, a.max_submit_jobs, a.grp_tres, a.max_wall_s, a.default_qos) == (
+        "ann",
+        8,
+        100,
+        "node=4",
+        43200,
+        "big",
+    )
+
+
+class LimitsClient(ShowOnlyClient):
+    def __init__(self, records: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
+        super().__init__(records)
+
+    def accounting_limits(self, kind: str) -> list[Mapping[str, str]]:
+        from mirage.slurm.parse import parse_sacctmgr_parsable
+
+        name = {"qos": "sacctmgr-show-qos.txt", "assoc": "sacctmgr-show-assoc.txt"}[kind]
+        self.calls.append("sacctmgr " + kind)
+        return list(parse_sacctmgr_parsable((DATA / name).read_text()))
+
+
+def test_capture_reads_limits_where_enforced() -> None:
+    from mirage.slurm.parse import parse_scontrol_oneliner
+
+    parts = parse_scontrol_oneliner((DATA / "scontrol-show-partition-qos.txt").read_text())
+    nodes = [_node(f"gpu{i}", "gpu,capped") for i in (1, 2, 3, 4)]
+    records = {"config": [{"AccountingStorageEnforce": "associations,limits,qos"}],
+               "partition": parts, "node": nodes}  # fmt: skip
+    client = LimitsClient(records)
+    prof = capture_profile(client, "lab")
+    assert "sacctmgr qos" in client.calls
+    assert prof.partition("capped").qos == "capped"
+    assert [q.name for q in prof.qos] == ["normal", "capped"]
+    assert profile_from_dict(tomllib.loads(profile_to_toml(prof))) == prof
+    # without "limits" enforced, Slurm applies none: none captured
+    client = LimitsClient({**records, "config": [{"AccountingStorageEnforce": "associations"}]})
+    prof = capture_profile(client, "lab")
+    assert prof.qos == () and prof.partition("capped").qos == ""
+    assert "sacctmgr qos" not in client.calls

@@ -59,7 +59,8 @@ def test_backfill_and_priority_matter_for_at_least_five_jobs() -> None:
 
 
 def test_priority_is_slurms_job_size_factor() -> None:
-    """(nodes / 4 + cpus / 64) / 2 * 100, truncated: what sprio shows on the test cluster."""
+    """(nodes / 6 + cpus / 96) / 2 * 100, truncated: what sprio shows on the test cluster
+    (its 4 GPU nodes and 2 CPU nodes: the factor counts over the whole cluster)."""
     jobs = [
         fid.FidelityJob("a", 0, 1, 1, 4, 60, 10),
         fid.FidelityJob("b", 0, 1, 2, 8, 60, 10),
@@ -69,7 +70,7 @@ def test_priority_is_slurms_job_size_factor() -> None:
     ]
     sim = fid.testbed_simulation(MODEL)
     sim.add_jobs(fid.sim_specs(jobs, MODEL))
-    assert [sim.priority(i) for i in range(5)] == [15, 18, 25, 31, 50]
+    assert [sim.priority(i) for i in range(5)] == [10, 12, 16, 20, 33]
 
 
 def test_priority_age_moves_only_at_recalculation() -> None:
@@ -79,9 +80,9 @@ def test_priority_age_moves_only_at_recalculation() -> None:
     sim.run_until(0)
     sim.eligible_at[0] = 0
     sim.now = 299
-    assert sim.priority(0) == 15
-    sim.now = 300  # 15.625 + 1000 * 300 / 86400 (3.47 points of age), truncated
-    assert sim.priority(0) == 19
+    assert sim.priority(0) == 10
+    sim.now = 300  # 10.42 + 1000 * 300 / 86400 (3.47 points of age), truncated
+    assert sim.priority(0) == 13
 
 
 def test_compare_starts_by_hand() -> None:
@@ -205,7 +206,7 @@ def test_sim_like_uses_the_run_clock() -> None:
 
 
 def test_exclusive_jobs_count_whole_nodes_after_a_recalculation() -> None:
-    """As sprio shows on the test cluster: a 4-CPU --exclusive job goes 15 -> 25 (+ age)."""
+    """As sprio shows on the test cluster: a 4-CPU --exclusive job goes 10 -> 16 (+ age)."""
     model = fid.default_model(exclusive=True)
     jobs = [fid.FidelityJob("a", 10, 1, 1, 4, 60, 10)]
     sim = fid.testbed_simulation(model)
@@ -213,9 +214,9 @@ def test_exclusive_jobs_count_whole_nodes_after_a_recalculation() -> None:
     sim.run_until(0)
     sim.eligible_at[0] = 10
     sim.now = 299
-    assert sim.priority(0) == 15
-    sim.now = 300  # (1/4 + 16/64) / 2 * 100 + 1000 * 290 / 86400
-    assert sim.priority(0) == 28
+    assert sim.priority(0) == 10
+    sim.now = 300  # (1/6 + 16/96) / 2 * 100 + 1000 * 290 / 86400
+    assert sim.priority(0) == 20
 
 
 def _nodes(jobs: list[fid.FidelityJob], until: int) -> dict[str, list[str]]:
