@@ -51,9 +51,10 @@ def busy_nodes_by_month(df: pd.DataFrame) -> pd.Series:
 
 def without_limits(profile: ClusterProfile) -> ClusterProfile:
     """The profile with its QOS/association limits removed (if it has any)."""
-    if not getattr(profile, "limits", None):
+    if not profile.qos and not profile.associations:
         return profile
-    return dataclasses.replace(profile, limits=type(profile.limits)())  # type: ignore[attr-defined]
+    parts = tuple(dataclasses.replace(p, qos="") for p in profile.partitions)
+    return dataclasses.replace(profile, partitions=parts, qos=(), associations=())
 
 
 def stats(sim_w: np.ndarray, real_w: np.ndarray) -> str:
@@ -89,7 +90,7 @@ def report(prep: Prepared, profile: ClusterProfile, nodes: int, label: str) -> N
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", default=str(LS6))
-    ap.add_argument("--profile", default=str(REPO / "models" / "ls6" / "profile.toml"))
+    ap.add_argument("--profile", default=str(REPO / "models" / "ls6" / "profile-limits.toml"))
     ap.add_argument("--nodes", default="88,79,76")
     args = ap.parse_args()
     df = load_trace(Path(args.trace)).jobs

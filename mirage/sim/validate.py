@@ -351,6 +351,14 @@ def _nodes(job: SlurmJob, part: Partition) -> int:
     return 1
 
 
+def _whole_nodes(job: SlurmJob, part: Partition) -> bool:
+    """Does the job take whole nodes: it names no GPUs or CPUs (a node-count-only record),
+    or holds every CPU of its nodes (``--exclusive``: sacct's AllocTRES has them all)?"""
+    if job.gpus <= 0 and job.cpus <= 0:
+        return True
+    return job.nodes > 0 and job.cpus >= job.nodes * part.cpus_per_node
+
+
 def _spec(
     job: SlurmJob, part: Partition, submit: int, run: int, limit: int | None, **extra: Any
 ) -> JobSpec:
@@ -362,7 +370,7 @@ def _spec(
         partition=part.name,
         gpus=max(0, job.gpus),
         cpus=max(0, job.cpus),
-        exclusive=job.gpus <= 0 and job.cpus <= 0,
+        exclusive=_whole_nodes(job, part),
         user=job.user,
         name=job.name,
         trace_id=job.job_id,
