@@ -1396,21 +1396,22 @@ class Simulation:
             yield i, max(st + _ceil(limit[i], res), soon)
 
     def _end_batches(self, res: int) -> EndBatches:
-        specs = self.specs
+        """The running jobs' ends for _will_run_test's batches, read when first needed
+        (jobs the pass starts before then are among them)."""
+        specs, scale = self.specs, self.sched.bf_window_linear
         if not self.sched.bf_will_run_batches:
-            return EndBatches((), enabled=False)
+            return EndBatches(list, enabled=False)
         if not self._packed:
             return EndBatches(
-                ((t, (specs[i].partition,)) for i, t in self._planned_ends(res)),
-                self.sched.bf_window_linear,
+                lambda: [(t, (specs[i].partition,)) for i, t in self._planned_ends(res)], scale
             )
         alloc, node_parts = self.alloc, self.node_parts
         return EndBatches(
-            (
+            lambda: [
                 (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
                 for i, t in self._planned_ends(res)
-            ),
-            self.sched.bf_window_linear,
+            ],
+            scale,
         )
 
     def _availability(self, res: int) -> dict[str, Availability]:

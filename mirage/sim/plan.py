@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -313,22 +313,34 @@ class EndBatches:
     every running job of the cluster, as Slurm's list); None when ``t`` is no such end.
     """
 
-    __slots__ = ("_by_part", "enabled", "ends", "parts", "scale")
+    __slots__ = ("_by_part", "_source", "enabled", "ends", "parts", "scale")
 
     def __init__(
-        self, running: Iterable[tuple[int, Collection[str]]], scale: int = 0, enabled: bool = True
+        self,
+        running: Callable[[], Iterable[tuple[int, Collection[str]]]],
+        scale: int = 0,
+        enabled: bool = True,
     ) -> None:
-        """``enabled=False``: no batches (``start`` is always None, ``add`` does nothing)."""
-        pairs = sorted(running, key=lambda x: x[0]) if enabled else []
-        self.ends = [t for t, _ in pairs]
-        self.parts = [p for _, p in pairs]
+        """``running``: called once, when first needed (most passes never need it).
+        ``enabled=False``: no batches (``start`` is always None, ``add`` does nothing)."""
+        self._source: Callable[[], Iterable[tuple[int, Collection[str]]]] | None = running
+        self.ends: list[int] = []
+        self.parts: list[Collection[str]] = []
         self.scale = scale
         self.enabled = enabled
         self._by_part: dict[str, dict[int, int]] = {}
 
+    def _load(self) -> None:
+        if self._source is not None:
+            pairs = sorted(self._source(), key=lambda x: x[0])
+            self._source = None
+            self.ends = [t for t, _ in pairs]
+            self.parts = [p for _, p in pairs]
+
     def add(self, end: int, parts: Collection[str]) -> None:
-        """A job started during the pass: it runs until ``end``."""
-        if not self.enabled:
+        """A job started during the pass: it runs until ``end``. (Not loaded yet: the
+        source, called later, lists it among the running jobs.)"""
+        if not self.enabled or self._source is not None:
             return
         k = bisect_right(self.ends, end)
         self.ends.insert(k, end)
@@ -336,8 +348,11 @@ class EndBatches:
         self._by_part.clear()
 
     def start(self, part: str, t: int) -> int | None:
+        if not self.enabled:
+            return None
         got = self._by_part.get(part)
         if got is None:
+            self._load()
             touch = [part in p for p in self.parts]
             out = will_run_batches(self.ends, touch, self.scale)
             got = {e: b for e, b, x in zip(self.ends, out, touch, strict=True) if x}
