@@ -34,7 +34,10 @@ differs on purpose:
   long ``sched_interval`` (on the test cluster, ``sched_interval=1``: the same second);
   ``sched_interval_s`` is not used. Event-driven passes in Slurm stop after
   ``default_queue_depth`` (100) jobs; the engine's pass goes on until every partition is
-  blocked (with one partition that is the first blocked job either way).
+  blocked (with one partition that is the first blocked job either way). The first job
+  that cannot start blocks its partition and every node of it, also for other
+  partitions (_schedule's ``fail_by_part``: ``failed_parts``, ``avail_node_bitmap`` less
+  the partition's nodes): mirrored.
 - sched/backfill/backfill.c:backfill_agent: a cycle once ``bf_interval`` has passed since
   the previous one ended, if anything changed since (_more_work), else checked every
   second; the engine's cycle takes no time, so it ends where it starts, and it sees the
