@@ -34,7 +34,7 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
                                         # free CPUs, as select/cons_tres) on shared nodes
     bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
                                         # its nodes whole (sched/backfill's node bitmaps)
-    bf_will_run_batches = true          # backfill starts a reservation at the end of a
+    bf_will_run_batches = false         # backfill starts a reservation at the end of a
                                         # batch of running-job ends, as Slurm's
                                         # _will_run_test (false: at the exact earliest fit)
     bf_window_linear = 0                # bf_window_linear: those batches' window grows by
@@ -117,7 +117,7 @@ class SchedulerSettings:
     limit_check_interval_s: int | None = None
     node_choice: Literal["lowest", "best_fit"] = "lowest"
     bf_reserve_whole_nodes: bool = False
-    bf_will_run_batches: bool = True
+    bf_will_run_batches: bool = False
     bf_window_linear: int = 0
     kill_wait_s: int = 30
     fairshare: Literal["none", "classic"] = "none"

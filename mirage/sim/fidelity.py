@@ -344,6 +344,7 @@ def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> Schedul
         limit_check_interval_s=LIMIT_CHECK_S,
         node_choice="best_fit",
         bf_reserve_whole_nodes=True,
+        bf_will_run_batches=True,
     )
 
 

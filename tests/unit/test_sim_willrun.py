@@ -19,7 +19,7 @@ from mirage.sim import JobSpec, Simulation
 from mirage.sim.plan import WillRunPlan, will_run_batches
 from mirage.sim.scenario import job, toy_profile
 
-EXACT: dict[str, Any] = {"bf_interval_s": 1, "bf_resolution_s": 1}
+EXACT: dict[str, Any] = {"bf_interval_s": 1, "bf_resolution_s": 1, "bf_will_run_batches": True}
 
 
 def test_batches_follow_the_time_window_loop() -> None:
@@ -54,7 +54,7 @@ WHOLE = (job(0, 100), job(0, 140), job(0, 1000), job(0, 100, nodes=2), job(0, 12
 
 
 def _at_zero(*jobs: JobSpec, nodes: int, **sched: Any) -> tuple[Simulation, list[str]]:
-    sim = Simulation(toy_profile(nodes, **EXACT, **sched))
+    sim = Simulation(toy_profile(nodes, **{**EXACT, **sched}))
     ids = sim.add_jobs(jobs)
     sim.run_until(0)
     return sim, ids
