@@ -44,8 +44,8 @@ slurm-down:
 	scripts/slurm-testbed/stop.sh
 
 # The cluster is stopped whatever the outcome; the exit status is pytest's. The fidelity
-# comparison (tests/slurm/test_fidelity.py: two real runs, ~11 min, the whole cluster to
-# itself) runs in the same session on the same cluster start, in module order (after the
+# check (tests/slurm/test_fidelity.py: one live run of the suite's smallest workload against
+# its recorded fixtures and the simulator, ~3 min, the whole cluster to itself) runs in the same session on the same cluster start, in module order (after the
 # cluster and daemon tests, before test_zz_unreachable; it drains the queue first).
 slurm-tests: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m slurm -q; rc=$$?; \
@@ -56,7 +56,8 @@ slurm-tests: venv slurm-up
 test: venv
 	BIN=$(BIN) MAKE=$(MAKE) scripts/run-tests.sh
 
-# Only the simulator against real Slurm (two real runs of a scripted workload, ~11 min).
+# Only the fidelity check against real Slurm (one live run of the suite's smallest workload
+# against its recorded fixture runs and the simulator's replay, ~3 min).
 fidelity: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -p no:xdist -s -m slurm \
 	  tests/slurm/test_fidelity.py; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc

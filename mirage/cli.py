@@ -42,7 +42,7 @@ def _register() -> None:
     from mirage.evaluate.cli import evaluate
     from mirage.learn.cli import train_cmd
     from mirage.profile.cli import profile
-    from mirage.sim.cli import calibrate, simulate
+    from mirage.sim.cli import calibrate, sim, simulate
     from mirage.synth.cli import synth
     from mirage.trace.cli import trace
 
@@ -50,6 +50,7 @@ def _register() -> None:
     main.add_command(profile)
     main.add_command(simulate)
     main.add_command(calibrate)
+    main.add_command(sim)
     main.add_command(chain)
     main.add_command(status_cmd)
     main.add_command(daemon_cmd)

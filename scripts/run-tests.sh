@@ -1,11 +1,11 @@
 #!/bin/bash
 # `make test`: lint and unit tests beside the real-Slurm tests, on one cluster start.
 #
-# The Slurm tests mostly wait on real time (1-minute time limits, the fidelity comparison's
-# two scripted runs) and leave the CPUs idle; run after them, lint and unit tests added
-# about 5 minutes to CI. They run niced, so that they never take the CPU from slurmctld,
-# slurmd or the daemon under test, and they are done long before the fidelity comparison
-# (module order: it runs about 12 minutes in). Their output is printed as one block when
+# The Slurm tests mostly wait on real time (1-minute time limits, the fidelity check's live
+# run of a recorded workload) and leave the CPUs idle; run after them, lint and unit tests
+# added about 5 minutes to CI. They run niced, so that they never take the CPU from
+# slurmctld, slurmd or the daemon under test, and they are done long before the fidelity
+# check (module order: after the docs test, about 10 minutes in). Their output is printed as one block when
 # they end. The exit status is non-zero if either part failed; the cluster is stopped
 # whatever the outcome.
 set -u

@@ -18,8 +18,12 @@ from mirage.profile.schema import (
     SchedulerSettings,
 )
 from mirage.slurm.client import SlurmClient
+from mirage.slurm.hostlist import compress as compress_hostlist
 
 log = logging.getLogger(__name__)
+
+#: slurmctld checks time limits every PERIODIC_TIMEOUT (30 s, src/slurmctld/controller.c).
+PERIODIC_TIMEOUT_S = 30
 
 _UNLIMITED = {"UNLIMITED", "INFINITE", "NONE", "N/A", ""}
 
@@ -103,6 +107,10 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         return int(value) * unit if value.isdigit() else default
 
     max_age = parse_slurm_duration(config.get("PriorityMaxAge", "7-00:00:00"))
+    try:  # PriorityCalcPeriod: minutes when bare (slurm.conf); scontrol prints "00:05:00"
+        calc_period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
+    except ValueError:
+        calc_period = 300
     # Fair-share: the simulator models Slurm's classic algorithm (PriorityFlags=
     # NO_FAIR_TREE; on a Fair Tree cluster, Slurm >= 19.05's default, an approximation).
     # It is switched on where jobs must carry an association (AccountingStorageEnforce
@@ -133,6 +141,16 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         bf_window_linear=param("bf_window_linear", defaults.bf_window_linear),
         kill_wait_s=_seconds(config.get("KillWait", ""), defaults.kill_wait_s),
         fairshare="classic" if assoc and fs_weight > 0 else "none",
+        # A captured cluster runs Slurm's own code, so the engine's optional Slurm details
+        # are on (mirage.sim.engine's docstring): the job size factor over nodes and CPUs
+        # (priority/multifactor), priorities set at PriorityCalcPeriod, limits enforced on
+        # slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's best fit, and backfill
+        # reservations on whole nodes (sched/backfill's node bitmaps).
+        priority_size_cpus=True,
+        priority_calc_period_s=calc_period,
+        limit_check_interval_s=PERIODIC_TIMEOUT_S,
+        node_choice="best_fit",
+        bf_reserve_whole_nodes=True,
     )
 
 
@@ -176,6 +194,7 @@ def partitions_from(
                 max_time_s=parse_slurm_duration(part.get("MaxTime", "UNLIMITED")),
                 default=part.get("Default", "NO").upper() == "YES",
                 qos=_none_if_na(part.get("QoS", part.get("QOS", ""))),
+                node_list=compress_hostlist(n.get("NodeName", "") for n in its),
             )
         )
     return tuple(out)

@@ -60,6 +60,9 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
     max_time_s = 172800                 # optional: omitted = unlimited
     default = false                     # the partition jobs go to without -p
     qos = ""                            # the partition QOS (a [[qos]] name; "": none)
+    node_list = ""                      # its nodes as a Slurm hostlist ("gpu[1-4]"),
+                                        # as captured; partitions naming one node share
+                                        # it in the simulator. "": nodes of its own
 
     # Limits that make jobs wait besides capacity (Slurm's QOS and association limits,
     # enforced as AccountingStorageEnforce=associations,limits,qos; mirage.sim.limits).
@@ -91,6 +94,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from mirage.slurm.hostlist import HostlistError
+from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.typedtoml import SchemaError, build, read_toml
 
 
@@ -136,6 +141,7 @@ class Partition:
     max_time_s: int | None = None
     default: bool = False
     qos: str = ""
+    node_list: str = ""  # Slurm hostlist of its nodes; "": unnamed nodes of its own
 
     @property
     def total_gpus(self) -> int | None:
@@ -291,7 +297,24 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
     )
     _check_timezone(profile.timezone, source)
     _check_limits(profile, source)
+    _check_node_lists(profile, source)
     return profile
+
+
+def _check_node_lists(profile: ClusterProfile, source: str) -> None:
+    """A partition's node list reads as a hostlist and has as many names as ``nodes``."""
+    for p in profile.partitions:
+        if not p.node_list:
+            continue
+        try:
+            names = expand_hostlist(p.node_list)
+        except HostlistError as exc:
+            raise ProfileError(f"{source}: partition {p.name}: node_list: {exc}") from exc
+        if p.nodes is not None and len(set(names)) != p.nodes:
+            raise ProfileError(
+                f"{source}: partition {p.name}: node_list {p.node_list!r} names "
+                f"{len(set(names))} nodes, nodes = {p.nodes}"
+            )
 
 
 def _tables(data: dict[str, Any], key: str, source: str) -> list[Any]:

@@ -162,6 +162,7 @@ from mirage.profile.schema import ClusterProfile
 from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.workload import INFINITE, JobSpec
+from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
 
 # Event kinds; within one instant, ends are handled first (their nodes are free for the
@@ -463,6 +464,9 @@ class Simulation:
         for p in profile.partitions:
             if p.name in named:
                 names = list(named[p.name])
+            elif p.node_list and p.name not in over:
+                # a captured profile names its nodes: partitions that share one share it
+                names = expand_hostlist(p.node_list)
             else:
                 n = over.get(p.name, p.nodes)
                 if n is None:

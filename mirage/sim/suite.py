@@ -260,6 +260,7 @@ class RecordedRun:
     released: dict[str, float]
     records: tuple[SacctRecord, ...]
     tz_offset_s: int = 0  # subtracted from sacct's stamps read as UTC (the recorder's zone)
+    fairshare: dict[str, float] = field(default_factory=dict)  # sshare.txt: user -> factor
     path: str = ""
     by_key: dict[str, SacctRecord] = field(default_factory=dict)  # task key -> record
 
@@ -354,6 +355,27 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
     return records
 
 
+def parse_sshare(text: str, source: str = "sshare.txt") -> dict[str, float]:
+    """User -> fair-share factor from ``sshare -a -P --noheader`` with Account, User,
+    RawShares, NormShares, RawUsage, EffectvUsage, FairShare. A user with several
+    associations gets the one with the most raw usage (the account its jobs are charged
+    to: root's is mirage on the test cluster, not its idle root association)."""
+    best: dict[str, tuple[float, float]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = [p.strip() for p in line.split("|")]
+        if not line.strip() or len(parts) < 7 or not parts[1]:
+            continue  # account rows (no user)
+        try:
+            usage, factor = float(parts[4] or 0), float(parts[6])
+        except ValueError:
+            raise ValueError(
+                f"{source} line {n} ({line[:80]!r}): bad RawUsage or FairShare"
+            ) from None
+        if parts[1] not in best or usage > best[parts[1]][0]:
+            best[parts[1]] = (usage, factor)
+    return {u: f for u, (_, f) in best.items()}
+
+
 def _tz_offset(records: Sequence[SacctRecord], by_id: Mapping[str, float]) -> int:
     """Whole quarter hours by which sacct's stamps (read as UTC) lead the real epoch."""
     diffs = [
@@ -405,6 +427,8 @@ def read_run(path: str | Path, workload: Workload | None = None) -> RecordedRun:
             by_key[f"{parent}_{r.task}"] = r
         elif r.job_id in key_of:
             by_key[key_of[r.job_id]] = r
+    shares = d / "sshare.txt"
+    fairshare = parse_sshare(shares.read_text(), str(shares)) if shares.exists() else {}
     return RecordedRun(
         t0=float(meta["t0"]),
         label=str(meta.get("label", d.name)),
@@ -413,6 +437,7 @@ def read_run(path: str | Path, workload: Workload | None = None) -> RecordedRun:
         released=released,
         records=tuple(records),
         tz_offset_s=tz,
+        fairshare=fairshare,
         path=str(d),
         by_key=by_key,
     )
@@ -985,6 +1010,22 @@ def _sim_time(epoch: float, base: int) -> int:
     return math.floor(epoch - base) + SUBMIT_LATENCY_S
 
 
+#: The test cluster's PriorityWeightFairshare.
+FAIRSHARE_WEIGHT = 10000
+
+
+def _fair_share_sim(factors: Mapping[str, float]) -> type[Simulation]:
+    """A Simulation whose priorities add each user's fixed fair-share term."""
+    terms = {u: int(FAIRSHARE_WEIGHT * f) for u, f in factors.items()}
+
+    class FairShareSimulation(Simulation):
+        def priority(self, i: int) -> int:
+            value = super().priority(i)
+            return value + terms.get(self.specs[i].user, 0) if value else 0
+
+    return FairShareSimulation
+
+
 @dataclass(frozen=True)
 class Replay:
     """One simulated twin of a recorded run (times in s after the run's t0 second)."""
@@ -995,25 +1036,28 @@ class Replay:
 
 
 def replay(
-    workload: Workload, run: RecordedRun, backfill: Backfill = "slurm", fairshare: bool = False
+    workload: Workload, run: RecordedRun, backfill: Backfill = "slurm", fairshare: bool = True
 ) -> Replay:
     """Replay ``workload`` as it was submitted in ``run``: same submit and release
     instants (each taking effect SUBMIT_LATENCY_S later, in whole seconds), same controller
     clocks at t0 (limit check and priority recalculation phases), on the test cluster's
     three partitions (gpu and capped share gpu[1-4]). Array tasks are separate jobs;
-    dependencies name the parent's jobs (every task of an array). ``fairshare``: Slurm's
-    classic fair-share (PriorityWeightFairshare=10000) from zero usage.
+    dependencies name the parent's jobs (every task of an array).
+
+    ``fairshare``: each job's priority gains PriorityWeightFairshare (10000) x its user's
+    fair-share factor as sshare showed it just before the run (``run.fairshare``), held
+    for the whole run (Slurm recomputes it every PriorityCalcPeriod from usage that the
+    run adds to; not modelled). Without sshare.txt, or with one user, it changes nothing.
     """
     profile = suite_profile(backfill)
-    if fairshare:
-        sched = replace(profile.scheduler, fairshare="classic", priority_weight_fairshare=10000)
-        profile = replace(profile, scheduler=sched)
     base = run.base
     kill: int | None = None
     calc = 0
     if run.clock is not None:
         kill, calc = run.clock.phases(base, profile.scheduler.priority_calc_period_s or 0)
-    sim = Simulation(
+    factors = run.fairshare if fairshare else {}
+    sim_cls = _fair_share_sim(factors) if factors else Simulation
+    sim = sim_cls(
         profile,
         start_time=0,
         partition_nodes={p: list(n) for p, n in PARTITION_NODES.items()},
@@ -1160,7 +1204,7 @@ def jumped_share(run: RecordedRun) -> float:
 
 
 def score(
-    workload: Workload, runs: Sequence[RecordedRun] | None = None, fairshare: bool = False
+    workload: Workload, runs: Sequence[RecordedRun] | None = None, fairshare: bool = True
 ) -> Score:
     """Score ``workload`` against its recorded runs (default: those under DATA_DIR)."""
     if runs is None:

@@ -338,3 +338,37 @@ def test_recorded_workload_meets_the_pass_mark(name: str) -> None:
     print(f"\n{suite.TABLE_HEAD}\n{row.row()}")
     assert row.passes_share, f"sim share {row.sim_share:.0%} < floor {row.floor:.0%} - 10"
     assert row.passes_wait, f"mean wait sim {row.sim_wait:.1f} s vs real {row.real_wait:.1f} s"
+
+
+SSHARE = """root|||0.000000|29662|1.000000|
+ root|root|1|0.500000|0|0.000000|1.000000
+ mirage||1|0.500000|29662|1.000000|
+  mirage|mirage-alice|1|0.200000|561|0.019148|0.333333
+  mirage|mirage-dave|1|0.200000|29|0.001022|0.833333
+  mirage|root|1|0.200000|28460|0.959009|0.166667
+"""
+
+
+def test_parse_sshare_takes_each_users_charged_association() -> None:
+    assert suite.parse_sshare(SSHARE) == {
+        "root": 0.166667,  # its mirage association (the used one), not the idle root one
+        "mirage-alice": 0.333333,
+        "mirage-dave": 0.833333,
+    }
+    with pytest.raises(ValueError, match=r"line 2 .*bad RawUsage"):
+        suite.parse_sshare("a|b|1|0.5|3|0|0.5\n  a|u|1|0.5|lots|0|0.5\n")
+
+
+def test_replay_orders_users_by_their_recorded_fair_share() -> None:
+    # one 4-node job holds the partition; then alice's job (submitted first) and dave's
+    jobs = (
+        _job("j0", nodes=4, gpus_per_node=4, cpus_per_node=16, run_s=20),
+        _job("j1", 2, nodes=4, gpus_per_node=4, cpus_per_node=16, user="mirage-alice"),
+        _job("j2", 3, nodes=4, gpus_per_node=4, cpus_per_node=16, user="mirage-dave"),
+    )
+    w = Workload("fs", {}, jobs)
+    run = replace(_fake_run(w), fairshare=suite.parse_sshare(SSHARE))
+    fair = replay(w, run).starts
+    assert (fair["j2"], fair["j1"]) == (20, 30)  # dave's larger factor wins
+    plain = replay(w, run, fairshare=False).starts
+    assert (plain["j1"], plain["j2"]) == (20, 30)  # by age: alice first
