@@ -83,6 +83,12 @@ def _merge(records: Sequence[Mapping[str, str]]) -> dict[str, str]:
     return merged
 
 
+def _seconds(text: str, default: int) -> int:
+    """``scontrol show config``'s "2 sec" (KillWait) as 2."""
+    head, _, _ = text.strip().partition(" ")
+    return int(head) if head.isdigit() else default
+
+
 def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
     """Priority weights and backfill parameters from ``scontrol show config``."""
     params: dict[str, str] = {}
@@ -132,6 +138,8 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         bf_resolution_s=param("bf_resolution", defaults.bf_resolution_s),
         bf_max_job_test=param("bf_max_job_test", defaults.bf_max_job_test),
         sched_interval_s=param("sched_interval", defaults.sched_interval_s),
+        bf_window_linear=param("bf_window_linear", defaults.bf_window_linear),
+        kill_wait_s=_seconds(config.get("KillWait", ""), defaults.kill_wait_s),
         fairshare="classic" if assoc and fs_weight > 0 else "none",
         # A captured cluster runs Slurm's own code, so the engine's optional Slurm details
         # are on (mirage.sim.engine's docstring): the job size factor over nodes and CPUs

@@ -34,6 +34,13 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
                                         # free CPUs, as select/cons_tres) on shared nodes
     bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
                                         # its nodes whole (sched/backfill's node bitmaps)
+    bf_will_run_batches = false         # backfill starts a reservation at the end of a
+                                        # batch of running-job ends, as Slurm's
+                                        # _will_run_test (false: at the exact earliest fit)
+    bf_window_linear = 0                # bf_window_linear: those batches' window grows by
+                                        # this many seconds (0: doubles, Slurm's default)
+    kill_wait_s = 30                    # KillWait: backfill guesses a job past its limit
+                                        # ends that long after it (_guess_job_end)
     fairshare = "none"                  # "classic": Slurm's classic fair-share factor,
                                         # weighted by priority_weight_fairshare, per user;
                                         # "none": no fair-share term (as on a cluster whose
@@ -115,6 +122,9 @@ class SchedulerSettings:
     limit_check_interval_s: int | None = None
     node_choice: Literal["lowest", "best_fit"] = "lowest"
     bf_reserve_whole_nodes: bool = False
+    bf_will_run_batches: bool = False
+    bf_window_linear: int = 0
+    kill_wait_s: int = 30
     fairshare: Literal["none", "classic"] = "none"
     priority_decay_half_life_s: int = 7 * 86400
     fairshare_usage: Literal["cpus", "gpus"] = "cpus"

@@ -11,14 +11,67 @@ Scheduling follows Slurm:
   priority order; each starts if its partition has the nodes; the first job that does not
   fit blocks the rest of its partition (Slurm's schedule() stops at the first blocked job
   per partition).
-- Backfill (at multiples of ``bf_interval_s``, when something changed since the last
-  pass): walks up to ``bf_max_job_test`` jobs in priority order over an availability
-  profile built from running jobs' expected ends (start + time limit, at
-  ``bf_resolution_s``); a job that fits now starts, any other gets a reservation at its
-  earliest start within ``bf_window_s`` (every tested job with "slurm", only the first
-  blocked job per partition with "easy"). A job starting now must fit around every
-  reservation already made, so it delays none of them. The reservation time is the job's
-  start estimate (what ``squeue --start`` shows).
+- Backfill (a cycle once ``bf_interval_s`` has passed since the last one, at the first
+  instant after that when something changed): walks up to ``bf_max_job_test`` jobs in
+  priority order over an availability profile built from running jobs' expected ends
+  (start + time limit, at ``bf_resolution_s``); a job that fits now starts, any other gets
+  a reservation at its start within ``bf_window_s`` (every tested job with "slurm", only
+  the first blocked job per partition with "easy"). A job starting now must fit around
+  every reservation already made, so it delays none of them. The reservation time is the
+  job's start estimate (what ``squeue --start`` shows). With ``bf_will_run_batches`` (a
+  Slurm detail, below; mirage.sim.fidelity switches it on) that start is where Slurm's
+  ``_will_run_test`` puts it: at the end of a batch of running jobs' ends, not at the exact
+  earliest fit (below).
+
+Slurm 22.05's code, rule by rule (slurm-22-05-8-1; file:function), and where the engine
+differs on purpose:
+
+- src/slurmctld/controller.c:_slurmctld_background and job_scheduler.c:_schedule: Slurm
+  runs schedule() at once after a job ends (proc_req.c:_slurm_rpc_epilog_complete), after
+  a submit when ``batch_sched_delay`` (3 s) has passed since the last such pass (a batch
+  job never starts inside its submit RPC: job_mgr.c:job_allocate tests only), and on the
+  whole queue every ``sched_interval``. The engine runs its main pass at every instant
+  with events, so a submit can start up to ~3 s sooner than in Slurm on a cluster with a
+  long ``sched_interval`` (on the test cluster, ``sched_interval=1``: the same second);
+  ``sched_interval_s`` is not used. Event-driven passes in Slurm stop after
+  ``default_queue_depth`` (100) jobs; the engine's pass goes on until every partition is
+  blocked (with one partition that is the first blocked job either way). The first job
+  that cannot start blocks its partition and every node of it, also for other
+  partitions (_schedule's ``fail_by_part``: ``failed_parts``, ``avail_node_bitmap`` less
+  the partition's nodes): mirrored.
+- sched/backfill/backfill.c:backfill_agent: a cycle once ``bf_interval`` has passed since
+  the previous one ended, if anything changed since (_more_work), else checked every
+  second; the engine's cycle takes no time, so it ends where it starts, and it sees the
+  state as of that instant (Slurm yields its locks every ``bf_yield_interval``, 2 s, and
+  with ``bf_continue`` goes on with the state as it then is: on the test cluster's queues
+  a cycle is far shorter). Jobs a cycle starts start at the cycle's instant.
+- cons_common/job_test.c:_will_run_test: running jobs are released in order of end time,
+  in batches (``plan.will_run_batches``: the ``time_window`` loop, 30 s aligned on a
+  multiple of 30, doubling), the pending job tried after each; its start is the end of the
+  batch's last job (``last_job_ptr->end_time``); ``bf_window_linear`` makes the window
+  grow linearly. With ``WillRunPlan`` (below) running ends are exact (start + limit) and a
+  start at the end of a job already past it is that end + ``kill_wait_s``
+  (``_guess_job_end``, OverTimeLimit=0); the other planners use ends at
+  ``bf_resolution_s`` and plan such a job to end at the next step (now + resolution). The
+  2 s wall-time cap of the loop is not modelled.
+- backfill.c:_attempt_backfill, on shared nodes with ``bf_reserve_whole_nodes``
+  (``WillRunPlan``, the test cluster's settings): reservations are node bitmaps over time
+  (node_space, rounded down to ``bf_resolution``, at least one step long:
+  _add_reservation); a job is tried on the nodes no reservation holds over [start_res,
+  start_res + limit], then again from ``later_start`` (the end of the first node_space
+  record after which more nodes are free of reservations: TRY_LATER) when it does not fit
+  or fits only after that; a start whose nodes meet a reservation (_test_resv_overlap) is
+  tried again from there; a whole-node job backfill starts is also reserved in node_space
+  until its end (_bf_reserve_running).
+- The other planners (deliberately simpler, for speed): whole-node counts
+  (``Availability``, disjoint partitions: ls6) and per-node free GPUs/CPUs with partial
+  reservations (``NodePlan``) plan running jobs and reservations on one profile and take
+  the exact earliest fit; with ``bf_will_run_batches`` a fit at a running job's end moves
+  to the end of its batch (``plan.EndBatches``: a running job touches the partitions of
+  its nodes, where Slurm counts only those on the nodes left after reservations), and
+  from there to the next fit if the job no longer fits then. Reservations are counts of
+  interchangeable nodes there, and no later_start loop runs (the profile's exact search
+  finds those starts directly).
 
 Nodes and sharing (Slurm's select/cons_tres): every node has GPUs and CPUs; a job asks
 for N nodes with G GPUs and C CPUs on each (``JobSpec.per_node``) and fits on a node with
@@ -90,6 +143,10 @@ on the test cluster):
 - ``bf_reserve_whole_nodes``: a backfill reservation for a later start holds its nodes
   whole (sched/backfill plans on node bitmaps), so no lower-priority job is planned beside
   it; a job started now holds only what it asked for.
+- ``bf_will_run_batches``: backfill starts as ``_will_run_test`` finds them, in batches
+  of end times (below); with ``bf_reserve_whole_nodes`` on shared nodes, the whole of
+  sched/backfill's plan (``WillRunPlan``). Off, the exact earliest fit (as the ls6 models
+  were trained and evaluated: on, the ls6 replay's mean wait is about 14 % shorter).
 """
 
 from __future__ import annotations
@@ -103,7 +160,7 @@ import numpy as np
 
 from mirage.profile.schema import ClusterProfile
 from mirage.sim.limits import Limits
-from mirage.sim.plan import Availability, Hold, NodePlan
+from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
@@ -155,6 +212,56 @@ class JobView:
 
 def _ceil(t: int, res: int) -> int:
     return -(-t // res) * res
+
+
+def _batched(
+    plan: Availability,
+    batches: EndBatches,
+    part: str,
+    t: int | None,
+    *,
+    nodes: int,
+    dur: int,
+    now: int,
+) -> int | None:
+    """The start ``t`` (an exact earliest fit) as Slurm's _will_run_test reports it.
+
+    _will_run_test (cons_common/job_test.c) gives the end of the batch of running jobs'
+    ends after which the job fits, not that end: the reservation goes there if the job
+    still fits then (else _attempt_backfill's _test_resv_overlap tries again from there,
+    TRY_LATER); see plan.will_run_batches.
+    """
+    while t is not None and t > now:
+        b = batches.start(part, t)
+        if b is None or b <= t:
+            break
+        t = plan.earliest(nodes, dur, b)
+    return t
+
+
+def _batched_nodes(
+    plan: NodePlan,
+    batches: EndBatches,
+    part: str,
+    found: tuple[int, tuple[int, ...]] | None,
+    *,
+    now: int,
+    nodes: np.ndarray,
+    count: int,
+    gpus: int,
+    cpus: int,
+    exclusive: bool,
+    duration: int,
+) -> tuple[int, tuple[int, ...]] | None:
+    """``_batched`` on per-node free GPUs and CPUs (``NodePlan``)."""
+    while found is not None and found[0] > now:
+        b = batches.start(part, found[0])
+        if b is None or b <= found[0]:
+            break
+        found = plan.earliest(
+            nodes, count, gpus=gpus, cpus=cpus, exclusive=exclusive, duration=duration, not_before=b
+        )
+    return found
 
 
 def parse_dependency(text: str) -> list[tuple[str, str]]:
@@ -333,6 +440,7 @@ class Simulation:
         self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
         self._fs_half = max(0, self.sched.priority_decay_half_life_s)
         self._fs_gpus = self.sched.fairshare_usage == "gpus"
+        self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
 
     def _build_nodes(
         self,
@@ -795,6 +903,7 @@ class Simulation:
         if self._dirty_main:
             self._main_pass()
         if tick and self._dirty_bf:
+            self._last_bf = t
             self._backfill(force=False)
         self._in_step = False
 
@@ -808,7 +917,12 @@ class Simulation:
 
     def _want_tick(self) -> None:
         if self._next_tick is None:
-            self._next_tick = _ceil(self.now, self.sched.bf_interval_s)
+            # backfill_agent (sched/backfill/backfill.c) runs a cycle once bf_interval has
+            # passed since the last one and something changed since (_more_work); until
+            # then it checks every second: the first change after that runs one at once
+            last = self._last_bf
+            gap = self.sched.bf_interval_s
+            self._next_tick = self.now if last is None else max(self.now, last + gap)
             heapq.heappush(self.heap, (self._next_tick, TICK, -1))
 
     # ---- event handlers ------------------------------------------------------------
@@ -1079,7 +1193,9 @@ class Simulation:
         order = islice(order, s.bf_max_job_test)
         if self._lim is not None:
             order = self._lim.runnable_post(order, self.estimate)
-        if self._packed:
+        if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
+            self._backfill_will_run(order, res, lazy)
+        elif self._packed:
             self._backfill_nodes(order, res, lazy)
         else:
             self._backfill_counts(order, res, lazy)
@@ -1104,6 +1220,7 @@ class Simulation:
         # earliest start found for an earlier job of the same shape: start the scan there
         # (queues are dominated by a few shapes, so this keeps long queues cheap).
         floor: dict[tuple[str, int, int], int] = {}
+        batches = self._end_batches(res)
         for i in order:
             spec = specs[i]
             part = spec.partition
@@ -1116,6 +1233,7 @@ class Simulation:
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
             shape = (part, spec.nodes, dur)
             t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
+            t = _batched(plan, batches, part, t, nodes=spec.nodes, dur=dur, now=now)
             if t is not None:
                 floor[shape] = t
             if t is None or t > horizon:
@@ -1125,6 +1243,7 @@ class Simulation:
             if t == now and elig[i] is not None:
                 self._start(i)
                 plan.reserve(t, end, spec.nodes)
+                batches.add(end, (part,))  # a running job in later _will_run_test calls
                 if lazy:
                     dry[part] = plan.dry()
                 continue
@@ -1143,6 +1262,7 @@ class Simulation:
         now = self.now
         horizon = now + s.bf_window_s
         plan = self._node_plan(res)
+        batches = self._end_batches(res)
         easy_done: set[str] = set()
         full: set[str] = set()
         floor: dict[tuple[str, int, int, int, bool, int], int] = {}
@@ -1176,6 +1296,19 @@ class Simulation:
                 duration=dur,
                 not_before=max(not_before, floor.get(shape, now)),
             )
+            found = _batched_nodes(
+                plan,
+                batches,
+                part,
+                found,
+                now=now,
+                nodes=nodes,
+                count=count,
+                gpus=g,
+                cpus=c,
+                exclusive=whole,
+                duration=dur,
+            )
             if found is not None:
                 floor[shape] = found[0]
             if found is None or found[0] > horizon:
@@ -1187,6 +1320,7 @@ class Simulation:
                 self._next_nodes[i] = chosen
                 self._start(i)
                 plan.reserve(t, t + dur, holds)
+                batches.add(t + dur, {p for n in chosen for p in self.node_parts[n]})
                 continue
             self.estimate[i] = t
             if s.backfill == "easy":
@@ -1196,6 +1330,68 @@ class Simulation:
             if reserve_whole:
                 holds = [(n, gcap[n], ccap[n]) for n in chosen]
             plan.reserve(t, t + dur, holds)
+
+    def _backfill_will_run(self, order: Iterable[int], res: int, lazy: bool) -> None:
+        """Backfill on shared nodes as sched/backfill's _attempt_backfill does it.
+
+        Running jobs are released in ``_will_run_test``'s batches of end times and
+        reservations are node bitmaps over time (``WillRunPlan``): each job's start and
+        nodes come from ``WillRunPlan.place`` (the TRY_LATER loop over ``later_start``).
+        """
+        s = self.sched
+        now = self.now
+        horizon = now + s.bf_window_s
+        alloc, start, limit = self.alloc, self.start, self.limit
+        plan = WillRunPlan(
+            now,
+            gpus_free=self.gfree,
+            cpus_free=self.cfree,
+            gpus_cap=self.node_gpus,
+            cpus_cap=self.node_cpus,
+            # Slurm's end_time (start + limit, exact), past or not: see kill_wait
+            releases=[((start[i] or 0) + limit[i], alloc[i]) for i in self.running],
+            res=res,
+            best_fit=self._best_fit,
+            scale=s.bf_window_linear,
+            kill_wait=s.kill_wait_s,
+        )
+        easy_done: set[str] = set()
+        full: set[str] = set()
+        specs, elig, dem = self.specs, self.eligible_at, self.dem
+        for i in order:
+            spec = specs[i]
+            part = spec.partition
+            nodes = self._part_arr[part]
+            if lazy:
+                # as in _backfill_counts: nothing starts now where no CPU is free now
+                if part in full:
+                    continue
+                if plan.busy_now(nodes):
+                    full.add(part)
+                    if len(full) == len(self._part_arr):
+                        break
+                    continue
+            count, g, c, whole = dem[i]
+            not_before = now if elig[i] is not None else max(now, spec.begin or now)
+            dur = _ceil(limit[i], res)
+            found = plan.place(
+                nodes, count, gpus=g, cpus=c, exclusive=whole, duration=dur, not_before=not_before
+            )
+            if found is None or found[0] > horizon:
+                self.estimate[i] = None
+                continue
+            t, chosen, fits = found
+            if fits and elig[i] is not None:
+                self._next_nodes[i] = chosen
+                self._start(i)
+                plan.start(now + dur, alloc[i], whole)
+                continue
+            self.estimate[i] = t
+            if s.backfill == "easy":
+                if part in easy_done:
+                    continue
+                easy_done.add(part)
+            plan.reserve(t, dur, chosen)
 
     def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
         """(running job, expected end for backfill): start + limit, at ``res``.
@@ -1210,6 +1406,25 @@ class Simulation:
             st = start[i]
             assert st is not None
             yield i, max(st + _ceil(limit[i], res), soon)
+
+    def _end_batches(self, res: int) -> EndBatches:
+        """The running jobs' ends for _will_run_test's batches, read when first needed
+        (jobs the pass starts before then are among them)."""
+        specs, scale = self.specs, self.sched.bf_window_linear
+        if not self.sched.bf_will_run_batches:
+            return EndBatches(list, enabled=False)
+        if not self._packed:
+            return EndBatches(
+                lambda: [(t, (specs[i].partition,)) for i, t in self._planned_ends(res)], scale
+            )
+        alloc, node_parts = self.alloc, self.node_parts
+        return EndBatches(
+            lambda: [
+                (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
+                for i, t in self._planned_ends(res)
+            ],
+            scale,
+        )
 
     def _availability(self, res: int) -> dict[str, Availability]:
         releases: dict[str, list[tuple[int, int]]] = {p: [] for p in self.capacity}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -240,3 +240,397 @@ class NodePlan:
         self._g = np.concatenate([self._g, np.zeros_like(self._g)])
         self._c = np.concatenate([self._c, np.zeros_like(self._c)])
         self._t = np.concatenate([self._t, np.zeros(m, dtype=np.int64)])
+
+
+#: The first end-time window of ``_will_run_test`` (cons_common/job_test.c: ``time_window
+#: = 30``), in seconds.
+WILL_RUN_WINDOW_S = 30
+
+
+def will_run_batches(
+    ends: Sequence[int], touch: Sequence[bool] | None = None, scale: int = 0
+) -> list[int]:
+    """When ``_will_run_test`` tries a pending job after each running job's batch.
+
+    ``ends``: every running job's end time, ascending (Slurm sorts all running jobs,
+    ``_cr_job_list_sort``); ``touch[k]``: job k holds a node the pending job may use (all
+    when None). Returns, for each touching job, the time the pending job gets as its start
+    if it fits once that job's batch is released: the end time of the batch's last touching
+    job (``last_job_ptr->end_time``); 0 for the others.
+
+    Mirrors the ``time_window`` loop of ``_will_run_test`` (Slurm 22.05,
+    src/plugins/select/cons_common/job_test.c), step by step: jobs on no usable node are
+    skipped (``overlap == 0``); the first touching job sets ``end_time`` = its end rounded
+    up to the next multiple of ``time_window`` (30 s; a multiple goes to the next one); a
+    batch always takes the job it starts with, then goes on while the next job in the list
+    (touching or not: ``list_peek_next``) ends by ``end_time + time_window``; after each
+    batch ``time_window`` grows (``+= bf_window_linear`` with ``scale``, else doubles) at
+    least once and until it covers that next job. (Slurm also skips the test inside a
+    batch of over 200 jobs, which does not change the result, and gives up after 2 s of
+    wall time, which is not modelled.)
+    """
+    n = len(ends)
+    out = [0] * n
+    tw = WILL_RUN_WINDOW_S
+    base: int | None = None
+    k = 0
+    while k < n:
+        first = k
+        last = -1
+        nxt: int | None = None
+        while k < n:
+            if touch is not None and not touch[k]:
+                k += 1
+                continue
+            if base is None:
+                base = ends[k] + tw - ends[k] % tw
+            last = k
+            k += 1
+            if k < n and ends[k] > base + tw:
+                nxt = ends[k]
+                break
+        if last < 0:
+            break
+        assert base is not None
+        tw = tw + scale if scale > 0 else tw * 2
+        while nxt is not None and nxt > base + tw:
+            tw = tw + scale if scale > 0 else tw * 2
+        t = ends[last]
+        for j in range(first, last + 1):
+            if touch is None or touch[j]:
+                out[j] = t
+    return out
+
+
+class EndBatches:
+    """Running jobs' end times during one backfill pass, with ``_will_run_test``'s batches.
+
+    Each running job comes with the partitions whose nodes it holds: it touches a pending
+    job of those partitions (an approximation of Slurm's test, which is against the nodes
+    left to the job after its planned reservations). ``start(part, t)``: for ``t`` the end
+    of a running job touching ``part`` (where a pending job first fits), the start
+    ``_will_run_test`` reports, the end of that job's batch (``will_run_batches``, over
+    every running job of the cluster, as Slurm's list); None when ``t`` is no such end.
+    """
+
+    __slots__ = ("_by_part", "_source", "enabled", "ends", "parts", "scale")
+
+    def __init__(
+        self,
+        running: Callable[[], Iterable[tuple[int, Collection[str]]]],
+        scale: int = 0,
+        enabled: bool = True,
+    ) -> None:
+        """``running``: called once, when first needed (most passes never need it).
+        ``enabled=False``: no batches (``start`` is always None, ``add`` does nothing)."""
+        self._source: Callable[[], Iterable[tuple[int, Collection[str]]]] | None = running
+        self.ends: list[int] = []
+        self.parts: list[Collection[str]] = []
+        self.scale = scale
+        self.enabled = enabled
+        self._by_part: dict[str, dict[int, int]] = {}
+
+    def _load(self) -> None:
+        if self._source is not None:
+            pairs = sorted(self._source(), key=lambda x: x[0])
+            self._source = None
+            self.ends = [t for t, _ in pairs]
+            self.parts = [p for _, p in pairs]
+
+    def add(self, end: int, parts: Collection[str]) -> None:
+        """A job started during the pass: it runs until ``end``. (Not loaded yet: the
+        source, called later, lists it among the running jobs.)"""
+        if not self.enabled or self._source is not None:
+            return
+        k = bisect_right(self.ends, end)
+        self.ends.insert(k, end)
+        self.parts.insert(k, parts)
+        self._by_part.clear()
+
+    def start(self, part: str, t: int) -> int | None:
+        if not self.enabled:
+            return None
+        got = self._by_part.get(part)
+        if got is None:
+            self._load()
+            touch = [part in p for p in self.parts]
+            out = will_run_batches(self.ends, touch, self.scale)
+            got = {e: b for e, b, x in zip(self.ends, out, touch, strict=True) if x}
+            self._by_part[part] = got
+        return got.get(t)
+
+
+class WillRunPlan:
+    """sched/backfill's plan on shared nodes, as Slurm 22.05 keeps it.
+
+    Two parts, as in Slurm: what runs (free GPUs and CPUs per node now, and every running
+    job's end and holds: the select plugin's state, which ``_will_run_test`` releases in
+    batches), and backfill's reservations for later starts as node bitmaps over time
+    (``node_space`` in src/plugins/sched/backfill/backfill.c: ``times[k]`` .. ``times[k +
+    1]`` has the nodes ``resv[k]`` reserved; the last segment lasts for ever). A reservation
+    holds its nodes whole, whatever the job asks of them.
+    """
+
+    __slots__ = (
+        "_mats",
+        "best_fit",
+        "c",
+        "ccap",
+        "ends",
+        "g",
+        "gcap",
+        "holds",
+        "kill_wait",
+        "now",
+        "res",
+        "resv",
+        "scale",
+        "times",
+    )
+
+    def __init__(
+        self,
+        now: int,
+        *,
+        gpus_free: Sequence[int],
+        cpus_free: Sequence[int],
+        gpus_cap: Sequence[int],
+        cpus_cap: Sequence[int],
+        releases: Iterable[tuple[int, tuple[Hold, ...]]],
+        res: int = 1,
+        best_fit: bool = False,
+        scale: int = 0,
+        kill_wait: int | None = None,
+    ) -> None:
+        """``releases``: (end, holds) of each running job. ``kill_wait`` (KillWait): a
+        start ``_will_run_test`` finds at the end of a job already past it is that end +
+        KillWait (``_guess_job_end``, OverTimeLimit=0), which may still be in the past;
+        None: ends are never past (the caller plans overdue jobs to end later)."""
+        self.now = now
+        self.kill_wait = kill_wait
+        self.g = np.array(gpus_free, dtype=np.int64)
+        self.c = np.array(cpus_free, dtype=np.int64)
+        self.gcap = np.asarray(gpus_cap, dtype=np.int64)
+        self.ccap = np.asarray(cpus_cap, dtype=np.int64)
+        pairs = sorted(releases, key=lambda x: x[0])
+        self.ends = [t for t, _ in pairs]
+        self.holds = [h for _, h in pairs]
+        self._mats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.res = max(1, res)
+        # _attempt_backfill: node_space[0].begin_time = now rounded down to bf_resolution
+        self.times = [now // self.res * self.res]
+        self.resv = [np.zeros(len(self.g), dtype=bool)]
+        self.best_fit = best_fit
+        self.scale = scale
+
+    # ---- the running jobs (the select plugin's view) -----------------------------------
+
+    def _matrices(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per running job (in end order): nodes held (bool), GPUs and CPUs per node."""
+        if self._mats is None:
+            n = len(self.g)
+            inc = np.zeros((len(self.ends), n), dtype=bool)
+            dg = np.zeros((len(self.ends), n), dtype=np.int64)
+            dc = np.zeros((len(self.ends), n), dtype=np.int64)
+            for k, holds in enumerate(self.holds):
+                for node, g, c in holds:
+                    inc[k, node] = True
+                    dg[k, node] += g
+                    dc[k, node] += c
+            self._mats = (inc, dg, dc)
+        return self._mats
+
+    def _ok(
+        self, g: np.ndarray, c: np.ndarray, gpus: int, cpus: int, exclusive: bool
+    ) -> np.ndarray:
+        if exclusive:
+            return np.asarray((g == self.gcap) & (c == self.ccap))
+        return np.asarray((g >= gpus) & (c >= cpus))
+
+    def _choose(
+        self, ok: np.ndarray, cfree: np.ndarray, count: int, exclusive: bool
+    ) -> tuple[int, ...]:
+        idx = ok.nonzero()[0]
+        if self.best_fit and not exclusive:
+            idx = np.sort(idx[np.lexsort((idx, cfree[idx]))[:count]])
+        return tuple(idx[:count].tolist())
+
+    def will_run(
+        self, avail: np.ndarray, count: int, gpus: int, cpus: int, exclusive: bool
+    ) -> tuple[int, tuple[int, ...], bool] | None:
+        """Slurm's ``_will_run_test`` (cons_common/job_test.c) on the nodes ``avail``:
+        (start, nodes, whether it fits now).
+
+        The job on what is free now, else after each batch of running jobs' ends
+        (``will_run_batches``, only jobs on ``avail`` touching), released cumulatively;
+        the start is the end of the batch's last job, or for a job already past its end
+        that end + KillWait (``_guess_job_end``; see ``kill_wait``).
+        """
+        ok = self._ok(self.g, self.c, gpus, cpus, exclusive) & avail
+        if np.add.reduce(ok) >= count:
+            return self.now, self._choose(ok, self.c, count, exclusive), True
+        if not self.ends:
+            return None
+        inc, dg, dc = self._matrices()
+        touch: np.ndarray = np.asarray(inc[:, avail].any(axis=1))
+        if not touch.any():
+            return None
+        out = will_run_batches(self.ends, [bool(x) for x in touch], self.scale)
+        rows = np.flatnonzero(touch)
+        tests = [out[r] for r in rows]
+        # the last touching job of each batch: where its test happens
+        last = [k for k in range(len(rows)) if k + 1 == len(rows) or tests[k + 1] != tests[k]]
+        gs = (self.g + dg[rows].cumsum(axis=0))[last]
+        cs = (self.c + dc[rows].cumsum(axis=0))[last]
+        oks = self._ok(gs, cs, gpus, cpus, exclusive) & avail
+        enough = np.add.reduce(oks, axis=1) >= count
+        b = int(enough.argmax())
+        if not enough[b]:
+            return None
+        t = tests[last[b]]
+        if self.kill_wait is not None and t <= self.now:
+            t += self.kill_wait  # _guess_job_end
+        return t, self._choose(oks[b], cs[b], count, exclusive), False
+
+    def start(self, end: int, holds: Sequence[Hold], whole: bool = False) -> None:
+        """A job started now (until ``end``): its holds are taken, it is a running job.
+
+        A ``whole``-node job also gets its nodes reserved in node_space from the map's
+        start to its end, rounded down (``_bf_reserve_running``, which backfill.c applies
+        to each job it starts; a job sharing its nodes gets none).
+        """
+        for node, g, c in holds:
+            self.g[node] -= g
+            self.c[node] -= c
+        k = bisect_right(self.ends, end)
+        self.ends.insert(k, end)
+        self.holds.insert(k, tuple(holds))
+        self._mats = None
+        if whole:
+            b = self._split(max(end // self.res * self.res, self.times[0] + self.res))
+            idx = [node for node, _, _ in holds]
+            for r in range(b):
+                self.resv[r][idx] = True
+
+    # ---- the reservations (node_space) -------------------------------------------------
+
+    def place(
+        self,
+        nodes: np.ndarray,
+        count: int,
+        *,
+        gpus: int,
+        cpus: int,
+        exclusive: bool,
+        duration: int,
+        not_before: int,
+    ) -> tuple[int, tuple[int, ...], bool] | None:
+        """The job's start and nodes as ``_attempt_backfill`` finds them (not reserved),
+        and whether it starts now.
+
+        Per try from ``start_res`` (``not_before`` first): the partition's nodes that no
+        reservation holds over [start_res, start_res + duration] (node_space records with
+        ``end_time > start_res`` and ``begin_time <= end_time``), and ``later_start``, the
+        end of the first record after which a node not usable so far becomes free of
+        reservations; ``_try_sched`` -> ``will_run`` on those nodes, its start no earlier
+        than ``start_res``. Too few nodes or no fit: again from ``later_start`` (TRY_LATER),
+        if any, else None. A start after ``later_start``: again from ``later_start``. A
+        start whose chosen nodes meet a reservation over [start, start + duration)
+        (``_test_resv_overlap``): again from that start. Else that start, those nodes.
+        A start guessed in the past (``kill_wait``) becomes ``start_res`` (now), where
+        the job does not start (``_start_job`` fails: its nodes are busy): it is reserved
+        from then ("planned start ... failed": no further tries).
+        """
+        now = self.now
+        part = np.zeros(len(self.g), dtype=bool)
+        part[nodes] = True
+        start_res = not_before
+        for _ in range(4 * len(self.times) + 8):  # each try starts later; a bound for safety
+            avail, later = self._usable(part, start_res, max(start_res, now) + duration)
+            found = None
+            if np.add.reduce(avail) >= count:
+                found = self.will_run(avail, count, gpus, cpus, exclusive)
+            if found is None:
+                if later:
+                    start_res = later
+                    continue
+                return None
+            t, chosen, fits = found
+            t = max(t, start_res)
+            if t <= now:
+                return (now, chosen, True) if fits else (t, chosen, False)
+            if later and t > later:
+                start_res = later
+                continue
+            st, er = self.span(t, duration)
+            if self._overlaps(chosen, st, er):
+                start_res = t
+                continue
+            return t, chosen, False
+        return None
+
+    def _usable(self, part: np.ndarray, start_res: int, end_time: int) -> tuple[np.ndarray, int]:
+        """The nodes of ``part`` no reservation holds over [start_res, end_time], and
+        ``later_start`` (0: none), as _attempt_backfill's walk over node_space sets them."""
+        times, resv = self.times, self.resv
+        avail = part.copy()
+        later = 0
+        last = len(times) - 1
+        k = max(0, bisect_right(times, start_res) - 1)
+        while True:
+            seg_end = times[k + 1] if k < last else None
+            # a node usable in the next record that is not usable so far
+            if (
+                later == 0
+                and seg_end is not None
+                and (part & ~resv[k + 1] & ~(avail & ~resv[k])).any()
+            ):
+                later = seg_end
+            if times[k] > end_time:
+                break
+            avail &= ~resv[k]
+            if seg_end is None:
+                break
+            k += 1
+        return avail, later
+
+    def span(self, start: int, duration: int) -> tuple[int, int]:
+        """A reservation's [begin, end) in node_space: both rounded down to bf_resolution,
+        at least one step long (``_attempt_backfill``, ``_add_reservation``)."""
+        res = self.res
+        st = max(start // res * res, self.times[0])
+        return st, max((start + duration) // res * res, st + res)
+
+    def _overlaps(self, chosen: Sequence[int], st: int, er: int) -> bool:
+        """``_test_resv_overlap``: a chosen node is reserved in a record within [st, er)."""
+        times, resv = self.times, self.resv
+        idx = list(chosen)
+        last = len(times) - 1
+        for k in range(max(0, bisect_right(times, st) - 1), last + 1):
+            if times[k] >= er:
+                break
+            if resv[k][idx].any():
+                return True
+        return False
+
+    def reserve(self, start: int, duration: int, chosen: Sequence[int]) -> None:
+        """``_add_reservation``: the chosen nodes, whole, over the rounded span."""
+        st, er = self.span(start, duration)
+        a = self._split(st)
+        b = self._split(er)
+        idx = list(chosen)
+        for k in range(a, b):
+            self.resv[k][idx] = True
+
+    def busy_now(self, nodes: np.ndarray) -> bool:
+        """No node of ``nodes`` has a free CPU now (nothing can start on them)."""
+        return not bool((self.c[nodes] > 0).any())
+
+    def _split(self, t: int) -> int:
+        times = self.times
+        i = bisect_right(times, t) - 1
+        if times[i] == t:
+            return i
+        times.insert(i + 1, t)
+        self.resv.insert(i + 1, self.resv[i].copy())
+        return i + 1

@@ -2,7 +2,7 @@
 
 .venv/bin/python scripts/bench/sim_replay.py [--trace PATH] [--nodes 88]
     [--arrival-scale 1.0] [--backfill slurm|easy] [--estimates] [--tracemalloc]
-    [--configs 88:1,88:2,44:1,60:1] [--max-jobs-per-user 8]
+    [--configs 88:1,88:2,44:1,60:1] [--max-jobs-per-user 8] [--will-run-batches]
 
 ``--configs`` runs several (nodes:arrival scale) configurations in one invocation and
 prints them side by side: wall time, jobs/s, events/s, peak traced heap (with
@@ -36,6 +36,9 @@ def replay(args: argparse.Namespace, nodes: int, scale: float) -> dict[str, floa
     profile, wl, source = workload(args.trace, nodes, scale)
     if args.backfill:
         sched = dataclasses.replace(profile.scheduler, backfill=args.backfill)
+        profile = dataclasses.replace(profile, scheduler=sched)
+    if args.will_run_batches:  # Slurm's _will_run_test batches (SchedulerSettings)
+        sched = dataclasses.replace(profile.scheduler, bf_will_run_batches=True)
         profile = dataclasses.replace(profile, scheduler=sched)
     if args.max_jobs_per_user:  # a partition QOS with MaxJobsPerUser (mirage.sim.limits)
         from mirage.profile.schema import Qos
@@ -91,6 +94,9 @@ def main() -> None:
     ap.add_argument("--estimates", action="store_true", help="keep start estimates fresh")
     ap.add_argument("--priority-calc-period", type=int, default=0, help="seconds (0: every pass)")
     ap.add_argument("--max-jobs-per-user", type=int, default=0, help="partition QOS limit")
+    ap.add_argument(
+        "--will-run-batches", action="store_true", help="backfill starts in Slurm's batches"
+    )
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slower)")
     args = ap.parse_args()
     configs = [(args.nodes, args.arrival_scale)]

@@ -154,8 +154,11 @@ def test_scheduler_from_config_converts_units() -> None:
             "PriorityWeightAge": "1000",
             "PriorityWeightJobSize": "100",
             "PriorityMaxAge": "1-00:00:00",
+            "KillWait": "2 sec",
         }
     )
+    assert sched.kill_wait_s == 2
+    assert sched.bf_window_linear == 0  # not set: the window doubles
     assert sched.bf_window_s == 2880 * 60  # minutes in slurm.conf
     assert sched.bf_interval_s == 1
     assert sched.priority_weight_job_size == 100

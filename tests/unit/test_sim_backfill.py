@@ -25,13 +25,24 @@ def test_job_that_would_delay_reservation_waits() -> None:
 
 
 def test_main_pass_stops_at_first_blocked_job() -> None:
-    # C would fit at once, but the main pass stops at B: C waits for the backfill tick (90).
+    # C would fit at once, but the main pass stops at B: C waits for the next backfill
+    # cycle, bf_interval (30 s) after the one at 0 (A's submit): at 30.
+    sim = Simulation(toy_profile(4, bf_interval_s=30))
+    ids = sim.add_jobs([job(0, 600, nodes=2), job(20, 600, nodes=4), job(20, 300, 2)])
+    sim.run_until(29)
+    assert sim.view(ids[2]).start is None
+    sim.run_until(30)
+    assert sim.view(ids[2]).start == 30
+
+
+def test_backfill_runs_at_once_after_a_quiet_interval() -> None:
+    # backfill_agent checks every second once bf_interval has passed since its last cycle
+    # (at 0): the submits at 61 get a cycle at 61, not at the next multiple of 30 (90).
+    # (The engine used to run backfill only at multiples of bf_interval: at 90 here.)
     sim = Simulation(toy_profile(4, bf_interval_s=30))
     ids = sim.add_jobs([job(0, 600, nodes=2), job(61, 600, nodes=4), job(61, 300, 2)])
-    sim.run_until(89)
-    assert sim.view(ids[2]).start is None
-    sim.run_until(90)
-    assert sim.view(ids[2]).start == 90
+    sim.run_until(61)
+    assert sim.view(ids[2]).start == 61
 
 
 # A holds 2 nodes until 1200. B (3 nodes) reserves [1200, 2400), C (4 nodes) [2400, 3600).
