@@ -145,12 +145,14 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         # are on (mirage.sim.engine's docstring): the job size factor over nodes and CPUs
         # (priority/multifactor), priorities set at PriorityCalcPeriod, limits enforced on
         # slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's best fit, and backfill
-        # reservations on whole nodes (sched/backfill's node bitmaps).
+        # reservations on whole nodes (sched/backfill's node bitmaps) that start where
+        # _will_run_test's batches of end times put them.
         priority_size_cpus=True,
         priority_calc_period_s=calc_period,
         limit_check_interval_s=PERIODIC_TIMEOUT_S,
         node_choice="best_fit",
         bf_reserve_whole_nodes=True,
+        bf_will_run_batches=True,
     )
 
 

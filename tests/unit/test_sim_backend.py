@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mirage.profile.capture import capture_profile
@@ -107,7 +109,10 @@ def test_show_round_trips_through_capture() -> None:
     c = toy_client()
     prof = capture_profile(c, "toy")
     original = c.sim.profile
-    assert prof.partitions == original.partitions
+    # the capture names the simulated nodes (gpu-0000 ...); the rest is the original shape
+    assert [p.node_list for p in prof.partitions] == ["gpu-[0000-0003]"]
+    assert tuple(replace(p, node_list="") for p in prof.partitions) == original.partitions
+    assert Simulation(prof).node_names == c.sim.node_names
     s, o = prof.scheduler, original.scheduler
     assert (s.bf_window_s, s.bf_interval_s, s.priority_max_age_s) == (
         o.bf_window_s,
