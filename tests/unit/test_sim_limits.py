@@ -348,10 +348,25 @@ def test_lookahead_request_is_held_by_its_users_limit() -> None:
 
     def rec(job_id: str, user: str, state: JobState, **kw: Any) -> SlurmJob:
         base: dict[str, Any] = dict(
-            job_id=job_id, name="x", user=user, account="a", partition="gpu", state=state,
-            reason="None", submit=0, eligible=0, start=None, end=None, time_limit=10 * h,
-            nodes=1, cpus=32, gpus=4, priority=None, dependency="", comment="",
-        )  # fmt: skip
+            job_id=job_id,
+            name="x",
+            user=user,
+            account="a",
+            partition="gpu",
+            state=state,
+            reason="None",
+            submit=0,
+            eligible=0,
+            start=None,
+            end=None,
+            time_limit=10 * h,
+            nodes=1,
+            cpus=32,
+            gpus=4,
+            priority=None,
+            dependency="",
+            comment="",
+        )
         base.update(kw)
         return SlurmJob(**base)
 
@@ -403,3 +418,46 @@ def test_cli_infer_limits_on_the_committed_slice() -> None:
     res = CliRunner().invoke(main, ["trace", "infer-limits", str(path), "--json"])
     jobs = json.loads(res.stdout)[0]
     assert (jobs["measure"], jobs["ceiling"], jobs["is_limit"]) == ("jobs", 8, True)
+
+
+def test_all_held_backfill_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill pass that finds every pending job limit-held skips building its plan:
+    starts and estimates are those of the full pass (any_runnable forced True)."""
+    import random
+
+    from mirage.sim import limits as limits_mod
+
+    rng = random.Random(7)
+    specs = [
+        ujob(
+            rng.randrange(0, 4000),
+            rng.randrange(30, 900),
+            user=rng.choice("abc"),
+            limit=rng.choice([900, 1800]),
+            nodes=rng.choice([1, 1, 2]),
+        )
+        for _ in range(150)
+    ]
+    specs.sort(key=lambda j: j.submit)
+
+    def run() -> list[tuple[int | None, int | None]]:
+        prof = limited(qos=(Qos("normal", max_jobs_per_user=2),))
+        sim = Simulation(prof, track_estimates=True)
+        sim.add_jobs(specs)
+        sim.run()
+        return [(v.start, v.estimate) for v in sim.all_jobs()]
+
+    held_passes = []
+    real = limits_mod.Limits.any_runnable
+
+    def counted(self: limits_mod.Limits, jobs: Any) -> bool:
+        ok = real(self, jobs)
+        held_passes.append(not ok)
+        return ok
+
+    monkeypatch.setattr(limits_mod.Limits, "any_runnable", counted)
+    fast = run()
+    assert sum(held_passes) > 10  # the shortcut was taken
+    monkeypatch.setattr(limits_mod.Limits, "any_runnable", lambda self, jobs: True)
+    assert fast == run()
+    assert all(start is not None for start, _ in fast)
