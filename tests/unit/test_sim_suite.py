@@ -306,7 +306,12 @@ def test_the_suite_covers_what_it_must() -> None:
 # ---- the recorded workloads against the pass mark --------------------------------------
 
 #: Workloads whose replay misses the mark, with the numbers measured (strict xfail).
-KNOWN_FAILS: dict[str, str] = {}
+KNOWN_FAILS: dict[str, str] = {
+    "ls6-held": (
+        "measured 2026-11-28: floor 75%, sim 86%, but mean wait sim 36.3 s vs real 14.0 s "
+        "(median real wait 0.5 s: the contention rule also moves it to the next seed)"
+    ),
+}
 
 
 def _recorded(name: str) -> list[Path]:
