@@ -124,7 +124,8 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         half_life = parse_slurm_duration(config.get("PriorityDecayHalfLife", "7-00:00:00"))
     except ValueError:
         half_life = defaults.priority_decay_half_life_s
-    return SchedulerSettings(
+    # A captured cluster runs Slurm's own code: the engine's Slurm details are on.
+    settings = SchedulerSettings(
         priority_weight_age=num("PriorityWeightAge", 0),
         priority_weight_job_size=num("PriorityWeightJobSize", 0),
         priority_weight_fairshare=fs_weight,
@@ -141,14 +142,21 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         bf_window_linear=param("bf_window_linear", defaults.bf_window_linear),
         kill_wait_s=_seconds(config.get("KillWait", ""), defaults.kill_wait_s),
         fairshare="classic" if assoc and fs_weight > 0 else "none",
-        # A captured cluster runs Slurm's own code, so the engine's optional Slurm details
-        # are on (mirage.sim.engine's docstring): the job size factor over nodes and CPUs
-        # (priority/multifactor), priorities set at PriorityCalcPeriod, limits enforced on
-        # slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's best fit, and backfill
-        # reservations on whole nodes (sched/backfill's node bitmaps) that start where
-        # _will_run_test's batches of end times put them.
+    )
+    return slurm_details(settings, calc_period)
+
+
+def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> SchedulerSettings:
+    """The settings with the engine's optional Slurm 22.05 details switched on
+    (mirage.sim.engine's docstring): the job size factor over nodes and CPUs
+    (priority/multifactor), priorities set at PriorityCalcPeriod, limits enforced on
+    slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's best fit, and backfill reservations
+    on whole nodes (sched/backfill's node bitmaps) where _will_run_test's batches of end
+    times put them."""
+    return dataclasses.replace(
+        sched,
         priority_size_cpus=True,
-        priority_calc_period_s=calc_period,
+        priority_calc_period_s=calc_period_s,
         limit_check_interval_s=PERIODIC_TIMEOUT_S,
         node_choice="best_fit",
         bf_reserve_whole_nodes=True,

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from mirage.profile.capture import capture_profile, parse_slurm_duration
+from mirage.profile.capture import capture_profile, parse_slurm_duration, slurm_details
 from mirage.profile.schema import ClusterProfile, Partition, SchedulerSettings
 from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec
@@ -333,19 +333,6 @@ class SimModel:
     @property
     def cluster_cpus(self) -> int:
         return sum((p.nodes or 0) * p.cpus_per_node for p in self.profile.partitions)
-
-
-def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> SchedulerSettings:
-    """The settings with the engine's optional Slurm 22.05 details switched on."""
-    return replace(
-        sched,
-        priority_size_cpus=True,
-        priority_calc_period_s=calc_period_s,
-        limit_check_interval_s=LIMIT_CHECK_S,
-        node_choice="best_fit",
-        bf_reserve_whole_nodes=True,
-        bf_will_run_batches=True,
-    )
 
 
 def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
