@@ -150,7 +150,7 @@ def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> Schedul
     """The settings with the engine's optional Slurm 22.05 details switched on
     (mirage.sim.engine's docstring): the job size factor over nodes and CPUs
     (priority/multifactor), priorities set at PriorityCalcPeriod, limits enforced on
-    slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's best fit, and backfill reservations
+    slurmctld's 30 s PERIODIC_TIMEOUT, cons_tres's node choice, and backfill reservations
     on whole nodes (sched/backfill's node bitmaps) where _will_run_test's batches of end
     times put them."""
     return dataclasses.replace(
@@ -158,7 +158,7 @@ def slurm_details(sched: SchedulerSettings, calc_period_s: int = 300) -> Schedul
         priority_size_cpus=True,
         priority_calc_period_s=calc_period_s,
         limit_check_interval_s=PERIODIC_TIMEOUT_S,
-        node_choice="best_fit",
+        node_choice="cons_tres",
         bf_reserve_whole_nodes=True,
         bf_will_run_batches=True,
     )

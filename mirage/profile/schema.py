@@ -30,8 +30,11 @@ slurm.conf, PriorityMaxAge is days-hours): capture converts.
     priority_calc_period_s = 300        # PriorityCalcPeriod; omitted or 0 = every pass
     limit_check_interval_s = 30         # jobs past their limit end at the next check
                                         # (slurmctld: ~30 s); omitted = at the limit
-    node_choice = "lowest"              # "lowest" nodes that fit, or "best_fit" (fewest
-                                        # free CPUs, as select/cons_tres) on shared nodes
+    node_choice = "lowest"              # "lowest" nodes that fit, or "cons_tres" (as
+                                        # select/cons_tres's _eval_nodes: the fewest free
+                                        # CPUs within the first run of consecutive nodes
+                                        # that fit); "best_fit" (its earlier name) reads
+                                        # as "cons_tres"
     bf_reserve_whole_nodes = false      # a backfill reservation for a later start holds
                                         # its nodes whole (sched/backfill's node bitmaps)
     bf_will_run_batches = false         # backfill starts a reservation at the end of a
@@ -120,7 +123,7 @@ class SchedulerSettings:
     priority_size_cpus: bool = False
     priority_calc_period_s: int | None = None
     limit_check_interval_s: int | None = None
-    node_choice: Literal["lowest", "best_fit"] = "lowest"
+    node_choice: Literal["lowest", "cons_tres"] = "lowest"
     bf_reserve_whole_nodes: bool = False
     bf_will_run_batches: bool = False
     bf_window_linear: int = 0
@@ -273,7 +276,8 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
     names = [p.name for p in partitions]
     if len(set(names)) != len(names):
         raise ProfileError(f"{source}: partition names repeat: {names}")
-    scheduler = build(SchedulerSettings, data.get("scheduler", {}), f"{source} [scheduler]")
+    sched_raw = _renamed(data.get("scheduler", {}))
+    scheduler = build(SchedulerSettings, sched_raw, f"{source} [scheduler]")
     qos = tuple(
         build(Qos, q, f"{source} [[qos]] #{i + 1}")
         for i, q in enumerate(_tables(data, "qos", source))
@@ -299,6 +303,14 @@ def _profile_from_dict(data: dict[str, Any], source: str) -> ClusterProfile:
     _check_limits(profile, source)
     _check_node_lists(profile, source)
     return profile
+
+
+def _renamed(sched: Any) -> Any:
+    """``node_choice = "best_fit"``, the earlier name of "cons_tres" (profiles captured
+    before the rule followed _eval_nodes's consecutive node sets), reads as "cons_tres"."""
+    if isinstance(sched, dict) and sched.get("node_choice") == "best_fit":
+        return {**sched, "node_choice": "cons_tres"}
+    return sched
 
 
 def _check_node_lists(profile: ClusterProfile, source: str) -> None:

@@ -79,10 +79,10 @@ that much free. A job with neither GPUs nor CPUs given (traces with node counts 
 takes whole nodes, alone (``JobSpec.whole_nodes``). Partitions may overlap: free GPUs and
 CPUs are kept per node, and a node's idle state is seen by every partition it is in.
 Node choice: the lowest-numbered nodes of the partition that fit (now, or over the whole
-planned run for a backfill start); with ``node_choice = "best_fit"``, for jobs that share
-nodes, those with the fewest free CPUs (then GPUs, then the lowest number), as cons_tres
-(node weights are not modelled). Lowest-first equals best fit when nodes are empty or
-equally loaded.
+planned run for a backfill start); with ``node_choice = "cons_tres"``, for jobs that share
+nodes, those select/cons_tres's ``_eval_nodes`` picks (``mirage.sim.select``: the fewest
+free CPUs within the first run of consecutive nodes that fit; node weights are not
+modelled).
 
 Planning: when every job takes whole nodes and no partition overlaps another, nodes are
 interchangeable and backfill plans on whole-node counts per partition (``Availability``,
@@ -161,6 +161,7 @@ import numpy as np
 from mirage.profile.schema import ClusterProfile
 from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
+from mirage.sim.select import eval_nodes
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
@@ -435,7 +436,7 @@ class Simulation:
         self.priority_calc_phase_s = calc_phase
         self.limit_check_s = self.sched.limit_check_interval_s or 0
         self.limit_check_phase_s = check_phase
-        self._best_fit = self.sched.node_choice == "best_fit"
+        self._cons_tres = self.sched.node_choice == "cons_tres"
         self._size_changes = False  # some pooled job's size term changes at recalculation
         self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
         self._fs_half = max(0, self.sched.priority_decay_half_life_s)
@@ -1005,22 +1006,19 @@ class Simulation:
     def _pick(self, i: int, barred: set[int] | None = None) -> tuple[int, ...] | None:
         """The nodes of the job's partition that it fits on now (sorted), or None.
 
-        The lowest-numbered, or with ``node_choice = "best_fit"`` (a job that shares
-        nodes) the fewest free CPUs, then GPUs, then the lowest number, as cons_tres.
+        The lowest-numbered, or with ``node_choice = "cons_tres"`` (a job that shares
+        nodes) those select/cons_tres picks (``mirage.sim.select.eval_nodes``).
         ``barred``: nodes not to use (those of partitions already blocked in this pass).
         """
         count, g, c, whole = self.dem[i]
         nrun, gfree, cfree = self.nrun, self.gfree, self.cfree
-        if self._best_fit and not whole:
+        if self._cons_tres and not whole:
             fit = [
                 n
                 for n in self.part_nodes[self.specs[i].partition]
                 if not (barred and n in barred) and gfree[n] >= g and cfree[n] >= c
             ]
-            if len(fit) < count:
-                return None
-            fit.sort(key=lambda n: (cfree[n], gfree[n], n))
-            return tuple(sorted(fit[:count]))
+            return eval_nodes(fit, gfree, cfree, count, gpus=g, cpus=c)
         chosen: list[int] = []
         for n in self.part_nodes[self.specs[i].partition]:
             if barred and n in barred:
@@ -1128,10 +1126,11 @@ class Simulation:
         if not n:
             return
         slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
+        if self._lim is not None and slots.size:  # jobs held by a limit: skipped, block nothing
+            pre, post = self._lim.held(self._pidx[slots])
+            slots = slots[~(pre | post)]
         if not slots.size or not self._fits_mask(slots).any():
             return  # nothing can start: the pass would only find the first job blocked
-        if self._lim is not None and not self._lim.any_runnable(self._pidx[slots]):
-            return  # every candidate is held by a limit
         self.main_passes += 1
         parts = (
             1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
@@ -1143,7 +1142,7 @@ class Simulation:
         started = False
         specs, dem, free, packed = self.specs, self.dem, self.free, self._packed
         order = self._in_order(self._keys(slots), 16)
-        if self._lim is not None:  # a job held by a limit is skipped, it blocks nothing
+        if self._lim is not None:  # ... and so are those the pass's own starts hold
             order = self._lim.runnable(order)
         for i in order:
             part = specs[i].partition
@@ -1175,19 +1174,27 @@ class Simulation:
         slots = np.flatnonzero(self._pok[:n])
         if not slots.size:
             return
+        pre_held = post_held = None
+        if self._lim is not None:  # held by a limit at the pass's start (Limits.held)
+            pre, post = self._lim.held(self._pidx[slots])
+            pre_held, slots, post_held = slots[pre], slots[~pre], post[~pre]
         lazy = not (force or self.track_estimates)
         if lazy:
-            now_ok = self._pelig[slots] <= self.now
-            if not (now_ok & self._fits_mask(slots)).any():
-                return
-            if self._lim is not None:  # ... or every one that fits is held by a limit
-                fit = slots[now_ok & self._fits_mask(slots)]
-                if not self._lim.any_runnable(self._pidx[fit]):
-                    return
+            can = (self._pelig[slots] <= self.now) & self._fits_mask(slots)
+            if post_held is not None:
+                can &= ~post_held
+            if not can.any():
+                return  # nothing (not held by a limit) can start now
         self.backfill_passes += 1
         s = self.sched
         res = max(1, s.bf_resolution_s)
-        order = self._limit_filtered(slots, self._in_order(self._keys(slots), s.bf_max_job_test))
+        if pre_held is not None:
+            est = self.estimate
+            for i in self._pidx[pre_held].tolist():  # the walk skips them: no estimate
+                est[i] = None
+        order = self._limit_filtered(
+            post_held, self._in_order(self._keys(slots), s.bf_max_job_test)
+        )
         if order is None:
             return
         if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
@@ -1197,16 +1204,21 @@ class Simulation:
         else:
             self._backfill_counts(order, res, lazy)
 
-    def _limit_filtered(self, slots: np.ndarray, order: Iterator[int]) -> Iterator[int] | None:
-        """Backfill's order less the jobs a limit holds (limits.py); None: nothing to plan."""
+    def _limit_filtered(
+        self, post_held: np.ndarray | None, order: Iterator[int]
+    ) -> Iterator[int] | None:
+        """Backfill's order less the jobs a limit holds (limits.py); None: nothing to plan.
+
+        ``order``: the pending jobs but those a pre-select rule held at the pass's start;
+        ``post_held``: which of them a post-select rule held then."""
         cap = self.sched.bf_max_job_test
-        if self._lim is None:
+        if self._lim is None or post_held is None:
             return islice(order, cap)
         # limit-held jobs: skipped, no reservation; pre-select ones before bf_max_job_test
         # counts them, post-select ones after (_attempt_backfill)
         order = self._lim.runnable_post(islice(self._lim.runnable_pre(order, self.estimate), cap),
                                         self.estimate)  # fmt: skip
-        if self._lim.any_runnable(self._pidx[slots]):
+        if not post_held.all():
             return order
         # Every pending job is held by a limit: the pass can start and reserve nothing, so
         # only its side effect is kept (held jobs lose their estimates, as the walk would
@@ -1367,7 +1379,7 @@ class Simulation:
             # Slurm's end_time (start + limit, exact), past or not: see kill_wait
             releases=[((start[i] or 0) + limit[i], alloc[i]) for i in self.running],
             res=res,
-            best_fit=self._best_fit,
+            cons_tres=self._cons_tres,
             scale=s.bf_window_linear,
             kill_wait=s.kill_wait_s,
         )
@@ -1459,7 +1471,7 @@ class Simulation:
             gpus_cap=self.node_gpus,
             cpus_cap=self.node_cpus,
             releases=releases,
-            best_fit=self._best_fit,
+            cons_tres=self._cons_tres,
         )
 
     def schedule_now(self) -> None:

@@ -127,6 +127,12 @@ class Limits:
         self.sub_keys: list[tuple[Key, ...]] = []  # submit counters
         self.counted: list[bool] = []  # submit counters hold this job
         self.counting: list[bool] = []  # run counters hold this job
+        # Rule tuples interned as groups (jobs of one user and QOS share theirs), so that a
+        # pass can test every pending job at once: one check per group (``held``).
+        self._group_of: dict[tuple[Rule, ...], int] = {(): 0}
+        self.groups: list[tuple[Rule, ...]] = [()]
+        self._gpre = np.zeros(64, dtype=np.int64)  # per job: its pre-select rules' group
+        self._gpost = np.zeros(64, dtype=np.int64)
 
     @staticmethod
     def build(profile: ClusterProfile) -> Limits | None:
@@ -141,7 +147,8 @@ class Limits:
         """For ``Simulation.fork``: C-level copies of every mutable container."""
         clone = object.__new__(Limits)
         clone.__dict__.update(self.__dict__)
-        for name in ("used", "pre", "post", "runs", "subs", "sub_keys", "counted", "counting"):
+        for name in ("used", "pre", "post", "runs", "subs", "sub_keys", "counted", "counting",
+                     "_group_of", "groups", "_gpre", "_gpost"):  # fmt: skip
             setattr(clone, name, getattr(self, name).copy())
         return clone
 
@@ -202,14 +209,27 @@ class Limits:
             counted = True
             for key in sub_keys:
                 self.used[key] = self.used.get(key, 0) + 1
+        i = len(self.pre)
         self.pre.append(tuple(pre))
         self.post.append(tuple(post))
+        if i == len(self._gpre):
+            self._gpre = np.concatenate([self._gpre, np.zeros_like(self._gpre)])
+            self._gpost = np.concatenate([self._gpost, np.zeros_like(self._gpost)])
+        self._gpre[i] = self._group(self.pre[i])
+        self._gpost[i] = self._group(self.post[i])
         self.runs.append(tuple(runs))
         self.subs.append(tuple(subs))
         self.sub_keys.append(tuple(sub_keys))
         self.counted.append(counted)
         self.counting.append(False)
         return new_limit
+
+    def _group(self, rules: tuple[Rule, ...]) -> int:
+        g = self._group_of.get(rules)
+        if g is None:
+            g = self._group_of[rules] = len(self.groups)
+            self.groups.append(rules)
+        return g
 
     def _need(self, spec: JobSpec) -> dict[str, int]:
         """The job's TRES: a whole-node job's CPUs and GPUs are its nodes'."""
@@ -294,13 +314,25 @@ class Limits:
         """The limit holding pending job ``i`` now ("" if none): Slurm's reason string."""
         return self._fails(self.pre[i]) or self._fails(self.post[i])
 
-    def any_runnable(self, jobs: np.ndarray) -> bool:
-        """Does any of these jobs pass every limit now (stops at the first that does)?"""
-        pre, post, fails = self.pre, self.post, self._fails
-        for i in jobs.tolist():
-            if not ((pre[i] and fails(pre[i])) or (post[i] and fails(post[i]))):
-                return True
-        return False
+    def held(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``jobs`` a limit holds now: (by a pre-select rule, by a post-select
+        rule only), as boolean masks. One check per rule group, however many jobs.
+
+        A pass may drop the jobs held at its start: it only starts jobs, so usage only
+        grows while it runs and a job held at the start is held when the pass reaches it
+        (jobs that become held during the pass are still checked one by one).
+        """
+        gpre, gpost = self._gpre[jobs], self._gpost[jobs]
+        seen = np.zeros(len(self.groups), dtype=bool)
+        seen[gpre] = True
+        seen[gpost] = True
+        seen[0] = False  # no rules: never held
+        fails = np.zeros(len(self.groups), dtype=bool)
+        groups, check = self.groups, self._fails
+        for g in np.flatnonzero(seen).tolist():
+            fails[g] = bool(check(groups[g]))
+        pre = fails[gpre]
+        return pre, fails[gpost] & ~pre
 
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""

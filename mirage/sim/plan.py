@@ -20,6 +20,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
+from mirage.sim.select import eval_nodes
+
 
 class Availability:
     """Free nodes over time for one partition, with earliest-fit search and reservations."""
@@ -108,7 +110,7 @@ class NodePlan:
     it in place; the buffers double when full.
     """
 
-    __slots__ = ("_c", "_g", "_t", "best_fit", "ccap", "gcap", "times")
+    __slots__ = ("_c", "_g", "_t", "ccap", "cons_tres", "gcap", "times")
 
     def __init__(
         self,
@@ -119,11 +121,11 @@ class NodePlan:
         gpus_cap: Sequence[int],
         cpus_cap: Sequence[int],
         releases: Iterable[tuple[int, tuple[Hold, ...]]],
-        best_fit: bool = False,
+        cons_tres: bool = False,
     ) -> None:
-        """``best_fit``: ``earliest`` chooses, among the nodes a shared job fits on, those
-        with the fewest free CPUs at its start (then the lowest-numbered), as cons_tres;
-        else the lowest-numbered."""
+        """``cons_tres``: ``earliest`` chooses, among the nodes a shared job fits on over
+        its run, those select/cons_tres picks with what is free at its start
+        (``mirage.sim.select.eval_nodes``); else the lowest-numbered."""
         rel = [(max(t, now), holds) for t, holds in releases]
         times = sorted({t for t, _ in rel} | {now})
         row = {t: k for k, t in enumerate(times)}
@@ -146,7 +148,7 @@ class NodePlan:
         self._t[:m] = times
         self.gcap = np.asarray(gpus_cap, dtype=np.int64)
         self.ccap = np.asarray(cpus_cap, dtype=np.int64)
-        self.best_fit = best_fit
+        self.cons_tres = cons_tres
 
     @property
     def gpus(self) -> np.ndarray:
@@ -169,7 +171,7 @@ class NodePlan:
         duration: int,
         not_before: int,
     ) -> tuple[int, tuple[int, ...]] | None:
-        """Earliest (start, chosen nodes) >= ``not_before`` (node choice: ``best_fit``)."""
+        """Earliest (start, chosen nodes) >= ``not_before`` (node choice: ``cons_tres``)."""
         i0 = self._split(not_before)
         m = len(self.times)
         # only the segments from not_before on: those are the candidate starts and all
@@ -191,12 +193,14 @@ class NodePlan:
         r = int(enough.argmax())
         if not enough[r]:
             return None
-        idx = fits[r].nonzero()[0]
-        if self.best_fit and not exclusive:
-            free = self._c[i0 + r, nodes[idx]]
-            idx = np.sort(idx[np.lexsort((nodes[idx], free))[:count]])
-        chosen = nodes[idx[:count]]
-        return int(starts[r]), tuple(chosen.tolist())
+        fit = nodes[fits[r].nonzero()[0]]
+        if self.cons_tres and not exclusive:
+            picked = eval_nodes(
+                fit.tolist(), self._g[i0 + r], self._c[i0 + r], count, gpus=gpus, cpus=cpus
+            )
+            assert picked is not None  # enough nodes fit
+            return int(starts[r]), picked
+        return int(starts[r]), tuple(fit[:count].tolist())
 
     def reserve(self, start: int, end: int, holds: Iterable[Hold]) -> None:
         """Take each hold's GPUs and CPUs away from its node over [start, end)."""
@@ -373,9 +377,9 @@ class WillRunPlan:
 
     __slots__ = (
         "_mats",
-        "best_fit",
         "c",
         "ccap",
+        "cons_tres",
         "ends",
         "g",
         "gcap",
@@ -398,7 +402,7 @@ class WillRunPlan:
         cpus_cap: Sequence[int],
         releases: Iterable[tuple[int, tuple[Hold, ...]]],
         res: int = 1,
-        best_fit: bool = False,
+        cons_tres: bool = False,
         scale: int = 0,
         kill_wait: int | None = None,
     ) -> None:
@@ -420,7 +424,7 @@ class WillRunPlan:
         # _attempt_backfill: node_space[0].begin_time = now rounded down to bf_resolution
         self.times = [now // self.res * self.res]
         self.resv = [np.zeros(len(self.g), dtype=bool)]
-        self.best_fit = best_fit
+        self.cons_tres = cons_tres
         self.scale = scale
 
     # ---- the running jobs (the select plugin's view) -----------------------------------
@@ -448,12 +452,23 @@ class WillRunPlan:
         return np.asarray((g >= gpus) & (c >= cpus))
 
     def _choose(
-        self, ok: np.ndarray, cfree: np.ndarray, count: int, exclusive: bool
+        self,
+        ok: np.ndarray,
+        gfree: np.ndarray,
+        cfree: np.ndarray,
+        count: int,
+        ask: tuple[int, int, bool],
     ) -> tuple[int, ...]:
-        idx = ok.nonzero()[0]
-        if self.best_fit and not exclusive:
-            idx = np.sort(idx[np.lexsort((idx, cfree[idx]))[:count]])
-        return tuple(idx[:count].tolist())
+        """The nodes of ``ok`` the job takes: those select/cons_tres picks with what is
+        free then (``cons_tres``), else the lowest-numbered. ``ask``: GPUs, CPUs per node,
+        exclusive."""
+        idx = ok.nonzero()[0].tolist()
+        gpus, cpus, exclusive = ask
+        if self.cons_tres and not exclusive:
+            picked = eval_nodes(idx, gfree, cfree, count, gpus=gpus, cpus=cpus)
+            assert picked is not None  # enough nodes fit
+            return picked
+        return tuple(idx[:count])
 
     def will_run(
         self, avail: np.ndarray, count: int, gpus: int, cpus: int, exclusive: bool
@@ -468,7 +483,7 @@ class WillRunPlan:
         """
         ok = self._ok(self.g, self.c, gpus, cpus, exclusive) & avail
         if np.add.reduce(ok) >= count:
-            return self.now, self._choose(ok, self.c, count, exclusive), True
+            return self.now, self._choose(ok, self.g, self.c, count, (gpus, cpus, exclusive)), True
         if not self.ends:
             return None
         inc, dg, dc = self._matrices()
@@ -490,7 +505,7 @@ class WillRunPlan:
         t = tests[last[b]]
         if self.kill_wait is not None and t <= self.now:
             t += self.kill_wait  # _guess_job_end
-        return t, self._choose(oks[b], cs[b], count, exclusive), False
+        return t, self._choose(oks[b], gs[b], cs[b], count, (gpus, cpus, exclusive)), False
 
     def start(self, end: int, holds: Sequence[Hold], whole: bool = False) -> None:
         """A job started now (until ``end``): its holds are taken, it is a running job.

@@ -3,13 +3,15 @@
     .venv/bin/python scripts/bench/sim_before_after.py [--base REF] [--rounds 3]
         [--nodes 88] [--probes 200] [--trace PATH]
 
-``--base`` (a git ref; default ``bench-base-24``, else ``main~``) is unpacked
+``--base`` (a git ref; default ``BASE_24``, issue 24's before, else ``main~``) is unpacked
 (``git archive``: the ``mirage`` package with its built-in profiles) into a temporary
 directory; the working tree is the "after". Each round runs, for both in turn and in
 fresh processes (alternating, so that a noisy neighbour hits both alike):
 
 - the full replay of the ls6 trace on ``--nodes`` nodes with the built-in ls6 profile of
   that version (limits included where the version has them): jobs/s;
+- the same for the working tree with the ls6 profile's QOS limit (MaxJobsPerUser=8)
+  taken out: the before's model, so the engine's own cost apart from the limit's;
 - ``--probes`` counterfactual probe samples: the replay warmed up 2 days, then at
   ``--probes`` points over the trace the base simulation is forked, a 4-node job of 48 h
   injected, and the fork run 2 simulated days (what a training sample costs): ms per probe.
@@ -43,6 +45,12 @@ from mirage.trace.readers import load_trace
 
 trace, nodes, probes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 profile = load_profile("ls6")
+if sys.argv[4:] == ["no-limits"]:  # the same model as before limits: the engine's own cost
+    import dataclasses
+    profile = dataclasses.replace(
+        profile, qos=(), associations=(),
+        partitions=tuple(dataclasses.replace(p, qos="") for p in profile.partitions),
+    )
 wl = from_table(load_trace(trace).jobs, profile, arrival_scale=1.0, max_nodes=nodes)
 jobs = wl.jobs
 t0 = time.perf_counter()
@@ -88,10 +96,12 @@ def unpack(ref: str, into: Path) -> str:
     return commit
 
 
-def measure(root: Path, trace: Path, nodes: int, probes: int) -> dict[str, float]:
+def measure(
+    root: Path, trace: Path, nodes: int, probes: int, variant: str = ""
+) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run(  # noqa: S603 - this interpreter, fixed code
-        [sys.executable, "-c", MEASURE, str(trace), str(nodes), str(probes)],
+        [sys.executable, "-c", MEASURE, str(trace), str(nodes), str(probes), variant],
         check=True,
         capture_output=True,
         text=True,
@@ -102,14 +112,19 @@ def measure(root: Path, trace: Path, nodes: int, probes: int) -> dict[str, float
     return result
 
 
+#: Issue 24's "before": main as it was when the work on the simulator began (7f62d2c, the
+#: README commit just before it). A commit, not a tag: tags do not travel with a clone.
+BASE_24 = "7f62d2c"
+
+
 def default_base() -> str:
-    tag = subprocess.run(  # noqa: S603 - fixed argv, no shell
-        ["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "bench-base-24"],
+    found = subprocess.run(  # noqa: S603 - fixed argv, no shell
+        ["git", "-C", str(REPO), "cat-file", "-e", BASE_24 + "^{commit}"],
         check=False,
         capture_output=True,
         text=True,
     )
-    return "bench-base-24" if tag.returncode == 0 else "main~"
+    return BASE_24 if found.returncode == 0 else "main~"
 
 
 def main() -> None:
@@ -124,11 +139,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mirage-before-") as tmp:
         base_dir = Path(tmp)
         commit = unpack(args.base or default_base(), base_dir)
-        sides = {f"before ({commit})": base_dir, "after (working tree)": REPO}
+        sides = {
+            f"before ({commit})": (base_dir, ""),
+            "after (working tree)": (REPO, ""),
+            "after, no QOS limit": (REPO, "no-limits"),
+        }
         best: dict[str, dict[str, float]] = {}
         for k in range(args.rounds):
-            for label, root in sides.items():
-                r = measure(root, trace, args.nodes, args.probes)
+            for label, (root, variant) in sides.items():
+                r = measure(root, trace, args.nodes, args.probes, variant)
                 print(
                     f"round {k + 1} {label:<24} replay {r['jobs'] / r['replay_s']:8.0f} jobs/s  "
                     f"probe {1000 * r['probe_s'] / r['probes']:7.1f} ms",
@@ -147,11 +166,16 @@ def main() -> None:
             f"{label:<26} {r['jobs']:7.0f} {r['jobs'] / r['replay_s']:14.0f} "
             f"{1000 * r['probe_s'] / r['probes']:9.1f} {r['started']:>9.0f}/{r['probes']:.0f}"
         )
-    (before, after) = best.values()
+    (before, after, same_model) = best.values()
     print(
         f"after/before: replay speed x{before['replay_s'] / after['replay_s']:.2f}, "
         f"probe cost x{after['probe_s'] / before['probe_s']:.2f} "
         "(marks: replay >= 10,000 jobs/s; probe cost <= x1.20)"
+    )
+    print(
+        "after without ls6's QOS limit (the before's model: what the engine's code costs): "
+        f"replay speed x{before['replay_s'] / same_model['replay_s']:.2f}, "
+        f"probe cost x{same_model['probe_s'] / before['probe_s']:.2f}"
     )
 
 

@@ -226,10 +226,10 @@ def _nodes(jobs: list[fid.FidelityJob], until: int) -> dict[str, list[str]]:
     return {j.key: sim.nodes_of(i) for j, i in zip(jobs, ids, strict=True)}
 
 
-def test_best_fit_places_a_small_job_beside_a_big_one() -> None:
+def test_cons_tres_places_a_small_job_beside_a_big_one() -> None:
     jobs = [
         fid.FidelityJob("a", 0, 1, 1, 2, 300, 200),  # lowest node: gpu-0000
-        fid.FidelityJob("b", 1, 1, 3, 12, 300, 200),  # best fit: beside a, on gpu-0000
+        fid.FidelityJob("b", 1, 1, 3, 12, 300, 200),  # fewest free CPUs: beside a, on gpu-0000
         fid.FidelityJob("c", 2, 1, 2, 4, 300, 200),  # does not fit there: gpu-0001
     ]
     assert _nodes(jobs, 5) == {"a": ["gpu-0000"], "b": ["gpu-0000"], "c": ["gpu-0001"]}

@@ -420,10 +420,16 @@ def test_cli_infer_limits_on_the_committed_slice() -> None:
     assert (jobs["measure"], jobs["ceiling"], jobs["is_limit"]) == ("jobs", 8, True)
 
 
-def test_all_held_backfill_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A backfill pass that finds every pending job limit-held skips building its plan:
-    starts and estimates are those of the full pass (any_runnable forced True)."""
+def test_dropping_jobs_held_at_a_pass_start_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Passes drop the jobs a limit holds at their start (Limits.held), and a backfill
+    pass that finds every pending job held skips building its plan: starts and estimates
+    are those of passes that check every job one by one as they reach it (held forced to
+    "none")."""
     import random
+
+    import numpy as np
 
     from mirage.sim import limits as limits_mod
 
@@ -447,17 +453,20 @@ def test_all_held_backfill_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
         sim.run()
         return [(v.start, v.estimate) for v in sim.all_jobs()]
 
-    held_passes = []
-    real = limits_mod.Limits.any_runnable
+    all_held = []
+    real = limits_mod.Limits.held
 
-    def counted(self: limits_mod.Limits, jobs: Any) -> bool:
-        ok = real(self, jobs)
-        held_passes.append(not ok)
-        return ok
+    def counted(self: limits_mod.Limits, jobs: Any) -> tuple[Any, Any]:
+        pre, post = real(self, jobs)
+        all_held.append(bool((pre | post).all()))
+        return pre, post
 
-    monkeypatch.setattr(limits_mod.Limits, "any_runnable", counted)
+    def none(self: limits_mod.Limits, jobs: Any) -> tuple[Any, Any]:
+        return np.zeros(len(jobs), dtype=bool), np.zeros(len(jobs), dtype=bool)
+
+    monkeypatch.setattr(limits_mod.Limits, "held", counted)
     fast = run()
-    assert sum(held_passes) > 10  # the shortcut was taken
-    monkeypatch.setattr(limits_mod.Limits, "any_runnable", lambda self, jobs: True)
+    assert sum(all_held) > 10  # passes found every pending job held
+    monkeypatch.setattr(limits_mod.Limits, "held", none)
     assert fast == run()
     assert all(start is not None for start, _ in fast)

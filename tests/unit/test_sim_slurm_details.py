@@ -116,21 +116,21 @@ def run_nodes(specs: list[JobSpec], until: int, **sched: Any) -> list[tuple[str,
     return [sim.view(i).nodes for i in ids]
 
 
-def test_best_fit_puts_a_job_on_the_fullest_node_that_fits() -> None:
+def test_cons_tres_puts_a_job_on_the_fullest_node_that_fits() -> None:
     specs = [
         job(0, 300, gpus=1, cpus=4),  # gpu-0000
         job(1, 300, gpus=1, cpus=20, limit=300),  # 28 CPUs free on 0000 ... fits there
         job(2, 300, gpus=1, cpus=16),  # 8 left on 0000: next node
     ]
-    best = run_nodes(specs, 5, node_choice="best_fit")
+    best = run_nodes(specs, 5, node_choice="cons_tres")
     assert best == [("gpu-0000",), ("gpu-0000",), ("gpu-0001",)]
     # the default, lowest-numbered first, gives the same here; a job on 0001 tells them apart
     specs = [job(0, 300, gpus=1, cpus=4), job(0, 300, gpus=1, cpus=30), job(1, 300, gpus=1)]
     assert run_nodes(specs, 5)[2] == ("gpu-0000",)
-    assert run_nodes(specs, 5, node_choice="best_fit")[2] == ("gpu-0001",)
+    assert run_nodes(specs, 5, node_choice="cons_tres")[2] == ("gpu-0001",)
 
 
-def test_node_plan_earliest_best_fit() -> None:
+def test_node_plan_earliest_cons_tres() -> None:
     kw: dict[str, Any] = {
         "gpus_free": [4, 2, 3],
         "cpus_free": [32, 8, 16],
@@ -141,9 +141,12 @@ def test_node_plan_earliest_best_fit() -> None:
     nodes = np.arange(3)
     ask: dict[str, Any] = {"gpus": 1, "cpus": 4, "exclusive": False, "duration": 10}
     assert NodePlan(0, **kw).earliest(nodes, 2, **ask, not_before=0) == (0, (0, 1))
-    assert NodePlan(0, best_fit=True, **kw).earliest(nodes, 2, **ask, not_before=0) == (0, (1, 2))
+    plan = NodePlan(0, cons_tres=True, **kw)
+    # one node: the fewest free CPUs; two: one run of consecutive nodes, taken in order
+    assert plan.earliest(nodes, 1, **ask, not_before=0) == (0, (1,))
+    assert plan.earliest(nodes, 2, **ask, not_before=0) == (0, (0, 1))
     excl = {**ask, "exclusive": True}
-    assert NodePlan(0, best_fit=True, **kw).earliest(nodes, 1, **excl, not_before=0) == (0, (0,))
+    assert plan.earliest(nodes, 1, **excl, not_before=0) == (0, (0,))
 
 
 def test_reservations_for_later_starts_take_whole_nodes() -> None:
@@ -172,9 +175,13 @@ def test_new_settings_round_trip_through_toml() -> None:
         priority_size_cpus=True,
         priority_calc_period_s=300,
         limit_check_interval_s=30,
-        node_choice="best_fit",
+        node_choice="cons_tres",
         bf_reserve_whole_nodes=True,
     )
     for p in (prof, replace(prof, scheduler=sched)):
         assert profile_from_dict(tomllib.loads(profile_to_toml(p))) == p
+    # "best_fit", the earlier name, reads as "cons_tres"
+    old = tomllib.loads(profile_to_toml(replace(prof, scheduler=sched)))
+    old["scheduler"]["node_choice"] = "best_fit"
+    assert profile_from_dict(old).scheduler.node_choice == "cons_tres"
     assert "priority_calc_period_s" not in profile_to_toml(prof)  # None: left out

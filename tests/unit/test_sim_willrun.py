@@ -85,7 +85,7 @@ SHARED = (
     job(0, 100, nodes=2, gpus=8, cpus=8),
     job(0, 120, gpus=1, cpus=1),
 )
-SLURM_22 = {"bf_reserve_whole_nodes": True, "node_choice": "best_fit"}
+SLURM_22 = {"bf_reserve_whole_nodes": True, "node_choice": "cons_tres"}
 # the simpler planner (NodePlan: partial reservations, lowest nodes first), same outcome
 PLANNERS = [SLURM_22, {"bf_reserve_whole_nodes": False, "node_choice": "lowest"}]
 
