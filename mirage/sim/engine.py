@@ -63,6 +63,14 @@ differs on purpose:
   or fits only after that; a start whose nodes meet a reservation (_test_resv_overlap) is
   tried again from there; a whole-node job backfill starts is also reserved in node_space
   until its end (_bf_reserve_running).
+- select/cons_tres/job_test.c:_eval_nodes, _can_job_run_on_node and
+  cons_tres's choose_nodes, with ``node_choice = "cons_tres"`` (``mirage.sim.select``, used
+  by the main pass and both node planners): the usable nodes in runs of consecutive node
+  indices of equal scheduling weight, the run taken as _eval_nodes takes it, in it the
+  node with the fewest free CPUs for a one-node job, the run's nodes in order for a
+  larger one. near_gpu_cnt (``gres_select_filter_remove_unusable``) is capped at the
+  job's ``--gres`` count, so it gives every usable node the same weight. Node weights,
+  memory, and core/socket placement are not modelled (CPUs are counted per node).
 - The other planners (deliberately simpler, for speed): whole-node counts
   (``Availability``, disjoint partitions: ls6) and per-node free GPUs/CPUs with partial
   reservations (``NodePlan``) plan running jobs and reservations on one profile and take
@@ -996,8 +1004,12 @@ class Simulation:
         return status
 
     def _refresh_eligible(self, i: int) -> None:
-        """Set the eligible time (which the age factor counts from) once deps and begin allow."""
-        if self.eligible_at[i] is not None or self.dep_state[i] != DEP_OK:
+        """Set the eligible time (which the age factor counts from) once deps, begin and
+        hold allow: a held job becomes eligible when released (job_mgr.c:_hold_job_rec and
+        _release_job_rec clear begin_time, job_independent sets it to the release's
+        instant; sacct's Eligible is then the release, and the age factor's accrue_time
+        counts from it)."""
+        if self.eligible_at[i] is not None or self.dep_state[i] != DEP_OK or self.held[i]:
             return
         begin = self.specs[i].begin
         if begin is None or begin <= self.now:
@@ -1276,13 +1288,44 @@ class Simulation:
                     dry[part] = plan.dry()
                 continue
             self.estimate[i] = t
-            if s.backfill == "easy":
-                if part in easy_done:
-                    continue  # EASY: only the first blocked job holds a reservation
-                easy_done.add(part)
+            if self._easy_skips(part, easy_done):
+                continue
             plan.reserve(t, end, spec.nodes)
             if lazy and t < dry[part]:
                 dry[part] = plan.dry()
+
+    def _easy_skips(self, part: str, easy_done: set[str]) -> bool:
+        """EASY: only the first blocked job of each partition holds a reservation."""
+        if self.sched.backfill != "easy":
+            return False
+        if part in easy_done:
+            return True
+        easy_done.add(part)
+        return False
+
+    def _node_walk(
+        self, order: Iterable[int], plan: NodePlan | WillRunPlan, lazy: bool
+    ) -> Iterator[tuple[int, str, np.ndarray]]:
+        """The node planners' walk: (job, its partition, the partition's nodes) in order.
+
+        Lazily (no estimates wanted), as in ``_backfill_counts``: nodes with no CPU free
+        now take no job now, and reservations on them cannot hinder a job that starts now
+        elsewhere, so a partition found busy is skipped, and the walk ends when all are.
+        """
+        full: set[str] = set()
+        specs, part_arr = self.specs, self._part_arr
+        for i in order:
+            part = specs[i].partition
+            nodes = part_arr[part]
+            if lazy:
+                if part in full:
+                    continue
+                if plan.busy_now(nodes):
+                    full.add(part)
+                    if len(full) == len(part_arr):
+                        return
+                    continue
+            yield i, part, nodes
 
     def _backfill_nodes(self, order: Iterable[int], res: int, lazy: bool) -> None:
         """Backfill over per-node GPUs and CPUs (shared nodes, overlapping partitions)."""
@@ -1292,25 +1335,12 @@ class Simulation:
         plan = self._node_plan(res)
         batches = self._end_batches(res)
         easy_done: set[str] = set()
-        full: set[str] = set()
         floor: dict[tuple[str, int, int, int, bool, int], int] = {}
         specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
         gcap, ccap = self.node_gpus, self.node_cpus
         reserve_whole = s.bf_reserve_whole_nodes
-        for i in order:
+        for i, part, nodes in self._node_walk(order, plan, lazy):
             spec = specs[i]
-            part = spec.partition
-            nodes = self._part_arr[part]
-            if lazy:
-                # as in _backfill_counts: nodes with no free CPU now take no job now, and
-                # reservations on them cannot hinder a job that starts now elsewhere
-                if part in full:
-                    continue
-                if plan.busy_now(nodes):
-                    full.add(part)
-                    if len(full) == len(self._part_arr):
-                        break
-                    continue
             count, g, c, whole = dem[i]
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
             dur = _ceil(limit[i], res)
@@ -1351,10 +1381,8 @@ class Simulation:
                 batches.add(t + dur, {p for n in chosen for p in self.node_parts[n]})
                 continue
             self.estimate[i] = t
-            if s.backfill == "easy":
-                if part in easy_done:
-                    continue
-                easy_done.add(part)
+            if self._easy_skips(part, easy_done):
+                continue
             if reserve_whole:
                 holds = [(n, gcap[n], ccap[n]) for n in chosen]
             plan.reserve(t, t + dur, holds)
@@ -1384,21 +1412,9 @@ class Simulation:
             kill_wait=s.kill_wait_s,
         )
         easy_done: set[str] = set()
-        full: set[str] = set()
         specs, elig, dem = self.specs, self.eligible_at, self.dem
-        for i in order:
+        for i, part, nodes in self._node_walk(order, plan, lazy):
             spec = specs[i]
-            part = spec.partition
-            nodes = self._part_arr[part]
-            if lazy:
-                # as in _backfill_counts: nothing starts now where no CPU is free now
-                if part in full:
-                    continue
-                if plan.busy_now(nodes):
-                    full.add(part)
-                    if len(full) == len(self._part_arr):
-                        break
-                    continue
             count, g, c, whole = dem[i]
             not_before = now if elig[i] is not None else max(now, spec.begin or now)
             dur = _ceil(limit[i], res)
@@ -1415,10 +1431,8 @@ class Simulation:
                 plan.start(now + dur, alloc[i], whole)
                 continue
             self.estimate[i] = t
-            if s.backfill == "easy":
-                if part in easy_done:
-                    continue
-                easy_done.add(part)
+            if self._easy_skips(part, easy_done):
+                continue
             plan.reserve(t, dur, chosen)
 
     def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
@@ -1496,6 +1510,10 @@ class Simulation:
         i = self._index(job_id)
         if self.state[i] in (None, PENDING) and self.held[i] != held:
             self.held[i] = held
+            if held:
+                self.eligible_at[i] = None  # no longer eligible: ages from its release
+            elif self.state[i] is PENDING:
+                self._refresh_eligible(i)
             self._pool_sync(i)
             self._changed()
 

@@ -119,6 +119,29 @@ def test_held_job_never_starts_until_released() -> None:
     assert sim.view(a).start == 1000
 
 
+def test_a_held_job_is_eligible_from_its_release() -> None:
+    """As Slurm: hold and release clear begin_time, so sacct's Eligible (and the age
+    factor's start) is the release, not the submit (seen on the test cluster: ls6-held)."""
+    sim = Simulation(toy_profile(4, priority_max_age_s=10_000))
+    # the cluster is busy until 1000; a (held at submit, 10) is released at 600, after b
+    # became eligible (300): b is older and starts first
+    [_, a, b] = sim.add_jobs(
+        [job(0, 1000, nodes=4), job(10, 100, nodes=4, hold=True), job(300, 100, nodes=4)]
+    )
+    sim.run_until(600)
+    assert sim.view(a).eligible is None
+    sim.set_hold(a, False)
+    assert sim.view(a).eligible == 600
+    assert sim.priority_order()[0] == b
+    sim.set_hold(b, True)  # held again: not eligible until its next release
+    assert sim.view(b).eligible is None
+    sim.run_until(700)
+    sim.set_hold(b, False)
+    assert sim.view(b).eligible == 700
+    sim.run()
+    assert (sim.view(a).start, sim.view(b).start) == (1000, 1100)
+
+
 def test_held_job_is_skipped_by_lower_priority_jobs() -> None:
     sim, [a, b] = sim_with(job(0, 100, nodes=4, hold=True), job(10, 100, nodes=4))
     sim.run()
