@@ -1108,12 +1108,15 @@ def replay(
         kill, calc = run.clock.phases(base, profile.scheduler.priority_calc_period_s or 0)
     factors = run.fairshare if fairshare else {}
     sim_cls = _fair_share_sim(factors) if factors else Simulation
+    # The simulation runs on the run's own epoch seconds: _will_run_test aligns its
+    # windows of end times on multiples of 30 s of the epoch (``end_time % time_window``),
+    # so a replay shifted to start at 0 batches ends differently from the cluster.
     sim = sim_cls(
         profile,
-        start_time=0,
+        start_time=base,
         partition_nodes={p: list(n) for p, n in PARTITION_NODES.items()},
-        priority_calc_phase_s=calc,
-        limit_check_phase_s=kill,
+        priority_calc_phase_s=base + calc,
+        limit_check_phase_s=None if kill is None else base + kill,
     )
     ids: dict[str, list[str]] = {}  # workload key -> simulator ids (its tasks)
     task_ids: dict[str, str] = {}
@@ -1128,7 +1131,7 @@ def replay(
         ids[job.key] = []
         for task in job.task_keys:
             spec = JobSpec(
-                submit=_sim_time(sub.at, base),
+                submit=base + _sim_time(sub.at, base),
                 run=job.run_s,
                 time_limit=job.limit_s,
                 nodes=job.nodes,
@@ -1143,7 +1146,9 @@ def replay(
             )
             task_ids[task] = sim.add_job(spec)
             ids[job.key].append(task_ids[task])
-    releases = sorted((_sim_time(at, base), key) for key, at in run.released.items() if key in ids)
+    releases = sorted(
+        (base + _sim_time(at, base), key) for key, at in run.released.items() if key in ids
+    )
     for t, key in releases:
         sim.run_until(t - 1)
         sim.now = t  # events at t (ends, submits) come with the release, in one pass
@@ -1155,7 +1160,7 @@ def replay(
     states: dict[str, str] = {}
     for task, job_id in task_ids.items():
         view = sim.view(job_id)
-        starts[task] = view.start
+        starts[task] = None if view.start is None else view.start - base
         states[task] = view.state.value if view.state else "?"
         if view.start is not None and view.eligible is not None:
             waits[task] = view.start - view.eligible
