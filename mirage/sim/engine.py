@@ -219,6 +219,12 @@ class JobView:
     nodes: tuple[str, ...] = ()  # the nodes a running job holds
 
 
+#: Pending candidates beyond which a pass drops limit-held jobs up front (numpy, per rule
+#: group) rather than checking them one by one as it reaches them: the same outcome, and
+#: the cheaper way for a long queue; for a short one numpy's fixed cost is the larger.
+_HELD_FILTER_MIN = 32
+
+
 def _ceil(t: int, res: int) -> int:
     return -(-t // res) * res
 
@@ -1132,17 +1138,31 @@ class Simulation:
         room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
         return np.asarray(room[self._ppart[slots]])
 
+    def _main_candidates(self, n: int) -> np.ndarray | None:
+        """The pool slots the main pass walks, or None when nothing can start."""
+        slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
+        if not slots.size or not self._fits_mask(slots).any():
+            return None  # nothing can start: the pass would only find the first job blocked
+        lim = self._lim
+        if lim is None:
+            return slots
+        # jobs held by a limit: skipped, they block nothing
+        if slots.size <= _HELD_FILTER_MIN:  # few: a scan to the first runnable is cheaper
+            return slots if lim.any_runnable(self._pidx[slots]) else None
+        pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
+        kept: np.ndarray = slots[~(pre | post)]
+        if not kept.size or not self._fits_mask(kept).any():
+            return None
+        return kept
+
     def _main_pass(self) -> None:
         self._dirty_main = False
         n = self._pn
         if not n:
             return
-        slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
-        if self._lim is not None and slots.size:  # jobs held by a limit: skipped, block nothing
-            pre, post = self._lim.held(self._pidx[slots])
-            slots = slots[~(pre | post)]
-        if not slots.size or not self._fits_mask(slots).any():
-            return  # nothing can start: the pass would only find the first job blocked
+        slots = self._main_candidates(n)
+        if slots is None:
+            return
         self.main_passes += 1
         parts = (
             1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
@@ -1186,17 +1206,18 @@ class Simulation:
         slots = np.flatnonzero(self._pok[:n])
         if not slots.size:
             return
+        lazy = not (force or self.track_estimates)
+        can = None
+        if lazy:
+            can = (self._pelig[slots] <= self.now) & self._fits_mask(slots)
+            if not can.any():
+                return  # nothing can start now
         pre_held = post_held = None
         if self._lim is not None:  # held by a limit at the pass's start (Limits.held)
             pre, post = self._lim.held(self._pidx[slots])
+            if can is not None and not (can & ~pre & ~post).any():
+                return  # ... but jobs a limit holds
             pre_held, slots, post_held = slots[pre], slots[~pre], post[~pre]
-        lazy = not (force or self.track_estimates)
-        if lazy:
-            can = (self._pelig[slots] <= self.now) & self._fits_mask(slots)
-            if post_held is not None:
-                can &= ~post_held
-            if not can.any():
-                return  # nothing (not held by a limit) can start now
         self.backfill_passes += 1
         s = self.sched
         res = max(1, s.bf_resolution_s)

@@ -133,6 +133,11 @@ class Limits:
         self.groups: list[tuple[Rule, ...]] = [()]
         self._gpre = np.zeros(64, dtype=np.int64)  # per job: its pre-select rules' group
         self._gpost = np.zeros(64, dtype=np.int64)
+        # per group: does it fail now? Kept current lazily: a change of a counter marks
+        # the groups whose rules read it (_key_groups) for a recheck at the next ``held``
+        self._gfail = np.zeros(64, dtype=bool)
+        self._key_groups: dict[Key, tuple[int, ...]] = {}
+        self._dirty: set[int] = set()
 
     @staticmethod
     def build(profile: ClusterProfile) -> Limits | None:
@@ -148,7 +153,8 @@ class Limits:
         clone = object.__new__(Limits)
         clone.__dict__.update(self.__dict__)
         for name in ("used", "pre", "post", "runs", "subs", "sub_keys", "counted", "counting",
-                     "_group_of", "groups", "_gpre", "_gpost"):  # fmt: skip
+                     "_group_of", "groups", "_gpre", "_gpost", "_gfail", "_key_groups",
+                     "_dirty"):  # fmt: skip
             setattr(clone, name, getattr(self, name).copy())
         return clone
 
@@ -209,6 +215,7 @@ class Limits:
             counted = True
             for key in sub_keys:
                 self.used[key] = self.used.get(key, 0) + 1
+            self._touched(sub_keys)
         i = len(self.pre)
         self.pre.append(tuple(pre))
         self.post.append(tuple(post))
@@ -229,7 +236,21 @@ class Limits:
         if g is None:
             g = self._group_of[rules] = len(self.groups)
             self.groups.append(rules)
+            if g == len(self._gfail):
+                self._gfail = np.concatenate([self._gfail, np.zeros_like(self._gfail)])
+            for key, _, _, _ in rules:
+                if key is not None:
+                    self._key_groups[key] = (*self._key_groups.get(key, ()), g)
+            self._dirty.add(g)
         return g
+
+    def _touched(self, keys: Iterator[Key] | Sequence[Key]) -> None:
+        """Counters changed: the groups whose rules read them are checked again."""
+        kg = self._key_groups
+        for key in keys:
+            got = kg.get(key)
+            if got:
+                self._dirty.update(got)
 
     def _need(self, spec: JobSpec) -> dict[str, int]:
         """The job's TRES: a whole-node job's CPUs and GPUs are its nodes'."""
@@ -281,12 +302,14 @@ class Limits:
         used = self.used
         for key in self.sub_keys[i]:
             used[key] = used.get(key, 0) + 1
+        self._touched(self.sub_keys[i])
         return ""
 
     def started(self, i: int) -> None:
         used = self.used
         for key, amount in self.runs[i]:
             used[key] = used.get(key, 0) + amount
+        self._touched([key for key, _ in self.runs[i]])
         self.counting[i] = True
 
     def left(self, i: int) -> None:
@@ -296,10 +319,12 @@ class Limits:
             self.counting[i] = False
             for key, amount in self.runs[i]:
                 used[key] -= amount
+            self._touched([key for key, _ in self.runs[i]])
         if self.counted[i]:
             self.counted[i] = False
             for key in self.sub_keys[i]:
                 used[key] -= 1
+            self._touched(self.sub_keys[i])
 
     # ---- checks ----------------------------------------------------------------------
 
@@ -322,17 +347,22 @@ class Limits:
         grows while it runs and a job held at the start is held when the pass reaches it
         (jobs that become held during the pass are still checked one by one).
         """
-        gpre, gpost = self._gpre[jobs], self._gpost[jobs]
-        seen = np.zeros(len(self.groups), dtype=bool)
-        seen[gpre] = True
-        seen[gpost] = True
-        seen[0] = False  # no rules: never held
-        fails = np.zeros(len(self.groups), dtype=bool)
-        groups, check = self.groups, self._fails
-        for g in np.flatnonzero(seen).tolist():
-            fails[g] = bool(check(groups[g]))
-        pre = fails[gpre]
-        return pre, fails[gpost] & ~pre
+        fails = self._gfail
+        if self._dirty:
+            groups, check = self.groups, self._fails
+            for g in self._dirty:
+                fails[g] = bool(check(groups[g]))
+            self._dirty.clear()
+        pre = fails[self._gpre[jobs]]
+        return pre, fails[self._gpost[jobs]] & ~pre
+
+    def any_runnable(self, jobs: np.ndarray) -> bool:
+        """Does any of these jobs pass every limit now (stops at the first that does)?"""
+        pre, post, fails = self.pre, self.post, self._fails
+        for i in jobs.tolist():
+            if not ((pre[i] and fails(pre[i])) or (post[i] and fails(post[i]))):
+                return True
+        return False
 
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
