@@ -18,7 +18,8 @@ Formats shared with the recorder (the real driver):
        "released": {<key>: <epoch float>}}
 
   and ``sacct.txt``, the raw output of ``sacct -X -P --noheader -a --format=`` followed by
-  :data:`SACCT_FIELDS` joined with commas (array tasks appear as ``<arrayid>_<task>``).
+  :data:`SACCT_FIELDS` joined with commas (array tasks appear as ``<arrayid>_<task>``;
+  recordings made before NodeList was added lack that last field, and read as no nodes).
   :func:`read_run` parses it. sacct prints times in its machine's local time without a
   zone: the parser reads them as UTC and corrects by the whole quarter hours that the
   submit stamps differ from run.json's ``at`` (so a recorder in any time zone reads right).
@@ -66,8 +67,11 @@ SACCT_FIELDS = (
     "ReqTRES",
     "AllocTRES",
     "Reason",
+    "NodeList",
 )
 SACCT_FORMAT = ",".join(SACCT_FIELDS)
+#: Recordings made before NodeList was added (2026-11-28) have every field but the last.
+_SACCT_FIELDS_V1 = SACCT_FIELDS[:-1]
 #: Where the workloads and their recorded runs live (relative to the repository root).
 DATA_DIR = Path("tests/data/fidelity")
 
@@ -229,6 +233,7 @@ class SacctRecord:
     req_tres: str
     alloc_tres: str
     reason: str
+    node_list: str = ""  # the nodes it ran on (a Slurm hostlist), "" if not recorded
 
     @property
     def array_id(self) -> str | None:
@@ -318,9 +323,9 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
             continue
         where = f"{source} line {n} ({line[:80]!r})"
         parts = line.split("|")
-        if len(parts) != len(SACCT_FIELDS):
+        if len(parts) not in (len(SACCT_FIELDS), len(_SACCT_FIELDS_V1)):
             raise ValueError(f"{where}: {len(parts)} fields, expected {len(SACCT_FIELDS)}")
-        f = dict(zip(SACCT_FIELDS, parts, strict=True))
+        f = dict(zip(SACCT_FIELDS, parts, strict=False))
         if not re.match(r"^\d+(_(\d+|\[[^\]]*\]))?$", f["JobID"]):
             raise ValueError(f"{where}: bad JobID {f['JobID']!r}")
         try:
@@ -349,6 +354,7 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
                 req_tres=f["ReqTRES"],
                 alloc_tres=f["AllocTRES"],
                 reason=f["Reason"],
+                node_list="" if f.get("NodeList") in (None, "None assigned") else f["NodeList"],
             )
         )
     return records
@@ -1077,6 +1083,23 @@ def _fair_share_sim(factors: Mapping[str, float]) -> type[Simulation]:
     return FairShareSimulation
 
 
+def _keeping_nodes(base: type[Simulation]) -> type[Simulation]:
+    """A Simulation that keeps the nodes each job started on (``ran_on``, by job id):
+    the engine forgets them when a job ends."""
+
+    class KeepingNodes(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.ran_on: dict[str, tuple[str, ...]] = {}
+
+        def _start(self, i: int) -> None:
+            super()._start(i)
+            job_id = str(i + self.first_id)
+            self.ran_on[job_id] = tuple(self.node_names[n] for n, _, _ in self.alloc[i])
+
+    return KeepingNodes
+
+
 @dataclass(frozen=True)
 class Replay:
     """One simulated twin of a recorded run (times in s after the run's t0 second)."""
@@ -1084,6 +1107,7 @@ class Replay:
     starts: dict[str, int | None]
     waits: dict[str, int]  # start - eligible, started tasks
     states: dict[str, str]
+    nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # where each started
 
 
 def replay(
@@ -1107,7 +1131,7 @@ def replay(
     if run.clock is not None:
         kill, calc = run.clock.phases(base, profile.scheduler.priority_calc_period_s or 0)
     factors = run.fairshare if fairshare else {}
-    sim_cls = _fair_share_sim(factors) if factors else Simulation
+    sim_cls = _keeping_nodes(_fair_share_sim(factors) if factors else Simulation)
     # The simulation runs on the run's own epoch seconds: _will_run_test aligns its
     # windows of end times on multiples of 30 s of the epoch (``end_time % time_window``),
     # so a replay shifted to start at 0 batches ends differently from the cluster.
@@ -1158,13 +1182,15 @@ def replay(
     starts: dict[str, int | None] = {}
     waits: dict[str, int] = {}
     states: dict[str, str] = {}
+    nodes: dict[str, tuple[str, ...]] = {}
     for task, job_id in task_ids.items():
         view = sim.view(job_id)
         starts[task] = None if view.start is None else view.start - base
         states[task] = view.state.value if view.state else "?"
+        nodes[task] = sim.ran_on.get(job_id, ())  # type: ignore[attr-defined]
         if view.start is not None and view.eligible is not None:
             waits[task] = view.start - view.eligible
-    return Replay(starts, waits, states)
+    return Replay(starts, waits, states, nodes)
 
 
 @dataclass(frozen=True)
@@ -1315,5 +1341,47 @@ def table(root: str | Path = DATA_DIR) -> str:
     return "\n".join(lines)
 
 
+DETAIL_HEAD = "task      nodes gpus cpus limit   run  submit  elig   real    sim   diff  nodes"
+
+
+def detail(name: str, root: str | Path = DATA_DIR) -> str:
+    """Job by job, each recorded run of workload ``name`` against its replay: shape,
+    submit and eligible (s after t0), real and simulated start, and the nodes of each
+    (real ones where the recording has sacct's NodeList). Where a replay and its run
+    part, this is where to look."""
+    w = Workload.from_json(Path(root) / name / "workload.json")
+    out = []
+    for path in recorded_runs(name, root):
+        run = read_run(path, w)
+        rep = replay(w, run)
+        real = run.starts()
+        out.append(f"{name} {path.name} (t0 {run.base})")
+        out.append(DETAIL_HEAD)
+        for job in w.jobs:
+            for task in job.task_keys:
+                rec = run.by_key.get(task)
+                elig = None if rec is None or rec.eligible is None else rec.eligible - run.base
+                sub = None if rec is None or rec.submit is None else rec.submit - run.base
+                r, m = real.get(task), rep.starts.get(task)
+                diff = "" if r is None or m is None else f"{m - r:+d}"
+                where = ",".join(rep.nodes.get(task, ()))
+                if rec is not None and rec.node_list:
+                    where = f"real {rec.node_list} sim {where}"
+                out.append(
+                    f"{task:9s} {job.nodes:5d} {job.gpus_per_node:4d} {job.cpus_per_node:4d} "
+                    f"{job.limit_s:5d} {job.run_s:5d} {_num(sub):>7s} {_num(elig):>5s} "
+                    f"{_num(r):>6s} {_num(m):>6s} {diff:>6s}  {where}"
+                )
+    return "\n".join(out)
+
+
+def _num(x: int | None) -> str:
+    return "-" if x is None else str(x)
+
+
 if __name__ == "__main__":
-    print(table())
+    import sys
+
+    # python -m mirage.sim.suite          the table of every workload
+    # python -m mirage.sim.suite NAME     one workload, job by job (see ``detail``)
+    print(detail(sys.argv[1]) if len(sys.argv) > 1 else table())

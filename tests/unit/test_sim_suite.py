@@ -193,6 +193,24 @@ def test_parse_sacct_names_the_malformed_line() -> None:
         parse_sacct("x" + good)
 
 
+def test_detail_lists_every_task_with_both_starts_and_the_simulated_nodes() -> None:
+    text = suite.detail("ls6-held", REPO / DATA_DIR)
+    w = Workload.from_json(REPO / DATA_DIR / "ls6-held" / "workload.json")
+    rows = [line.split() for line in text.splitlines() if line.startswith("j")]
+    assert len(rows) == 2 * len(w.task_keys)  # both recorded runs
+    first = rows[0]  # j000, the burst: starts at t0 in both, on a GPU node
+    assert first[0] == "j000" and first[8] == first[9] == "0" and first[-1].startswith("gpu")
+
+
+def test_parse_sacct_reads_node_lists_and_older_recordings_without() -> None:
+    old = _line("100", "100", "COMPLETED", T0, T0 + 1, 0)  # recorded before NodeList
+    ran = _line("101", "101", "COMPLETED", T0, T0 + 1, 0) + "|gpu[2-3]"
+    never = _line("102", "102", "CANCELLED by 0", T0, None, 0) + "|None assigned"
+    recs = parse_sacct("\n".join([old, ran, never]))
+    assert [r.node_list for r in recs] == ["", "gpu[2-3]", ""]
+    assert recs[0].reason == recs[1].reason == "None"
+
+
 def test_read_run_tells_a_run_of_another_workload_version(tmp_path: Path) -> None:
     _write_run(tmp_path / "run-1")
     w = _sample()
