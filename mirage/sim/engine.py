@@ -1249,8 +1249,7 @@ class Simulation:
             return islice(order, cap)
         # limit-held jobs: skipped, no reservation; pre-select ones before bf_max_job_test
         # counts them, post-select ones after (_attempt_backfill)
-        order = self._lim.runnable_post(islice(self._lim.runnable_pre(order, self.estimate), cap),
-                                        self.estimate)  # fmt: skip
+        order = self._lim.backfill_order(order, cap, self.estimate)
         if not post_held.all():
             return order
         # Every pending job is held by a limit: the pass can start and reserve nothing, so

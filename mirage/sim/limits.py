@@ -27,7 +27,7 @@ for both QOS) and in its association (``_adjust_limit_usage``), whatever limit h
 The reasons are ``job_reason_string`` of src/common/slurm_protocol_defs.c. A held job's
 reason is the first rule that fails, in the order above (Slurm stops at the first).
 
-Scheduling (the engine's hooks call ``runnable`` / ``runnable_pre`` / ``runnable_post``):
+Scheduling (the engine's hooks call ``held``, ``runnable`` and ``backfill_order``):
 Slurm's schedule() (slurmctld/job_scheduler.c) skips a job that fails these checks and
 goes on with the next one ("delayed for accounting policy"): it does not block its
 partition (unless SchedulerParameters=assoc_limit_stop, not modelled), and a job behind a
@@ -372,23 +372,27 @@ class Limits:
                 continue
             yield i
 
-    def runnable_pre(self, order: Iterator[int], estimate: list[int | None]) -> Iterator[int]:
-        """Backfill: skip jobs failing pre_select (before bf_max_job_test counts them)."""
-        pre, fails = self.pre, self._fails
+    def backfill_order(
+        self, order: Iterator[int], cap: int, estimate: list[int | None]
+    ) -> Iterator[int]:
+        """Backfill's walk (_attempt_backfill): a job failing a pre-select rule is skipped
+        before bf_max_job_test (``cap``) counts it, one failing a post-select rule after;
+        either loses its estimate (no reservation). One generator for the three steps."""
+        pre, post, fails = self.pre, self.post, self._fails
+        if cap <= 0:
+            return
+        tested = 0
         for i in order:
             if pre[i] and fails(pre[i]):
                 estimate[i] = None
                 continue
-            yield i
-
-    def runnable_post(self, order: Iterator[int], estimate: list[int | None]) -> Iterator[int]:
-        """Backfill: skip jobs failing post_select (counted against bf_max_job_test)."""
-        post, fails = self.post, self._fails
-        for i in order:
             if post[i] and fails(post[i]):
                 estimate[i] = None
-                continue
-            yield i
+            else:
+                yield i
+            tested += 1
+            if tested == cap:
+                return  # no job after the cap-th is looked at
 
 
 class _Rules:

@@ -470,3 +470,23 @@ def test_dropping_jobs_held_at_a_pass_start_changes_nothing(
     monkeypatch.setattr(limits_mod.Limits, "held", none)
     assert fast == run()
     assert all(start is not None for start, _ in fast)
+
+
+def test_backfill_order_counts_post_select_skips_against_the_cap() -> None:
+    """_attempt_backfill: a pre-select failure is skipped before bf_max_job_test counts
+    it, a post-select failure after; both lose their estimates; nothing after the cap-th
+    tested job is looked at."""
+    from mirage.sim.limits import Limits
+
+    never = (None, 1, 0, "QOSMaxJobsPerUserLimit")  # a rule that always fails
+    lim = object.__new__(Limits)
+    lim.used = {}
+    lim.pre = [(), (never,), (), (), (never,)]
+    lim.post = [(), (), (never,), (), ()]
+    est: list[int | None] = [7] * 5
+    assert list(lim.backfill_order(iter(range(5)), 2, est)) == [0]
+    assert est == [7, None, None, 7, 7]  # job 4 (pre-held) is past the cap: not looked at
+    est = [7] * 5
+    assert list(lim.backfill_order(iter(range(5)), 3, est)) == [0, 3]
+    assert est == [7, None, None, 7, 7]
+    assert list(lim.backfill_order(iter(range(5)), 0, est)) == []
