@@ -19,9 +19,9 @@ Scheduling follows Slurm:
   the first blocked job per partition with "easy"). A job starting now must fit around
   every reservation already made, so it delays none of them. The reservation time is the
   job's start estimate (what ``squeue --start`` shows). With ``bf_will_run_batches`` (a
-  Slurm detail, below; mirage.sim.fidelity switches it on) that start is where Slurm's
-  ``_will_run_test`` puts it: at the end of a batch of running jobs' ends, not at the exact
-  earliest fit (below).
+  Slurm detail, below; mirage.profile.capture.slurm_details switches it on) that start is
+  where Slurm's ``_will_run_test`` puts it: at the end of a batch of running jobs' ends,
+  not at the exact earliest fit (below).
 
 Slurm 22.05's code, rule by rule (slurm-22-05-8-1; file:function), and where the engine
 differs on purpose:
@@ -132,8 +132,8 @@ priorities use it as of the last calculation (``_prio_time``), and the per-user 
 computed in one numpy expression per pass.
 
 Optional Slurm details (``SchedulerSettings``; the defaults keep the simpler model, which
-the ls6 calibration used; mirage.sim.fidelity switches them all on to match Slurm 22.05
-on the test cluster):
+the ls6 calibration used; mirage.profile.capture.slurm_details switches them all on to
+match Slurm 22.05 on the test cluster):
 
 - ``priority_size_cpus``: the job size factor as priority/multifactor computes it,
   ``(nodes / N + cpus / C) / 2`` over the simulation's distinct nodes (N) and their CPUs
