@@ -138,6 +138,11 @@ class Limits:
         self._gfail = np.zeros(64, dtype=bool)
         self._key_groups: dict[Key, tuple[int, ...]] = {}
         self._dirty: set[int] = set()
+        # the same as Python lists, for the passes' job-by-job checks (list indexing is
+        # several times cheaper than a numpy scalar or a walk over the rules)
+        self._gp: list[int] = []  # per job: pre-select group
+        self._gq: list[int] = []  # per job: post-select group
+        self._gf: list[bool] = [False]  # per group: fails now (current after _refresh)
 
     @staticmethod
     def build(profile: ClusterProfile) -> Limits | None:
@@ -154,7 +159,7 @@ class Limits:
         clone.__dict__.update(self.__dict__)
         for name in ("used", "pre", "post", "runs", "subs", "sub_keys", "counted", "counting",
                      "_group_of", "groups", "_gpre", "_gpost", "_gfail", "_key_groups",
-                     "_dirty"):  # fmt: skip
+                     "_dirty", "_gp", "_gq", "_gf"):  # fmt: skip
             setattr(clone, name, getattr(self, name).copy())
         return clone
 
@@ -222,8 +227,10 @@ class Limits:
         if i == len(self._gpre):
             self._gpre = np.concatenate([self._gpre, np.zeros_like(self._gpre)])
             self._gpost = np.concatenate([self._gpost, np.zeros_like(self._gpost)])
-        self._gpre[i] = self._group(self.pre[i])
-        self._gpost[i] = self._group(self.post[i])
+        self._gpre[i] = gp = self._group(self.pre[i])
+        self._gpost[i] = gq = self._group(self.post[i])
+        self._gp.append(gp)
+        self._gq.append(gq)
         self.runs.append(tuple(runs))
         self.subs.append(tuple(subs))
         self.sub_keys.append(tuple(sub_keys))
@@ -241,8 +248,16 @@ class Limits:
             for key, _, _, _ in rules:
                 if key is not None:
                     self._key_groups[key] = (*self._key_groups.get(key, ()), g)
+            self._gf.append(False)
             self._dirty.add(g)
         return g
+
+    def _refresh(self) -> None:
+        """Check again the groups whose counters changed since the last check."""
+        groups, check, fails, flags = self.groups, self._fails, self._gfail, self._gf
+        for g in self._dirty:
+            flags[g] = fails[g] = bool(check(groups[g]))
+        self._dirty.clear()
 
     def _touched(self, keys: Iterator[Key] | Sequence[Key]) -> None:
         """Counters changed: the groups whose rules read them are checked again."""
@@ -347,28 +362,26 @@ class Limits:
         grows while it runs and a job held at the start is held when the pass reaches it
         (jobs that become held during the pass are still checked one by one).
         """
-        fails = self._gfail
         if self._dirty:
-            groups, check = self.groups, self._fails
-            for g in self._dirty:
-                fails[g] = bool(check(groups[g]))
-            self._dirty.clear()
+            self._refresh()
+        fails = self._gfail
         pre = fails[self._gpre[jobs]]
         return pre, fails[self._gpost[jobs]] & ~pre
 
     def any_runnable(self, jobs: np.ndarray) -> bool:
         """Does any of these jobs pass every limit now (stops at the first that does)?"""
-        pre, post, fails = self.pre, self.post, self._fails
-        for i in jobs.tolist():
-            if not ((pre[i] and fails(pre[i])) or (post[i] and fails(post[i]))):
-                return True
-        return False
+        if self._dirty:
+            self._refresh()
+        gp, gq, gf = self._gp, self._gq, self._gf
+        return any(not (gf[gp[i]] or gf[gq[i]]) for i in jobs.tolist())
 
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
-        pre, post, fails = self.pre, self.post, self._fails
+        gp, gq, gf = self._gp, self._gq, self._gf
         for i in order:
-            if (pre[i] and fails(pre[i])) or (post[i] and fails(post[i])):
+            if self._dirty:  # the pass started a job since the last check
+                self._refresh()
+            if gf[gp[i]] or gf[gq[i]]:
                 continue
             yield i
 
@@ -378,15 +391,17 @@ class Limits:
         """Backfill's walk (_attempt_backfill): a job failing a pre-select rule is skipped
         before bf_max_job_test (``cap``) counts it, one failing a post-select rule after;
         either loses its estimate (no reservation). One generator for the three steps."""
-        pre, post, fails = self.pre, self.post, self._fails
+        gp, gq, gf = self._gp, self._gq, self._gf
         if cap <= 0:
             return
         tested = 0
         for i in order:
-            if pre[i] and fails(pre[i]):
+            if self._dirty:  # the pass started a job since the last check
+                self._refresh()
+            if gf[gp[i]]:
                 estimate[i] = None
                 continue
-            if post[i] and fails(post[i]):
+            if gf[gq[i]]:
                 estimate[i] = None
             else:
                 yield i

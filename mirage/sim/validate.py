@@ -128,7 +128,8 @@ def parse_sacct_json_text(text: str, source: str = "<sacct --json>") -> Accounti
 
 def parse_sacct_text(text: str, source: str = "<sacct -P>", tz: str = "UTC") -> Accounting:
     """``sacct -P`` (or ``-p``: a trailing ``|``) text: a header line of field names, or
-    none and exactly :data:`FIDELITY_FIELDS`. Times are local times of zone ``tz``."""
+    none and exactly :data:`FIDELITY_FIELDS` (or all of them but the last, NodeList, as
+    the suite's older recordings have). Times are local times of zone ``tz``."""
     try:
         zone = ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -141,8 +142,9 @@ def parse_sacct_text(text: str, source: str = "<sacct -P>", tz: str = "UTC") -> 
     fmt = "sacct-text"
     if "jobid" in names:
         lines = lines[1:]
-    elif len(first) == len(FIDELITY_FIELDS):
-        names = [f.lower() for f in FIDELITY_FIELDS]
+    elif len(first) in (len(FIDELITY_FIELDS), len(FIDELITY_FIELDS) - 1):
+        # the suite's recordings: with NodeList last, or (before 2026-11-28) without it
+        names = [f.lower() for f in FIDELITY_FIELDS[: len(first)]]
         fmt = "sacct-text (fidelity fields)"
     else:
         raise ValidateError(

@@ -478,11 +478,11 @@ def test_backfill_order_counts_post_select_skips_against_the_cap() -> None:
     tested job is looked at."""
     from mirage.sim.limits import Limits
 
-    never = (None, 1, 0, "QOSMaxJobsPerUserLimit")  # a rule that always fails
-    lim = object.__new__(Limits)
-    lim.used = {}
-    lim.pre = [(), (never,), (), (), (never,)]
-    lim.post = [(), (), (never,), (), ()]
+    lim = object.__new__(Limits)  # two rule groups: 0 (no rules), 1 (always fails)
+    lim._dirty = set()
+    lim._gf = [False, True]
+    lim._gp = [0, 1, 0, 0, 1]  # jobs 1 and 4 fail a pre-select rule
+    lim._gq = [0, 0, 1, 0, 0]  # job 2 a post-select one
     est: list[int | None] = [7] * 5
     assert list(lim.backfill_order(iter(range(5)), 2, est)) == [0]
     assert est == [7, None, None, 7, 7]  # job 4 (pre-held) is past the cap: not looked at

@@ -392,4 +392,16 @@ def test_cli_reads_the_window_through_the_client(tmp_path: Path) -> None:
 
 
 def test_fidelity_fields_are_the_suites() -> None:
-    assert FIDELITY_FIELDS[0] == "JobID" and len(FIDELITY_FIELDS) == 15
+    assert FIDELITY_FIELDS[0] == "JobID" and FIDELITY_FIELDS[-1] == "NodeList"
+    assert len(FIDELITY_FIELDS) == 16
+
+
+def test_reads_recordings_with_and_without_node_lists() -> None:
+    """The suite's recordings before 2026-11-28 have every field but NodeList."""
+    old = (DATA.parent / "fidelity" / "ls6-held" / "run-1" / "sacct.txt").read_text()
+    first = old.splitlines()[0]
+    newer = "\n".join(line + "|gpu1" for line in old.splitlines() if line.strip())
+    assert len(first.split("|")) == len(FIDELITY_FIELDS) - 1
+    a, b = parse_sacct_text(old), parse_sacct_text(newer)
+    assert len(a.jobs) == len(b.jobs) > 0
+    assert [j.start for j in a.jobs] == [j.start for j in b.jobs]
