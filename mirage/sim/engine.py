@@ -503,6 +503,10 @@ class Simulation:
                 parts_of[node].append(q)
         self.node_parts = [tuple(ps) for ps in parts_of]
         self.overlapping = any(len(ps) > 1 for ps in parts_of)
+        # partitions none of whose nodes another partition has (see _node_walk)
+        self._alone_parts = frozenset(
+            q for q, m in members.items() if all(len(parts_of[node]) == 1 for node in m)
+        )
         self.capacity = {p: len(m) for p, m in members.items()}
         self.total_nodes = len(self.node_names)
         self.total_cpus = sum(self.node_cpus)
@@ -1328,22 +1332,24 @@ class Simulation:
     ) -> Iterator[tuple[int, str, np.ndarray]]:
         """The node planners' walk: (job, its partition, the partition's nodes) in order.
 
-        Lazily (no estimates wanted), as in ``_backfill_counts``: nodes with no CPU free
-        now take no job now, and reservations on them cannot hinder a job that starts now
-        elsewhere, so a partition found busy is skipped, and the walk ends when all are.
+        Lazily (no estimates wanted): nodes with no CPU free now take no job now, so the
+        walk ends once every partition is busy (a pass only starts jobs: busy stays busy).
+        A busy partition's jobs are skipped only if no other partition has any of its
+        nodes: their reservations could then only move estimates. Where partitions share
+        nodes, a reservation on busy nodes can push a later job's reservation onto free
+        ones and so keep a third job from starting now, as in the full walk.
         """
         full: set[str] = set()
-        specs, part_arr = self.specs, self._part_arr
+        specs, part_arr, alone = self.specs, self._part_arr, self._alone_parts
         for i in order:
             part = specs[i].partition
             nodes = part_arr[part]
             if lazy:
-                if part in full:
-                    continue
-                if plan.busy_now(nodes):
+                if part not in full and plan.busy_now(nodes):
                     full.add(part)
                     if len(full) == len(part_arr):
                         return
+                if part in full and part in alone:
                     continue
             yield i, part, nodes
 

@@ -162,6 +162,32 @@ def test_lazy_backfill_on_shared_nodes_starts_the_same_jobs(
     assert runs[0] == runs[1]
 
 
+def test_lazy_backfill_keeps_reservations_on_busy_shared_nodes() -> None:
+    """Found by the property above: debug's only node (gpu1, shared with gpu) is busy, so
+    the lazy walk skipped debug's job; without its reservation on gpu1, the 2-node job
+    after it was planned onto gpu1, not onto the free nodes where the last job then
+    started at once (at 420, where the full walk starts it at 421)."""
+
+    def j(submit: int, run: int, nodes: int, part: str = "gpu", cpus: int = 8) -> JobSpec:
+        return job(submit, run, nodes=nodes, partition=part, cpus=cpus)
+
+    specs = [j(0, 1, 1), j(0, 421, 1), *[j(0, 1, 1)] * 6, j(86, 335, 1), j(86, 1, 1, "debug")]
+    specs += [j(180, 241, 1), j(239, 182, 2), j(300, 121, 1), j(300, 1, 2, cpus=9)]
+    specs += [j(420, 1, 2)]
+    runs = []
+    for lazy in (True, False):
+        sim = Simulation(
+            scenario.testbed_profile(backfill="slurm", bf_resolution_s=60),
+            partition_nodes=TESTBED_NODES,
+            track_estimates=not lazy,
+        )
+        sim.add_jobs(sorted(specs, key=lambda s: s.submit))
+        sim.run()
+        runs.append([(v.start, v.end, v.nodes) for v in sim.all_jobs()])
+    assert runs[0] == runs[1]
+    assert runs[0][-1][0] == 421
+
+
 @settings(max_examples=60, deadline=None)
 @given(shared_jobs, st.sampled_from(["slurm", "easy"]))
 def test_random_shared_workloads_respect_every_node(specs: list[JobSpec], backfill: str) -> None:
