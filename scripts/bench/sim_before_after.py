@@ -15,6 +15,9 @@ fresh processes (alternating, so that a noisy neighbour hits both alike):
 - ``--probes`` counterfactual probe samples: the replay warmed up 2 days, then at
   ``--probes`` points over the trace the base simulation is forked, a 4-node job of 48 h
   injected, and the fork run 2 simulated days (what a training sample costs): ms per probe.
+  As mirage.evaluate.probes runs them, without tracking start estimates; ``--estimates``
+  tracks them (every pending job's estimate at every backfill pass: the heavier path,
+  which the figures of 2026-11-27 and of docs/fidelity.md's first table used).
 
 The best of the rounds is kept for each (the least disturbed), printed with the ratio
 after/before. Issue 24's marks: replay >= 10,000 jobs/s; probe cost grows <= 20%.
@@ -44,8 +47,9 @@ from mirage.sim import JobSpec, Simulation, from_table
 from mirage.trace.readers import load_trace
 
 trace, nodes, probes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+variant, estimates = sys.argv[4], sys.argv[5] == "1"
 profile = load_profile("ls6")
-if sys.argv[4:] == ["no-limits"]:  # the same model as before limits: the engine's own cost
+if variant == "no-limits":  # the same model as before limits: the engine's own cost
     import dataclasses
     profile = dataclasses.replace(
         profile, qos=(), associations=(),
@@ -59,7 +63,7 @@ sim.add_jobs(jobs)
 sim.run()
 replay = time.perf_counter() - t0
 
-base = Simulation(profile, nodes=nodes, start_time=jobs[0].submit)
+base = Simulation(profile, nodes=nodes, start_time=jobs[0].submit, track_estimates=estimates)
 base.add_jobs(jobs)
 first, last = jobs[0].submit + 2 * 86400, jobs[-1].submit
 points = [first + k * (last - first) // max(1, probes) for k in range(probes)]
@@ -97,11 +101,20 @@ def unpack(ref: str, into: Path) -> str:
 
 
 def measure(
-    root: Path, trace: Path, nodes: int, probes: int, variant: str = ""
+    root: Path, trace: Path, nodes: int, probes: int, *, variant: str = "", estimates: bool = False
 ) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run(  # noqa: S603 - this interpreter, fixed code
-        [sys.executable, "-c", MEASURE, str(trace), str(nodes), str(probes), variant],
+        [
+            sys.executable,
+            "-c",
+            MEASURE,
+            str(trace),
+            str(nodes),
+            str(probes),
+            variant,
+            "1" if estimates else "0",
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -134,6 +147,12 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=88)
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--trace", default=None)
+    ap.add_argument(
+        "--estimates",
+        action="store_true",
+        help="probes track every pending job's start estimate (default: off, as "
+        "mirage.evaluate.probes runs them)",
+    )
     args = ap.parse_args()
     trace = Path(args.trace) if args.trace else (LS6 if LS6.exists() else BUNDLED)
     with tempfile.TemporaryDirectory(prefix="mirage-before-") as tmp:
@@ -147,7 +166,9 @@ def main() -> None:
         best: dict[str, dict[str, float]] = {}
         for k in range(args.rounds):
             for label, (root, variant) in sides.items():
-                r = measure(root, trace, args.nodes, args.probes, variant)
+                r = measure(
+                    root, trace, args.nodes, args.probes, variant=variant, estimates=args.estimates
+                )
                 print(
                     f"round {k + 1} {label:<24} replay {r['jobs'] / r['replay_s']:8.0f} jobs/s  "
                     f"probe {1000 * r['probe_s'] / r['probes']:7.1f} ms",
