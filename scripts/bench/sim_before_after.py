@@ -13,7 +13,8 @@ fresh processes (alternating, so that a noisy neighbour hits both alike):
 - the same for the working tree with the ls6 profile's QOS limit (MaxJobsPerUser=8)
   taken out: the before's model, so the engine's own cost apart from the limit's;
 - ``--probes`` counterfactual probe samples: the replay warmed up 2 days, then at
-  ``--probes`` points over the trace the base simulation is forked, a 4-node job of 48 h
+  ``--probes`` points over the trace the base simulation is forked (only the fork and its
+  run are timed: the base replay is shared by every sample), a 4-node job of 48 h
   injected, and the fork run 2 simulated days (what a training sample costs): ms per probe.
   As mirage.evaluate.probes runs them, without tracking start estimates; ``--estimates``
   tracks them (every pending job's estimate at every backfill pass: the heavier path,
@@ -67,16 +68,17 @@ base = Simulation(profile, nodes=nodes, start_time=jobs[0].submit, track_estimat
 base.add_jobs(jobs)
 first, last = jobs[0].submit + 2 * 86400, jobs[-1].submit
 points = [first + k * (last - first) // max(1, probes) for k in range(probes)]
-t0 = time.perf_counter()
+probe = 0.0
 started = 0
 for at in points:
-    base.run_until(at)
+    base.run_until(at)  # the shared base replay: not a probe's cost
+    t0 = time.perf_counter()
     fork = base.fork()
     spec = JobSpec(submit=at, run=172800, time_limit=172800, nodes=4, partition=jobs[0].partition)
     job = fork.add_job(spec)
     fork.run_until(at + 2 * 86400)
+    probe += time.perf_counter() - t0
     started += fork.view(job).start is not None
-probe = time.perf_counter() - t0
 print(json.dumps({"jobs": len(jobs), "replay_s": replay, "probe_s": probe,
                   "probes": len(points), "started": started}))
 """
