@@ -31,8 +31,8 @@ and the controller's clocks as Simulation arguments (:func:`testbed_simulation`)
   replays a run with the clocks as at its t0), else 15 s (the mean) after its limit.
   Backfill still plans with the limit, and sees a job past it as ending at the next step.
 - ``node_choice = "cons_tres"`` and ``bf_reserve_whole_nodes``: node choice and backfill
-  reservations on shared nodes as cons_tres and sched/backfill make them: a GPU job on the
-  node with the most free GPUs, then the fewest free CPUs (``mirage.sim.select``), and a
+  reservations on shared nodes as cons_tres and sched/backfill make them: the fewest free
+  CPUs within the first run of consecutive nodes that fit (``mirage.sim.select``), and a
   reservation for a later start takes its nodes whole (Slurm's backfill
   keeps its plan as one node bitmap per time slot, so no lower-priority job is planned
   beside a reservation, even where GPUs and CPUs are left).
