@@ -404,18 +404,7 @@ class Simulation:
         self.heap: list[tuple[int, int, int]] = []
         self.skipped: dict[str, int] = {}  # reason -> jobs add_jobs_skipping_invalid left out
         self._next_nodes: dict[int, tuple[int, ...]] = {}
-        # The pending pool, as numpy columns for vectorised priorities (see _keys).
-        self._slot: list[int] = []  # job -> pool slot (-1: not pending)
-        self._pidx = np.full(64, -1, dtype=np.int64)  # slot -> job (-1: free slot)
-        self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
-        self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
-        self._pws = np.zeros(64)  # job size term of the priority
-        self._pwsx = np.zeros(64)  # ... once recalculated (exclusive jobs: whole-node CPUs)
-        self._psub = np.zeros(64)  # submit time
-        self._ppart = np.zeros(64, dtype=np.int64)  # partition number
-        self._pnodes = np.zeros(64, dtype=np.int64)
-        self._pn = 0  # slots used
-        self._pdead = 0  # slots used whose job left the pool
+        self._init_pool()
         self._custom_priority = type(self).priority is not Simulation.priority
         self._dirty_main = False
         self._dirty_bf = False
@@ -425,6 +414,25 @@ class Simulation:
         self.events = self.main_passes = self.backfill_passes = 0
         # QOS / association limits (mirage.sim.limits); None when the profile sets none
         self._lim: Limits | None = Limits.build(profile)
+
+    def _init_pool(self) -> None:
+        """The pending pool, as numpy columns for vectorised priorities (see _keys)."""
+        self._slot: list[int] = []  # job -> pool slot (-1: not pending)
+        self._pidx = np.full(64, -1, dtype=np.int64)  # slot -> job (-1: free slot)
+        self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
+        self._ncand = 0  # how many slots are candidates (_pok): no scan when none
+        self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
+        self._pws = np.zeros(64)  # job size term of the priority
+        self._pwsx = np.zeros(64)  # ... once recalculated (exclusive jobs: whole-node CPUs)
+        self._psub = np.zeros(64)  # submit time
+        self._ppart = np.zeros(64, dtype=np.int64)  # partition number
+        self._pnodes = np.zeros(64, dtype=np.int64)
+        self._pn = 0  # slots used
+        self._pdead = 0  # slots used whose job left the pool
+        self._pool_gen = 0  # bumped whenever a pending job's candidacy may have grown
+        # Set when a pass found every eligible pending job held by a limit (see
+        # _all_held): (pool generation, next eligible time, their rule groups).
+        self._held_memo: tuple[int, float, tuple[tuple[int, int], ...]] | None = None
 
     def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
         """Fair-share state (see the module docstring): per user, in closed form."""
@@ -684,13 +692,17 @@ class Simulation:
         if s < 0:
             return
         e = self.eligible_at[i]
-        self._pok[s] = not self.held[i] and self.dep_state[i] == DEP_OK
+        self._pool_gen += 1
+        ok = not self.held[i] and self.dep_state[i] == DEP_OK
+        self._ncand += ok - bool(self._pok[s])
+        self._pok[s] = ok
         self._pelig[s] = np.inf if e is None else e
 
     def _pool_remove(self, i: int) -> None:
         s = self._slot[i]
         if s < 0:
             return
+        self._ncand -= bool(self._pok[s])
         self._pok[s] = False
         self._pidx[s] = -1
         self._slot[i] = -1
@@ -1142,8 +1154,21 @@ class Simulation:
         room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
         return np.asarray(room[self._ppart[slots]])
 
+    def _idle(self, lazy: bool) -> bool:
+        """Would a pass do nothing? No candidate; or (``lazy``: only starts matter) no
+        node free (whole-node counts) or every candidate held by a limit (_all_held)."""
+        if not self._ncand:
+            return True
+        if not lazy:
+            return False
+        if not self._packed and not any(self.free.values()):
+            return True
+        return self._held_memo is not None and self._all_held()
+
     def _main_candidates(self, n: int) -> np.ndarray | None:
         """The pool slots the main pass walks, or None when nothing can start."""
+        if self._idle(lazy=True):
+            return None
         slots = np.flatnonzero(self._pok[:n] & (self._pelig[:n] <= self.now))
         if not slots.size or not self._fits_mask(slots).any():
             return None  # nothing can start: the pass would only find the first job blocked
@@ -1152,12 +1177,45 @@ class Simulation:
             return slots
         # jobs held by a limit: skipped, they block nothing
         if slots.size <= _HELD_FILTER_MIN:  # few: a scan to the first runnable is cheaper
-            return slots if lim.any_runnable(self._pidx[slots]) else None
+            if lim.any_runnable(self._pidx[slots]):
+                return slots
+            self._note_all_held(n)
+            return None
         pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
         kept: np.ndarray = slots[~(pre | post)]
-        if not kept.size or not self._fits_mask(kept).any():
+        if not kept.size:
+            self._note_all_held(n)
+            return None
+        if not self._fits_mask(kept).any():
             return None
         return kept
+
+    def _note_all_held(self, n: int) -> None:
+        """Every eligible pending job is held by a limit now: remember which rule groups
+        hold them, and until when no other job becomes eligible (_all_held)."""
+        assert self._lim is not None
+        pok, pelig, now = self._pok[:n], self._pelig[:n], self.now
+        later = pelig[pok & (pelig > now)]
+        upto = float(later.min()) if later.size else np.inf
+        pairs = self._lim.rule_pairs(self._pidx[:n][pok & (pelig <= now)])
+        self._held_memo = (self._pool_gen, upto, pairs)
+
+    def _all_held(self) -> bool:
+        """Is every eligible pending job still held by a limit, as a pass found earlier?
+
+        A speed shortcut, exact: a job's limit rules never change, so that stays so until
+        a job becomes a candidate (a submit, a release, a dependency met: the pool
+        generation; or its eligible time comes) or one of the rule groups holding them
+        stops failing. Until then the passes have nothing to do (with limits, a quiet
+        cluster keeps a few users' jobs pending at their limit, and every start and end
+        of other users' jobs would otherwise test them all again, twice).
+        """
+        memo, lim = self._held_memo, self._lim
+        assert memo is not None and lim is not None
+        if memo[0] == self._pool_gen and self.now < memo[1] and lim.all_fail(memo[2]):
+            return True
+        self._held_memo = None
+        return False
 
     def _main_pass(self) -> None:
         self._dirty_main = False
@@ -1207,10 +1265,10 @@ class Simulation:
         n = self._pn
         if not n:
             return
-        slots = np.flatnonzero(self._pok[:n])
-        if not slots.size:
-            return
         lazy = not (force or self.track_estimates)
+        if self._idle(lazy):
+            return
+        slots = np.flatnonzero(self._pok[:n])
         can = None
         if lazy:
             can = (self._pelig[slots] <= self.now) & self._fits_mask(slots)
@@ -1559,6 +1617,7 @@ class Simulation:
         if self.state[i] not in (None, PENDING):
             raise SimError(f"job {job_id} is not pending: its time limit cannot change")
         self.limit[i] = seconds
+        self._held_memo = None
         self._changed()
 
     # ---- observation ---------------------------------------------------------------

@@ -90,6 +90,16 @@ LIMIT_REASONS = frozenset(
 Key = tuple[str, ...]
 #: A check: (counter key or None for "never", need, limit, reason).
 Rule = tuple[Key | None, int, int, str]
+#: What Limits.add derives from a job's spec: pre- and post-select rules, run counters,
+#: submit checks, submit counters, default time limit.
+_Made = tuple[
+    tuple[Rule, ...],
+    tuple[Rule, ...],
+    tuple[tuple[Key, int], ...],
+    tuple[tuple[Key, int, str], ...],
+    tuple[Key, ...],
+    int | None,
+]
 
 
 #: Prefixes of Slurm's other limit reasons (TRES-minutes, memory, per-account, ...).
@@ -120,6 +130,9 @@ class Limits:
         self.default_qos = "normal" if "normal" in self.qos else ""
         self._tres: dict[str, dict[str, int]] = {}  # parse_tres, cached
         self.used: dict[Key, int] = {}
+        # Limits.add's rules by spec key: a pure function of the spec and the profile,
+        # so forks share it (not copied)
+        self._made: dict[tuple[object, ...], _Made] = {}
         self.pre: list[tuple[Rule, ...]] = []
         self.post: list[tuple[Rule, ...]] = []
         self.runs: list[tuple[tuple[Key, int], ...]] = []  # counters a run adds to
@@ -192,6 +205,40 @@ class Limits:
         """
         from mirage.sim.engine import SimError
 
+        made = (spec.user, spec.qos, spec.partition, spec.time_limit, spec.nodes,
+                spec.whole_nodes, spec.per_node())  # fmt: skip
+        got = self._made.get(made)
+        if got is None:  # jobs of one user and shape share their rules: built once
+            got = self._made[made] = self._make(spec)
+        pre, post, runs, subs, sub_keys, new_limit = got
+        counted = False
+        if spec.submit <= now:  # submitted now: refused now (acct_policy_validate)
+            why = self._over_submit(subs)
+            if why:
+                raise SimError(f"job violates accounting/QOS policy ({why})", why)
+            counted = True
+            for key in sub_keys:
+                self.used[key] = self.used.get(key, 0) + 1
+            self._touched(sub_keys)
+        i = len(self.pre)
+        self.pre.append(pre)
+        self.post.append(post)
+        if i == len(self._gpre):
+            self._gpre = np.concatenate([self._gpre, np.zeros_like(self._gpre)])
+            self._gpost = np.concatenate([self._gpost, np.zeros_like(self._gpost)])
+        self._gpre[i] = gp = self._group(self.pre[i])
+        self._gpost[i] = gq = self._group(self.post[i])
+        self._gp.append(gp)
+        self._gq.append(gq)
+        self.runs.append(runs)
+        self.subs.append(subs)
+        self.sub_keys.append(sub_keys)
+        self.counted.append(counted)
+        self.counting.append(False)
+        return new_limit
+
+    def _make(self, spec: JobSpec) -> _Made:
+        """A job's rules (Limits.add), in Slurm's order, and its default time limit."""
         q1, q2 = self.job_qos(spec)
         assoc = self.profile.association(spec.user)
         new_limit = self._default_limit(spec, q1, q2, assoc)
@@ -210,33 +257,8 @@ class Limits:
                 r.qos_post(q, need, self._parsed(q.grp_tres), self._parsed(q.max_tres_per_user))
         if assoc is not None:  # acct_policy_job_runnable_post_select: association GrpTRES
             r.assoc_post(need, self._parsed(assoc.grp_tres))
-        pre, post, runs, subs, sub_keys = r.pre, r.post, r.runs, r.subs, r.sub_keys
-
-        counted = False
-        if spec.submit <= now:  # submitted now: refused now (acct_policy_validate)
-            why = self._over_submit(subs)
-            if why:
-                raise SimError(f"job violates accounting/QOS policy ({why})", why)
-            counted = True
-            for key in sub_keys:
-                self.used[key] = self.used.get(key, 0) + 1
-            self._touched(sub_keys)
-        i = len(self.pre)
-        self.pre.append(tuple(pre))
-        self.post.append(tuple(post))
-        if i == len(self._gpre):
-            self._gpre = np.concatenate([self._gpre, np.zeros_like(self._gpre)])
-            self._gpost = np.concatenate([self._gpost, np.zeros_like(self._gpost)])
-        self._gpre[i] = gp = self._group(self.pre[i])
-        self._gpost[i] = gq = self._group(self.post[i])
-        self._gp.append(gp)
-        self._gq.append(gq)
-        self.runs.append(tuple(runs))
-        self.subs.append(tuple(subs))
-        self.sub_keys.append(tuple(sub_keys))
-        self.counted.append(counted)
-        self.counting.append(False)
-        return new_limit
+        return (tuple(r.pre), tuple(r.post), tuple(r.runs), tuple(r.subs), tuple(r.sub_keys),
+                new_limit)  # fmt: skip
 
     def _group(self, rules: tuple[Rule, ...]) -> int:
         g = self._group_of.get(rules)
@@ -258,6 +280,18 @@ class Limits:
         for g in self._dirty:
             flags[g] = fails[g] = bool(check(groups[g]))
         self._dirty.clear()
+
+    def rule_pairs(self, jobs: np.ndarray) -> tuple[tuple[int, int], ...]:
+        """The distinct (pre-select, post-select) rule groups of these jobs."""
+        gp, gq = self._gp, self._gq
+        return tuple({(gp[i], gq[i]) for i in jobs.tolist()})
+
+    def all_fail(self, pairs: tuple[tuple[int, int], ...]) -> bool:
+        """Is every job with one of these rule-group pairs held by a limit now?"""
+        if self._dirty:
+            self._refresh()
+        gf = self._gf
+        return all(gf[a] or gf[b] for a, b in pairs)
 
     def _touched(self, keys: Iterator[Key] | Sequence[Key]) -> None:
         """Counters changed: the groups whose rules read them are checked again."""

@@ -490,3 +490,69 @@ def test_backfill_order_counts_post_select_skips_against_the_cap() -> None:
     assert list(lim.backfill_order(iter(range(5)), 3, est)) == [0, 3]
     assert est == [7, None, None, 7, 7]
     assert list(lim.backfill_order(iter(range(5)), 0, est)) == []
+
+
+@pytest.mark.parametrize("tracked", [False, True])
+def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, tracked: bool) -> None:
+    """While every eligible pending job is held by a limit the passes skip their work
+    (Simulation._all_held, one of Simulation._idle's tests). With begin times, holds
+    released later, dependencies and forks, starts and estimates are those of passes
+    that always do it."""
+    import random
+
+    rng = random.Random(11)
+    specs = []
+    for k, submit in enumerate(sorted(rng.randrange(0, 4000) for _ in range(160))):
+        extra: dict[str, Any] = {}
+        roll = rng.random()
+        if roll < 0.1:
+            extra["begin"] = submit + rng.randrange(0, 2000)
+        elif roll < 0.2:
+            extra["hold"] = True
+        elif roll < 0.3 and k > 5:  # on an earlier job (ids count from 1)
+            extra["dependency"] = f"afterany:{1 + rng.randrange(0, k)}"
+        specs.append(
+            ujob(
+                submit,
+                rng.randrange(30, 900),
+                user=rng.choice("aabbccz"),  # z: rarely at its limit
+                limit=rng.choice([900, 1800]),
+                nodes=rng.choice([1, 1, 2]),
+                **extra,
+            )
+        )
+    prof = limited(
+        qos=(Qos("normal", max_jobs_per_user=2),),
+        assocs=(Association("*", grp_tres="node=3"),),
+        nodes=12,
+    )
+    skipped: list[int] = []
+    real = Simulation._all_held
+
+    def counted(self: Simulation) -> bool:
+        got = real(self)
+        skipped.append(got)
+        return got
+
+    def run() -> list[tuple[int | None, int | None]]:
+        sim = Simulation(prof, track_estimates=tracked)
+        ids = sim.add_jobs(specs)
+        views = []
+        for t in range(500, 9000, 500):
+            sim.run_until(t)
+            for jid, spec in zip(ids, specs, strict=True):
+                if spec.hold and int(jid) % 3 == t // 500 % 3 and sim.view(jid).held:
+                    sim.set_hold(jid, False)
+            fork = sim.fork()
+            fork.add_job(ujob(t, 1200, user="a", limit=1800, nodes=3))
+            fork.run_until(t + 3000)
+            views += [(v.start, v.estimate) for v in fork.all_jobs()]
+            assert fork._ncand == int(fork._pok[: fork._pn].sum())  # kept count: exact
+        sim.run()
+        return views + [(v.start, v.estimate) for v in sim.all_jobs()]
+
+    monkeypatch.setattr(Simulation, "_all_held", counted)
+    fast = run()
+    assert sum(skipped) > 5  # the shortcut was taken
+    monkeypatch.setattr(Simulation, "_all_held", lambda self: False)
+    assert fast == run()
