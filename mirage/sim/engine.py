@@ -557,10 +557,9 @@ class Simulation:
         return ids
 
     def add_job(self, spec: JobSpec) -> str:
-        try:
-            return self._add(spec)
-        finally:
-            heapq.heapify(self.heap)
+        job_id = self._add(spec)  # appends its submit event last, or raises before that
+        heapq.heappush(self.heap, self.heap.pop())  # one push, not a heapify of every event
+        return job_id
 
     def _check(self, spec: JobSpec) -> None:
         """Raise SimError if the job could never be accepted as it is."""
