@@ -1146,6 +1146,8 @@ class Simulation:
     def _fits_mask(self, slots: np.ndarray) -> np.ndarray:
         """Which of these pool slots' jobs could start now, ignoring reservations (a bound)."""
         if not self._packed:
+            if len(self.free) == 1:
+                return np.asarray(self._pnodes[slots] <= next(iter(self.free.values())))
             free = np.array([self.free[p] for p in self._part_no], dtype=np.int64)
             return np.asarray(self._pnodes[slots] <= free[self._ppart[slots]])
         # shared nodes: a partition with no free CPU anywhere can start nothing
@@ -1175,11 +1177,8 @@ class Simulation:
         if lim is None:
             return slots
         # jobs held by a limit: skipped, they block nothing
-        if slots.size <= _HELD_FILTER_MIN:  # few: a scan to the first runnable is cheaper
-            if lim.any_runnable(self._pidx[slots]):
-                return slots
-            self._note_all_held(n)
-            return None
+        if slots.size <= _HELD_FILTER_MIN:  # few: the pass checks each (Limits.runnable)
+            return slots
         pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
         kept: np.ndarray = slots[~(pre | post)]
         if not kept.size:
@@ -1224,7 +1223,6 @@ class Simulation:
         slots = self._main_candidates(n)
         if slots is None:
             return
-        self.main_passes += 1
         parts = (
             1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
         )
@@ -1237,7 +1235,9 @@ class Simulation:
         order = self._in_order(self._keys(slots), 16)
         if self._lim is not None:  # ... and so are those the pass's own starts hold
             order = self._lim.runnable(order)
+        walked = False
         for i in order:
+            walked = True
             part = specs[i].partition
             if part in blocked:
                 continue
@@ -1254,6 +1254,10 @@ class Simulation:
                 barred.update(self.part_nodes[part])
                 if len(blocked) == parts:
                     break
+        if not walked:  # every candidate was held by a limit
+            self._note_all_held(n)
+            return
+        self.main_passes += 1
         if started:  # the backfill plan must account for the new allocations
             self._dirty_bf = True
             self._want_tick()

@@ -402,13 +402,6 @@ class Limits:
         pre = fails[self._gpre[jobs]]
         return pre, fails[self._gpost[jobs]] & ~pre
 
-    def any_runnable(self, jobs: np.ndarray) -> bool:
-        """Does any of these jobs pass every limit now (stops at the first that does)?"""
-        if self._dirty:
-            self._refresh()
-        gp, gq, gf = self._gp, self._gq, self._gf
-        return any(not (gf[gp[i]] or gf[gq[i]]) for i in jobs.tolist())
-
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
         gp, gq, gf = self._gp, self._gq, self._gf
