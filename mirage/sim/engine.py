@@ -318,6 +318,7 @@ class Simulation:
         "skipped",
         "_slot",
         "_pidx",
+        "_pool_new",
         "_pok",
         "_pelig",
         "_pws",
@@ -429,10 +430,10 @@ class Simulation:
         self._pnodes = np.zeros(64, dtype=np.int64)
         self._pn = 0  # slots used
         self._pdead = 0  # slots used whose job left the pool
-        self._pool_gen = 0  # bumped whenever a pending job's candidacy may have grown
         # Set when a pass found every eligible pending job held by a limit (see
-        # _all_held): (pool generation, next eligible time, their rule groups).
-        self._held_memo: tuple[int, float, tuple[tuple[int, int], ...]] | None = None
+        # _all_held): (next eligible time, their rule groups' pairs) ...
+        self._held_memo: tuple[float, frozenset[tuple[int, int]]] | None = None
+        self._pool_new: list[int] = []  # ... and the jobs synced in the pool since
 
     def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
         """Fair-share state (see the module docstring): per user, in closed form."""
@@ -691,7 +692,8 @@ class Simulation:
         if s < 0:
             return
         e = self.eligible_at[i]
-        self._pool_gen += 1
+        if self._held_memo is not None:
+            self._pool_new.append(i)
         ok = not self.held[i] and self.dep_state[i] == DEP_OK
         self._ncand += ok - bool(self._pok[s])
         self._pok[s] = ok
@@ -1195,22 +1197,40 @@ class Simulation:
         pok, pelig, now = self._pok[:n], self._pelig[:n], self.now
         later = pelig[pok & (pelig > now)]
         upto = float(later.min()) if later.size else np.inf
-        pairs = self._lim.rule_pairs(self._pidx[:n][pok & (pelig <= now)])
-        self._held_memo = (self._pool_gen, upto, pairs)
+        pairs = self._lim.rule_pairs(self._pidx[:n][pok & (pelig <= now)].tolist())
+        self._held_memo = (upto, pairs)
+        self._pool_new.clear()
 
     def _all_held(self) -> bool:
         """Is every eligible pending job still held by a limit, as a pass found earlier?
 
         A speed shortcut, exact: a job's limit rules never change, so that stays so until
-        a job becomes a candidate (a submit, a release, a dependency met: the pool
-        generation; or its eligible time comes) or one of the rule groups holding them
-        stops failing. Until then the passes have nothing to do (with limits, a quiet
-        cluster keeps a few users' jobs pending at their limit, and every start and end
-        of other users' jobs would otherwise test them all again, twice).
+        a job becomes a candidate (a submit, a release, a dependency met: ``_pool_new``)
+        that no failing rule group holds, a candidate's eligible time comes, or one of
+        the rule groups holding them stops failing. Until then the passes have nothing
+        to do (with limits, a quiet cluster keeps a few users' jobs pending at their
+        limit; they submit more, and every start and end of other users' jobs would
+        otherwise test them all again, twice).
         """
         memo, lim = self._held_memo, self._lim
         assert memo is not None and lim is not None
-        if memo[0] == self._pool_gen and self.now < memo[1] and lim.all_fail(memo[2]):
+        upto, pairs = memo
+        if self._pool_new:  # the jobs that may have become candidates join the memo
+            new = []
+            pok, pelig, slot = self._pok, self._pelig, self._slot
+            for i in self._pool_new:
+                s = slot[i]
+                if s < 0 or not pok[s]:
+                    continue
+                e = float(pelig[s])
+                if e > self.now:
+                    upto = min(upto, e)
+                else:
+                    new.append(i)
+            self._pool_new.clear()
+            pairs = pairs | lim.rule_pairs(new)
+            self._held_memo = (upto, pairs)
+        if self.now < upto and lim.all_fail(pairs):
             return True
         self._held_memo = None
         return False
@@ -1272,17 +1292,18 @@ class Simulation:
         if self._idle(lazy):
             return
         slots = np.flatnonzero(self._pok[:n])
-        can = None
+        can = elig = None
         if lazy:
-            can = (self._pelig[slots] <= self.now) & self._fits_mask(slots)
+            elig = self._pelig[slots] <= self.now
+            can = elig & self._fits_mask(slots)
             if not can.any():
                 return  # nothing can start now
         pre_held = post_held = None
         if self._lim is not None:  # held by a limit at the pass's start (Limits.held)
-            pre, post = self._lim.held(self._pidx[slots])
-            if can is not None and not (can & ~pre & ~post).any():
+            split = self._held_split(n, slots, can, elig)
+            if split is None:
                 return  # ... but jobs a limit holds
-            pre_held, slots, post_held = slots[pre], slots[~pre], post[~pre]
+            pre_held, slots, post_held = split
         self.backfill_passes += 1
         s = self.sched
         res = max(1, s.bf_resolution_s)
@@ -1301,6 +1322,20 @@ class Simulation:
             self._backfill_nodes(order, res, lazy)
         else:
             self._backfill_counts(order, res, lazy)
+
+    def _held_split(
+        self, n: int, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Backfill's candidates as (held by a pre-select rule, the others, which of those
+        a post-select rule holds), at the pass's start; None when (``can``: the ones that
+        could start now, lazily) every one that could start is held."""
+        assert self._lim is not None
+        pre, post = self._lim.held(self._pidx[slots])
+        if can is not None and not (can & ~pre & ~post).any():
+            if elig is not None and not (elig & ~pre & ~post).any():
+                self._note_all_held(n)  # every eligible one, even
+            return None
+        return slots[pre], slots[~pre], post[~pre]
 
     def _limit_filtered(
         self, post_held: np.ndarray | None, order: Iterator[int]

@@ -54,7 +54,7 @@ With no limit configured ``Limits.build`` returns None and the engine does nothi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -281,12 +281,12 @@ class Limits:
             flags[g] = fails[g] = bool(check(groups[g]))
         self._dirty.clear()
 
-    def rule_pairs(self, jobs: np.ndarray) -> tuple[tuple[int, int], ...]:
+    def rule_pairs(self, jobs: Iterable[int]) -> frozenset[tuple[int, int]]:
         """The distinct (pre-select, post-select) rule groups of these jobs."""
         gp, gq = self._gp, self._gq
-        return tuple({(gp[i], gq[i]) for i in jobs.tolist()})
+        return frozenset((gp[i], gq[i]) for i in jobs)
 
-    def all_fail(self, pairs: tuple[tuple[int, int], ...]) -> bool:
+    def all_fail(self, pairs: frozenset[tuple[int, int]]) -> bool:
         """Is every job with one of these rule-group pairs held by a limit now?"""
         if self._dirty:
             self._refresh()
