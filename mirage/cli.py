@@ -7,9 +7,21 @@ import logging
 import click
 
 from mirage import __version__
+from mirage.extras import MissingExtra
 
 
-@click.group()
+class _Group(click.Group):
+    """The root group: a missing optional extra is one line naming it (mirage.extras),
+    wherever below it was found missing, never an ImportError traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Group)
 @click.version_option(__version__, prog_name="mirage")
 @click.option(
     "-v",

@@ -248,10 +248,19 @@ def _check_database(url: str, where: str) -> None:
     try:
         parsed.get_dialect().import_dbapi()
     except (ImportError, NoSuchModuleError) as exc:
-        raise ConfigError(f"{where}: database_url {shown}: its driver is missing ({exc})") from exc
+        hint = (
+            " (pip install 'mirage-provisioner[postgres]' and use postgresql+psycopg://…)"
+            if parsed.get_backend_name() == "postgresql"
+            else ""
+        )
+        raise ConfigError(
+            f"{where}: database_url {shown}: its driver is missing ({exc}){hint}"
+        ) from exc
 
 
 def _check_policy(p: PolicySection, source: str) -> None:
+    from mirage.extras import MissingExtra, missing
+    from mirage.learn.artifacts import AGENTS
     from mirage.learn.artifacts import POLICIES as LEARNED
     from mirage.policy.lookahead import MAX_DRAWS, check_stat
     from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
@@ -272,6 +281,8 @@ def _check_policy(p: PolicySection, source: str) -> None:
             raise ConfigError(
                 f"{source} [policy]: unknown policy {name!r}; valid: {', '.join(valid)}"
             )
+        if name in AGENTS and (module := missing("rl")) is not None:
+            raise ConfigError(f"{source} [policy]: {MissingExtra('rl', module, repr(name))}")
         if name in (*LEARNED, *PROFILE_POLICIES) and not (p.models_dir and p.cluster):
             raise ConfigError(
                 f"{source} [policy]: {name!r} needs models_dir and cluster (the cluster "

@@ -293,7 +293,8 @@ def evaluate(**kw: Any) -> None:
         click.echo(json.dumps(_clean(report), sort_keys=True))
     else:
         click.echo("\n\n".join(texts))
-        click.echo(f"\nwrote {path} and plots in {out_dir}")
+        plotted = any(e.get("plots") for e in report["loads"].values())
+        click.echo(f"\nwrote {path}" + (f" and plots in {out_dir}" if plotted else ""))
 
 
 def _evaluate_load(  # noqa: PLR0917 - one call site
@@ -357,7 +358,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
     ahead_h2h = head_to_head(results, protocol.alpha, [LOOKAHEAD], baselines, boot=kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
-    pngs = plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
+    pngs = [] if _plots_missing() else plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
     how = (
         f"recalibrated every {kw['recal_every_days']:g} days on the "
@@ -541,3 +542,14 @@ def _clean(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [_clean(v) for v in x]
     return x
+
+
+def _plots_missing() -> bool:
+    """Without the plots extra the tables and JSON are still written: one line says so."""
+    from mirage.extras import MissingExtra, missing
+
+    module = missing("plots")
+    if module is None:
+        return False
+    click.echo(f"PNG plots skipped: {MissingExtra('plots', module, 'plotting')}", err=True)
+    return True

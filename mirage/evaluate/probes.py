@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from mirage.evaluate.protocol import Protocol, Setting
+from mirage.extras import require
 from mirage.profile.schema import ClusterProfile, load_profile
 from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec
@@ -428,6 +429,7 @@ def _execute(  # noqa: PLR0917 - private, one call site
     if not parts:
         return
     if dask_address:
+        require("dask", "--dask-address")
         from distributed import Client, as_completed
 
         with Client(dask_address) as client:  # type: ignore[no-untyped-call]

@@ -67,14 +67,15 @@ def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:
 def recalibrated(policy: BatchedPolicy, history: Dataset, alpha: float) -> BatchedPolicy:
     """A learned policy with its decision constants tuned on ``history`` (a forecaster's
     quantiles, bands and pads, an agent's margin); any other policy unchanged."""
-    from mirage.learn.agents import AgentPolicy
+    from mirage.learn.artifacts import agent_class
     from mirage.learn.forecast import ForecastPolicy
     from mirage.learn.train import tune_agent, tune_forecaster
 
     out: BatchedPolicy
+    agent = agent_class()
     if isinstance(policy, ForecastPolicy):
         out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, history, alpha)
-    elif isinstance(policy, AgentPolicy):
+    elif agent is not None and isinstance(policy, agent):
         out, _params, _metrics = tune_agent(policy.name, policy.model, history, alpha)
     else:
         out = policy

@@ -17,11 +17,15 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mirage.extras import missing, require
 from mirage.learn.decision import DECISION_NAMES, DECISION_SET
 from mirage.policy.base import Policy
 from mirage.policy.features import FEATURE_VERSION
+
+if TYPE_CHECKING:
+    from mirage.learn.agents import AgentPolicy
 
 METADATA = "metadata.json"
 FORMAT = 1  # of metadata.json itself
@@ -34,6 +38,8 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "pg": ("stable-baselines3", "torch"),
 }
 POLICIES = ("rf", "xgb", "dqn", "pg")
+#: the agents among them: they need the ``rl`` extra (torch, stable-baselines3, gymnasium)
+AGENTS = ("dqn", "pg")
 
 
 class ModelError(RuntimeError):
@@ -141,7 +147,8 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
             revoke_margin_h=None if revoke is None else float(revoke),
         )  # fmt: skip
         return policy, meta
-    if meta.policy in ("dqn", "pg"):
+    if meta.policy in AGENTS:
+        require("rl", f"the {meta.policy} policy ({folder})")
         from mirage.learn.agents import AgentPolicy, load_model
 
         model = load_model(meta.policy, folder / meta.files[0])
@@ -151,3 +158,13 @@ def load_policy(folder: Path | str) -> tuple[Policy, ModelMeta]:
             model, meta.policy, margin, None if revoke is None else float(revoke)
         ), meta
     raise ModelError(f"{folder}: unknown policy {meta.policy!r}; known: {', '.join(POLICIES)}")
+
+
+def agent_class() -> type[AgentPolicy] | None:
+    """``AgentPolicy``, or None without the ``rl`` extra (no agent can be loaded then):
+    for isinstance checks that must not import torch on a base install."""
+    if missing("rl") is not None:
+        return None
+    from mirage.learn.agents import AgentPolicy
+
+    return AgentPolicy

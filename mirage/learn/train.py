@@ -25,6 +25,7 @@ import numpy as np
 
 from mirage.evaluate.probes import generate
 from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times, scaled_nodes
+from mirage.extras import require
 from mirage.learn.artifacts import ModelMeta
 from mirage.learn.dataset import Dataset, generate_features
 from mirage.policy.cost import DEFAULT_ALPHA
@@ -294,6 +295,7 @@ def tune_agent(
     split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest;
     then its revocation margin (:data:`mirage.learn.agents.REVOKE_MARGINS`).
     Returns (policy, params, metrics) like :func:`tune_forecaster`."""
+    require("rl", f"tuning the {kind} policy")
     from mirage.learn.agents import (
         MARGINS,
         REVOKE_MARGINS,
@@ -331,6 +333,7 @@ def tune_agent(
 
 
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
+    require("rl", f"training the {kind} policy")
     from mirage.learn.agents import REWARD_SCALE, AgentPolicy, ChainEnv, make_model
     from mirage.learn.decision import mask_estimates
 
@@ -477,8 +480,7 @@ def recalibrate(
     their own scale, while the ranking of queue states that the model learnt carries over.
     Only the tuning split is replayed, so a new cluster needs a month of history, not four.
     """
-    from mirage.learn.agents import AgentPolicy
-    from mirage.learn.artifacts import load_policy
+    from mirage.learn.artifacts import agent_class, load_policy
     from mirage.learn.forecast import ForecastPolicy
 
     sources = {kind: load_policy(source / kind) for kind in policies}  # fail before replaying
@@ -491,7 +493,8 @@ def recalibrate(
             model = loaded.forecaster
             policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
         else:
-            assert isinstance(loaded, AgentPolicy)
+            agent = agent_class()  # loading an agent needed the rl extra: it is there
+            assert agent is not None and isinstance(loaded, agent)
             model = loaded.model
             policy, params, metrics = tune_agent(kind, model, tune, cfg.alpha)
         metrics = {"fit_s": 0.0, **metrics, "train_rows": 0}

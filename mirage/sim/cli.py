@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from mirage.extras import require
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -522,6 +524,7 @@ def validate(
     except (val.ValidateError, ProfileError, SlurmError) as exc:
         raise click.ClickException(str(exc)) from exc
     if plot:
+        require("plots", "--plot")
         try:
             val.plot_cdf(report, plot)
         except OSError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mirage.extras import missing
 from mirage.sim.calibrate import ks_distance
 from mirage.synth.arrivals import hourly_counts, interarrivals
 
@@ -295,8 +296,11 @@ def build_report(
         rep["queueing"] = {"profile": profile.name, "nodes": nodes, "real_holds": holds,
                            **q.as_dict()}  # fmt: skip
         extra["wait_s"] = (q.real_waits, q.synthetic_waits)
-    plot_cdfs(real, synth, [c for c in COLUMNS if c in cols], out / "cdfs.png", extra)
-    plot_correlations(cr, cs, out / "correlations.png")
+    if missing("plots") is None:  # else the JSON report alone, its "plots" empty
+        plot_cdfs(real, synth, [c for c in COLUMNS if c in cols], out / "cdfs.png", extra)
+        plot_correlations(cr, cs, out / "correlations.png")
+    else:
+        rep["plots"] = []
     (out / "report.json").write_text(json.dumps(rep, indent=2, allow_nan=True))
     return rep
 
