@@ -25,8 +25,8 @@ $(STAMP): setup.cfg pyproject.toml
 # (70 of the calibrated 79 nodes, for a busier queue), a live status view, then the gap
 # table against reactive submission of the same chains on the same replay (~30 s).
 demo: venv
-	$(BIN)/mirage daemon --backend sim --trace traces/ls6-a100-slice.log.gz \
-	  --profile models/ls6/profile.toml --nodes 70 --demo-chains 4 --segments 3 \
+	$(BIN)/mirage demo --trace traces/ls6-a100-slice.log.gz \
+	  --profile models/ls6/profile.toml --nodes 70 --chains 4 --segments 3 \
 	  --time-limit 2:00:00 --policy xgb
 
 lint: venv

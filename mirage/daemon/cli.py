@@ -18,23 +18,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mirage.daemon.config import (
     DEFAULT_CONFIG_PATH,
-    MAX_DURATION_S,
     Config,
     ConfigError,
-    PolicySection,
     load_config,
 )
 
 if TYPE_CHECKING:
     from mirage.daemon.core import Daemon
     from mirage.daemon.health import StartInfo
-    from mirage.daemon.simdemo import DemoSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +45,7 @@ config_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
-def _config(path: str | None) -> Config:
+def config_or_fail(path: str | None) -> Config:
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -114,7 +111,7 @@ def _dur(s: int | None) -> str:
     return f"{d}d{h:02d}h{m:02d}m" if d else f"{h}h{m:02d}m"
 
 
-def _echo_json(data: Any) -> None:
+def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
@@ -162,7 +159,7 @@ def chain_submit(
     from mirage.daemon.identity import action_clients
     from mirage.daemon.store import Chain, ChainState
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     try:
         data = Path(script).read_bytes()
     except OSError as exc:
@@ -186,7 +183,7 @@ def chain_submit(
             },
         )
         if as_json:
-            _echo_json({"chain_id": answer["chain_id"], "first_segment": "daemon"})
+            echo_json({"chain_id": answer["chain_id"], "first_segment": "daemon"})
         else:
             click.echo(f"chain {answer['chain_id']} registered; the daemon submits segment 1")
         return
@@ -225,7 +222,7 @@ def chain_submit(
         job_id, error = None, ""
     result = {"chain_id": new.id, "first_segment": outcome, "job_id": job_id, "error": error}
     if as_json:
-        _echo_json(result)
+        echo_json(result)
     elif outcome == "rejected":
         raise click.ClickException(f"sbatch refused segment 1 (chain {new.id} FAILED): {error}")
     else:
@@ -334,7 +331,7 @@ def chain_list(config_path: str | None, as_json: bool, show_all: bool) -> None:
     """Your active chains (--all: ended ones too); root: everyone's."""
     from mirage.daemon.status import hide_ended, list_chains
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     sock = _socket(cfg)
     if sock is not None:
         rows = _ask(sock, {"op": "list"})["chains"]
@@ -345,7 +342,7 @@ def chain_list(config_path: str | None, as_json: bool, show_all: bool) -> None:
     if not show_all:
         rows, hidden = hide_ended(rows)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     now, owner = int(time.time()), _owner_column()
     for r in rows:
@@ -367,7 +364,7 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     """One chain: its snapshot, segments, submissions and latest events."""
     from mirage.daemon.status import show_chain
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     sock = _socket(cfg)
     if sock is not None:
         data = _ask(sock, {"op": "show", "chain_id": chain_id})["chain"]
@@ -376,7 +373,7 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     if data is None:
         raise click.ClickException(f"no chain {chain_id} of yours")
     if as_json:
-        _echo_json(data)
+        echo_json(data)
         return
     now = int(time.time())
     for key, value in _show_fields(data, now):
@@ -441,12 +438,12 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
 
     from mirage.daemon.store import Chain, ChainState, event_row
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     sock = _socket(cfg)
     if sock is not None:
         was_text = _ask(sock, {"op": "cancel", "chain_id": chain_id})["was"]
         if as_json:
-            _echo_json({"chain_id": chain_id, "was": was_text, "state": "CANCELLED"})
+            echo_json({"chain_id": chain_id, "was": was_text, "state": "CANCELLED"})
         else:
             click.echo(f"chain {chain_id}: {was_text} -> CANCELLED")
         return
@@ -465,7 +462,7 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
             c.updated_at = now
             s.add(event_row(now, "chain.cancel", c.id, "mirage chain cancel", uid=os.getuid()))
     if as_json:
-        _echo_json({"chain_id": chain_id, "was": was.value, "state": "CANCELLED"})
+        echo_json({"chain_id": chain_id, "was": was.value, "state": "CANCELLED"})
     else:
         click.echo(f"chain {chain_id}: {was.value} -> CANCELLED")
 
@@ -482,7 +479,7 @@ def status_cmd(config_path: str | None, as_json: bool, show_all: bool) -> None:
     left, successor, predicted start, Slurm's estimate, policy, error."""
     from mirage.daemon.status import hide_ended, status
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     now = int(time.time())
     sock = _socket(cfg)
     if sock is not None:
@@ -495,7 +492,7 @@ def status_cmd(config_path: str | None, as_json: bool, show_all: bool) -> None:
     if not show_all:
         data["chains"], data["ended_hidden"] = hide_ended(data["chains"])
     if as_json:
-        _echo_json(data)
+        echo_json(data)
         return
     for line in _status_lines(data, now, owner=_owner_column()):
         click.echo(line)
@@ -684,55 +681,13 @@ def _policy_text(r: dict[str, Any]) -> str:
     "--nodes",
     type=click.IntRange(min=1),
     default=None,
-    help="--backend sim: nodes of partitions the profile leaves open; with --demo-chains: "
-    "of the default partition (the replay's cluster, shrunk to make the queue busier).",
+    help="--backend sim: nodes of partitions the profile leaves open.",
 )
 @click.option(
     "--cycles",
     type=click.IntRange(min=0),
     default=0,
     help="Stop after this many cycles (0: run on).",
-)
-@click.option(
-    "--demo-chains",
-    type=click.IntRange(min=1),
-    default=None,
-    help="--backend sim --trace: the demo. Run N chains on the replay with the policy, "
-    "again with reactive submission, and print the gap table (a temporary database).",
-)
-@click.option(
-    "--segments",
-    type=click.IntRange(min=2),
-    default=3,
-    show_default=True,
-    help="Demo: segments per chain.",
-)
-@click.option(
-    "--time-limit",
-    default="2:00:00",
-    show_default=True,
-    help="Demo: each segment's time limit (Slurm format).",
-)
-@click.option(
-    "--policy",
-    type=click.Choice(["fixed-lead", "reactive", "lookahead", "rf", "xgb", "dqn", "pg"]),
-    default=None,
-    help="Demo: the daemon's policy (default: the configuration's). A trained one is read "
-    "from the configuration's models_dir and cluster (default: models/ls6).",
-)
-@click.option(
-    "--lead",
-    "lead_s",
-    type=click.IntRange(min=0, max=MAX_DURATION_S),
-    default=None,
-    help="Demo: fixed-lead's lead, seconds.",
-)
-@click.option(
-    "--start-hours",
-    type=float,
-    default=None,
-    help="Demo: register the chains this many hours after the trace's first submit "
-    "(default: a busy instant, chosen by a quick replay).",
 )
 @json_option
 def daemon_cmd(
@@ -745,35 +700,21 @@ def daemon_cmd(
     trace_format: str | None,
     nodes: int | None,
     cycles: int,
-    demo_chains: int | None,
-    segments: int,
-    time_limit: str,
-    policy: str | None,
-    lead_s: int | None,
-    start_hours: float | None,
     as_json: bool,
 ) -> None:
     """Run the provisioner daemon (systemd: deploy/systemd/mirage.service).
 
-    With `--backend sim --trace FILE --demo-chains N`: the daemon on a replayed real
-    trace, in accelerated time, against reactive submission (`make demo`), e.g.
-    `mirage daemon --backend sim --trace traces/ls6-a100-slice.log.gz
-    --profile models/ls6/profile.toml --nodes 70 --demo-chains 4`.
+    `--backend sim` runs it on the simulator in accelerated time instead of the cluster
+    (`mirage demo` compares it there against reactive submission).
     """
     from mirage.daemon.core import Daemon
     from mirage.daemon.identity import action_clients, owner_marker_check, runs_as_owner
     from mirage.daemon.service import open_store, run_service
 
-    cfg = _config(config_path)
+    cfg = config_or_fail(config_path)
     if trace_path and backend != "sim":
         raise click.UsageError("--trace needs --backend sim")
-    with _startup_errors():  # a model, profile, database or socket that cannot be used: say why
-        if demo_chains is not None:
-            if not trace_path:
-                raise click.UsageError("--demo-chains needs --backend sim and --trace FILE")
-            demo = _DemoArgs(demo_chains, segments, time_limit, policy, lead_s, start_hours)
-            _run_demo(cfg, profile_name, (trace_path, trace_format), nodes, demo, as_json=as_json)
-            return
+    with startup_errors():  # a model, profile, database or socket that cannot be used: say why
         store = open_store(cfg)
         if backend == "sim":
             _run_sim(
@@ -873,7 +814,7 @@ def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
 
 
 @contextlib.contextmanager
-def _startup_errors() -> Iterator[None]:
+def startup_errors() -> Iterator[None]:
     """What stops the daemon from starting becomes one CLI error: a trained model (loaded
     once, when the daemon is built), a profile, the database, the socket (a metrics port
     that cannot be bound is only logged: ``service.serve_metrics``)."""
@@ -967,110 +908,3 @@ def _replay_trace(sim: Any, profile: Any, path: str, fmt: str | None, t0: int) -
         for j in jobs
     )
     click.echo(f"replaying {len(jobs)} jobs of {path} from t={t0}", err=True)
-
-
-# ---- mirage daemon --backend sim --demo-chains N ------------------------------------------
-
-
-class _DemoArgs(NamedTuple):
-    chains: int
-    segments: int
-    time_limit: str
-    policy: str | None
-    lead_s: int | None
-    start_hours: float | None
-
-
-def _run_demo(
-    cfg: Config,
-    profile_name: str,
-    trace: tuple[str, str | None],
-    nodes: int | None,
-    args: _DemoArgs,
-    *,
-    as_json: bool,
-) -> None:
-    """The demo (mirage.daemon.simdemo): live view on the terminal, then the gap table."""
-    from rich.console import Console
-
-    from mirage.daemon.simdemo import render, run_demo
-    from mirage.learn.artifacts import ModelError
-
-    spec = _demo_spec(cfg, profile_name, trace, nodes, args)
-    # the view goes to stderr under --json, so that stdout is only the JSON
-    view = Console(stderr=as_json)
-    click.echo(_demo_intro(spec, nodes), err=True)
-    try:
-        out = run_demo(spec, cfg, view)
-    except ModelError as exc:  # a trained policy asked for, and not there or not loadable
-        raise click.ClickException(str(exc)) from exc
-    if as_json:
-        _echo_json(out)
-        return
-    console = Console()
-    render(out, console if console.is_terminal else Console(width=max(console.width, 110)))
-
-
-def _demo_spec(
-    cfg: Config,
-    profile_name: str,
-    trace: tuple[str, str | None],
-    nodes: int | None,
-    args: _DemoArgs,
-) -> DemoSpec:
-    from mirage.daemon.chains import ChainSpecError, parse_time_limit
-    from mirage.daemon.simdemo import DemoError, DemoSpec, load_jobs
-    from mirage.profile.schema import ProfileError, load_profile
-    from mirage.sim.calibrate import with_settings
-    from mirage.trace.load import TraceFormatError
-
-    try:
-        limit = parse_time_limit(args.time_limit)
-        profile = with_settings(load_profile(profile_name), nodes)
-        if profile.partition().nodes is None:
-            raise click.UsageError(f"profile {profile.name!r} leaves node counts open: --nodes N")
-        jobs = load_jobs(trace[0], trace[1], profile)
-    except (ChainSpecError, ProfileError, DemoError, TraceFormatError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    except OSError as exc:
-        raise click.ClickException(f"{trace[0]}: {exc}") from exc
-    max_time = profile.partition().max_time_s
-    if max_time is not None and limit > max_time:
-        raise click.UsageError(f"--time-limit {args.time_limit} is over the partition's limit")
-    start = None
-    if args.start_hours is not None:
-        start = jobs[0].submit + int(args.start_hours * 3600)
-    return DemoSpec(
-        profile=profile,
-        jobs=jobs,
-        trace=trace[0],
-        chains=args.chains,
-        segments=args.segments,
-        time_limit_s=limit,
-        policy=args.policy or cfg.policy.default,
-        lead_s=cfg.policy.lead_s if args.lead_s is None else args.lead_s,
-        models_dir=_demo_models(cfg),
-        model_cluster=cfg.policy.cluster or "ls6",
-        start=start,
-    )
-
-
-def _demo_models(cfg: Config) -> str:
-    """The demo's models: the configured folder if it holds the cluster's, else the
-    shipped ones (``models/`` of the checkout: the demo runs before any install)."""
-    configured = Path(cfg.policy.models_dir) / (cfg.policy.cluster or "ls6")
-    if cfg.policy.models_dir and configured.is_dir():
-        return cfg.policy.models_dir
-    if cfg.policy.models_dir != PolicySection().models_dir and cfg.policy.models_dir:
-        return cfg.policy.models_dir  # configured on purpose: its error is the user's to see
-    return "models"
-
-
-def _demo_intro(spec: DemoSpec, nodes: int | None) -> str:
-    part = spec.profile.partition()
-    shrunk = f" (--nodes {nodes}: fewer than the profile's, for a busier queue)" if nodes else ""
-    return (
-        f"demo: {spec.chains} chains x {spec.segments} segments on {len(spec.jobs)} replayed "
-        f"jobs of {spec.trace}, cluster {spec.profile.name}: {part.nodes} nodes of "
-        f"{part.name}{shrunk}; policy {spec.policy}, then reactive on the same replay"
-    )

@@ -77,8 +77,8 @@ def test_require_names_the_extra_and_how_to_install_it(monkeypatch: pytest.Monke
     require("fake", "--frobnicate")  # installed: no error
 
 
-DEMO = ("daemon", "--backend", "sim", "--trace", str(SLICE), "--profile",
-        str(REPO / "models" / "ls6" / "profile.toml"), "--nodes", "70", "--demo-chains", "1",
+DEMO = ("demo", "--trace", str(SLICE), "--profile",
+        str(REPO / "models" / "ls6" / "profile.toml"), "--nodes", "70", "--chains", "1",
         "--segments", "2", "--time-limit", "2:00:00")  # fmt: skip
 
 

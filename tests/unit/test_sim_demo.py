@@ -1,4 +1,4 @@
-"""The daemon's demo on the simulated backend (``mirage daemon --backend sim --demo-chains``)."""
+"""The demo: the daemon on the simulated backend against reactive submission (``mirage demo``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mirage.cli import main
 from mirage.daemon.config import Config
-from mirage.daemon.simdemo import (
+from mirage.demo.run import (
     DemoSpec,
     HandoffSimClient,
     load_jobs,
@@ -38,8 +38,8 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
     cfg.write_text('[daemon]\nstate_dir = "/nonexistent"\n')  # the demo uses its own database
     res = CliRunner().invoke(
         main,
-        ["daemon", "--config", str(cfg), "--backend", "sim", "--trace", TRACE,
-         "--profile", PROFILE, "--nodes", "70", "--demo-chains", str(CHAINS),
+        ["demo", "--config", str(cfg), "--trace", TRACE,
+         "--profile", PROFILE, "--nodes", "70", "--chains", str(CHAINS),
          "--segments", str(SEGMENTS), "--time-limit", "1:00:00", "--json"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -132,10 +132,13 @@ def test_demo_accounting_matches_the_backend() -> None:
     )
 
 
-def test_demo_needs_sim_backend_and_trace() -> None:
+def test_demo_needs_a_trace_and_the_daemon_has_no_demo_options() -> None:
+    res = CliRunner().invoke(main, ["demo", "--chains", "2"])
+    assert res.exit_code == 2
+    assert "Missing option '--trace'" in res.output
     res = CliRunner().invoke(main, ["daemon", "--demo-chains", "2"])
-    assert res.exit_code != 0
-    assert "--demo-chains needs --backend sim and --trace" in res.output
+    assert res.exit_code == 2
+    assert "No such option '--demo-chains'" in res.output
 
 
 def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
@@ -147,8 +150,8 @@ def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
         return path
 
     cfg = config("mirage.toml", REPO / "models")
-    args = ["daemon", "--config", str(cfg), "--backend", "sim", "--trace", TRACE,
-            "--profile", PROFILE, "--nodes", "70", "--demo-chains", str(CHAINS),
+    args = ["demo", "--config", str(cfg), "--trace", TRACE,
+            "--profile", PROFILE, "--nodes", "70", "--chains", str(CHAINS),
             "--segments", str(SEGMENTS), "--time-limit", "1:00:00"]  # fmt: skip
     res = CliRunner().invoke(main, [*args, "--policy", "xgb", "--json"])
     assert res.exit_code == 0, res.output

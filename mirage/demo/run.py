@@ -1,6 +1,6 @@
 """The daemon on a replayed real trace, in accelerated time, against reactive submission.
 
-``mirage daemon --backend sim --trace FILE --demo-chains N`` (``make demo``):
+``mirage demo --trace FILE --chains N`` (``make demo``):
 
 1. the trace is replayed in the simulator (``mirage.sim``) up to a busy instant: by
    default the hour whose following ``segments`` time limits see the longest queue;

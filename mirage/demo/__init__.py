@@ -1,0 +1,1 @@
+"""``mirage demo``: the daemon on a replayed real trace against reactive submission."""
