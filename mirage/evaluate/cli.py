@@ -24,6 +24,7 @@ from mirage.evaluate.protocol import (
     sample_times,
     scaled_nodes,
 )
+from mirage.paths import models_root, trace_roots
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from mirage.evaluate.rolling import Rolling
     from mirage.profile.schema import ClusterProfile
 
-REPO = Path(__file__).resolve().parents[2]
 KNOWN_TRACES = {
     "ls6": "tacc_ls6_a100/ls6-a100.log.gz",
     "theta": "alcf_theta_2023/theta_argonne.swf.gz",
@@ -43,14 +43,14 @@ def default_trace(cluster: str) -> str | None:
     rel = KNOWN_TRACES.get(cluster)
     if rel is None:
         return None
-    for root in (REPO.parent / "shared" / "traces", REPO / "traces"):
+    for root in trace_roots():
         if (root / rel).exists():
             return str(root / rel)
     return None
 
 
 def default_profile(cluster: str) -> str:
-    calibrated = REPO / "models" / cluster / "profile.toml"
+    calibrated = models_root() / cluster / "profile.toml"
     return str(calibrated) if calibrated.exists() else cluster
 
 
@@ -256,7 +256,7 @@ def evaluate(**kw: Any) -> None:
     protocol = cli_protocol(kw, every_s=int(kw["every_h"] * HOUR))
     profile_name = kw["profile_name"] or default_profile(cluster)
     profile, df = read_inputs(trace, profile_name)
-    kw["learned"] = _load_learned(methods, Path(kw["models_dir"] or REPO / "models" / cluster))
+    kw["learned"] = _load_learned(methods, Path(kw["models_dir"] or models_root() / cluster))
     part = profile.partition(protocol.partition)
     if part.nodes is None:
         raise click.UsageError(f"profile {profile_name!r} has no node count: calibrate it first")

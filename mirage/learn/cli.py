@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from mirage.learn.artifacts import POLICIES, ModelError
+from mirage.paths import models_root
 
-REPO = Path(__file__).resolve().parents[2]
 HOUR = 3600
 
 
@@ -68,7 +68,13 @@ def _import_history(cluster: str, days: float) -> str:
     help="A load (LOAD[:EVERY_H[:STEP_MIN]]) used for training only, not for tuning: wider "
     "queues for the models to learn from.",
 )
-@click.option("--models", "models_dir", default=str(REPO / "models"), show_default=True)
+@click.option(
+    "--models",
+    "models_dir",
+    default=None,
+    help="Models root, written as ROOT/CLUSTER/POLICY/ (default: $MIRAGE_MODELS, else "
+    "models in the current directory).",
+)
 @click.option(
     "--recalibrate",
     "source",
@@ -170,7 +176,7 @@ def train_cmd(**kw: Any) -> None:
     )
     t0 = time.perf_counter()
     try:
-        metrics = _run(cfg, policies, Path(kw["models_dir"]), kw["source"])
+        metrics = _run(cfg, policies, Path(kw["models_dir"] or models_root()), kw["source"])
     except (ValueError, ModelError) as exc:
         raise click.ClickException(str(exc)) from exc
     wall = time.perf_counter() - t0

@@ -495,8 +495,6 @@ def recorded_runs(name: str, root: str | Path = DATA_DIR) -> list[Path]:
 
 # ---- the selection rule -------------------------------------------------------------------
 
-#: Where the real traces live: ../shared/traces beside the checkout (MIRAGE_TRACES overrides).
-TRACES_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
 TRACE_FILES = {
     "ls6": "tacc_ls6_a100/ls6-a100.log.gz",
     "theta": "alcf_theta_2023/theta_argonne.swf.gz",
@@ -629,9 +627,11 @@ def workload_def(name: str) -> WorkloadDef:
 
 
 def traces_dir() -> Path:
-    import os
+    """Where the real traces live: ``$MIRAGE_TRACES``, else ``../shared/traces`` beside
+    the checkout (run from its root, as ``make`` does; mirage.paths)."""
+    from mirage.paths import trace_roots
 
-    return Path(os.environ.get("MIRAGE_TRACES", str(TRACES_DIR)))
+    return trace_roots()[0]
 
 
 _TRACE_CACHE: dict[str, Any] = {}
