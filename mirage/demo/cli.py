@@ -153,14 +153,15 @@ def _demo_spec(
     from mirage.demo.run import DemoError, DemoSpec, load_jobs
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.sim.calibrate import with_settings
-    from mirage.trace.load import TraceFormatError
+    from mirage.trace.load import SkippedRow, TraceFormatError
 
     try:
         limit = parse_time_limit(args.time_limit)
         profile = with_settings(load_profile(profile_name), nodes)
         if profile.partition().nodes is None:
             raise click.UsageError(f"profile {profile.name!r} leaves node counts open: --nodes N")
-        jobs = load_jobs(trace[0], trace[1], profile)
+        skipped: list[SkippedRow] = []
+        jobs = load_jobs(trace[0], trace[1], profile, skipped)
     except (ChainSpecError, ProfileError, DemoError, TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
@@ -183,6 +184,7 @@ def _demo_spec(
         models_dir=_demo_models(cfg),
         model_cluster=cfg.policy.cluster or "ls6",
         start=start,
+        skipped_rows=len(skipped),
     )
 
 
@@ -200,8 +202,10 @@ def _demo_models(cfg: Config) -> str:
 def _demo_intro(spec: DemoSpec, nodes: int | None) -> str:
     part = spec.profile.partition()
     shrunk = f" (--nodes {nodes}: fewer than the profile's, for a busier queue)" if nodes else ""
+    bad = spec.skipped_rows
+    rows = f" ({bad} malformed row{'s' * (bad > 1)} skipped)" if bad else ""
     return (
         f"demo: {spec.chains} chains x {spec.segments} segments on {len(spec.jobs)} replayed "
-        f"jobs of {spec.trace}, cluster {spec.profile.name}: {part.nodes} nodes of "
+        f"jobs of {spec.trace}{rows}, cluster {spec.profile.name}: {part.nodes} nodes of "
         f"{part.name}{shrunk}; policy {spec.policy}, then reactive on the same replay"
     )

@@ -54,6 +54,7 @@ from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.workload import JobSpec
 from mirage.slurm.types import SlurmJob
+from mirage.trace.load import SkippedRow
 
 SCRIPT = (
     b"#!/bin/bash\n# mirage demo segment: simulated, never executed\npython train.py --resume\n"
@@ -83,6 +84,7 @@ class DemoSpec:
     start: int | None = None  # replay instant the chains are registered at; None: busiest
     max_sim_s: int = 14 * 86400  # give up after this much simulated time
     alpha: float = DEFAULT_ALPHA
+    skipped_rows: int = 0  # rows of the trace its reader could not use
 
 
 class HandoffSimClient(SimSlurmClient):
@@ -119,12 +121,24 @@ class HandoffSimClient(SimSlurmClient):
 # ---- the replayed cluster ----------------------------------------------------------------
 
 
-def load_jobs(path: str, fmt: str | None, profile: ClusterProfile) -> tuple[JobSpec, ...]:
-    """A trace's jobs as ``mirage simulate`` replays them (dependency holds included)."""
+def load_jobs(
+    path: str, fmt: str | None, profile: ClusterProfile, skipped: list[SkippedRow] | None = None
+) -> tuple[JobSpec, ...]:
+    """A trace's jobs as ``mirage simulate`` replays them (dependency holds included).
+
+    With ``skipped``, the rows the reader skipped are added to it instead of logged one
+    by one (the demo counts them in its summary line)."""
     from mirage.sim.calibrate import prepare_trace
+    from mirage.trace.load import skips_reported
     from mirage.trace.readers import load_trace
 
-    table = load_trace(path, fmt).jobs
+    if skipped is None:
+        table = load_trace(path, fmt).jobs
+    else:
+        with skips_reported():
+            load = load_trace(path, fmt)
+        skipped.extend(load.skipped)
+        table = load.jobs
     nodes = profile.partition().nodes
     jobs = prepare_trace(table, profile, max_nodes=nodes).jobs
     if not jobs:
