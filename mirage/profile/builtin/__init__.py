@@ -1,0 +1,1 @@
+"""Built-in cluster profiles (TOML), shipped as package data."""
