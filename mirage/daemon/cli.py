@@ -40,16 +40,23 @@ config_option = click.option(
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"Daemon configuration (default {DEFAULT_CONFIG_PATH}, if present).",
+    help=f"Daemon configuration (default $MIRAGE_CONFIG, else {DEFAULT_CONFIG_PATH} if present).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def config_or_fail(path: str | None) -> Config:
+    """The configuration (``--config``, ``$MIRAGE_CONFIG`` or the default), its ``[log]
+    level`` applied to Mirage's loggers unless ``-v`` asked for debug lines."""
     try:
-        return load_config(path)
+        cfg = load_config(path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    ctx = click.get_current_context(silent=True)
+    verbose = ctx.find_root().params.get("verbose", 0) if ctx is not None else 0
+    if not verbose:
+        logging.getLogger("mirage").setLevel(cfg.log.level.upper())
+    return cfg
 
 
 def _store(cfg: Config) -> Any:

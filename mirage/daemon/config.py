@@ -57,10 +57,18 @@ never silently falls back to a default. Durations are seconds (``_s``).
 
     [socket]
     path = "/run/mirage/mirage.sock"  # the users' Unix socket (SO_PEERCRED)
+
+    [log]
+    level = "info"                 # Mirage's own log lines: "debug", "info", "warning", "error"
+                                   # (-v on the command line means debug)
+
+The file read is ``--config FILE``, else ``$MIRAGE_CONFIG``, else the default path (whose
+absence means every default; a file named by flag or environment must exist).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -69,6 +77,7 @@ from typing import Any, Literal
 from mirage.typedtoml import SchemaError, build, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
+CONFIG_ENV = "MIRAGE_CONFIG"  # the configuration's path when --config is not given
 
 #: No duration in the configuration may exceed a year (a typo'd exponent is not a setting).
 MAX_DURATION_S = 366 * 86400
@@ -138,12 +147,21 @@ class SocketSection:
 
 
 @dataclass(frozen=True)
+class LogSection:
+    level: str = "info"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonSection = field(default_factory=DaemonSection)
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicySection = field(default_factory=PolicySection)
     metrics: MetricsSection = field(default_factory=MetricsSection)
     socket: SocketSection = field(default_factory=SocketSection)
+    log: LogSection = field(default_factory=LogSection)
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -152,6 +170,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "policy": PolicySection,
     "metrics": MetricsSection,
     "socket": SocketSection,
+    "log": LogSection,
 }
 
 
@@ -192,6 +211,10 @@ def _check(cfg: Config, source: str) -> None:
         if getattr(cfg.slurm, key) < 1:
             raise ConfigError(f"{source} [slurm]: {key} must be at least 1")
     _check_policy(cfg.policy, source)
+    if cfg.log.level not in LOG_LEVELS:
+        raise ConfigError(
+            f"{source} [log]: level {cfg.log.level!r}; valid: {', '.join(LOG_LEVELS)}"
+        )
 
 
 def _check_durations(cfg: Config, source: str) -> None:
@@ -296,7 +319,10 @@ def _check_policy(p: PolicySection, source: str) -> None:
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Read and validate the configuration; a missing default file gives the defaults."""
+    """Read and validate the configuration (``path``, else ``$MIRAGE_CONFIG``, else the
+    default path); a missing default file gives the defaults."""
+    if path is None and os.environ.get(CONFIG_ENV):
+        path = os.environ[CONFIG_ENV]
     target = Path(path) if path is not None else Path(DEFAULT_CONFIG_PATH)
     if path is None and not target.exists():
         return Config()
