@@ -30,8 +30,8 @@ demo: venv
 	  --time-limit 2:00:00 --policy xgb
 
 lint: venv
-	$(BIN)/ruff check mirage tests scripts
-	$(BIN)/ruff format --check mirage tests scripts
+	$(BIN)/ruff check mirage tests scripts experiments
+	$(BIN)/ruff format --check mirage tests scripts experiments
 	$(BIN)/mypy
 
 unit: venv

@@ -52,7 +52,7 @@ class LookaheadCurve(StepRecord):
 class TrueRunTimes(RunTimes):
     """Run times known exactly: ``sim``'s own (its jobs' ids are the snapshot's). For
     checking the look-ahead's snapshot simulation against a fork of ``sim``
-    (``tests/unit/test_lookahead.py``, ``scripts/lookahead-parity.py``)."""
+    (``tests/unit/test_lookahead.py``, ``experiments/lookahead-parity.py``)."""
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__()

@@ -28,8 +28,12 @@ def run(argv: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedP
 @pytest.fixture(scope="module")
 def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"  # a copy: setuptools writes build/ and *.egg-info beside the sources
+    shutil.copytree(REPO / "mirage", src / "mirage", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src)
     built = run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
          "-w", str(root / "dist")],
         cwd=root,
     )  # fmt: skip

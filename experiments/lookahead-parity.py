@@ -1,7 +1,7 @@
 """How closely the look-ahead's snapshot simulation, given the true run times, reproduces
 a fork of the ls6 replay with later arrivals dropped (the runtime oracle's world).
 
-    .venv/bin/python scripts/lookahead-parity.py [LOAD] [SAMPLES] [EVERY_K_STEPS]
+    .venv/bin/python experiments/lookahead-parity.py [LOAD] [SAMPLES] [EVERY_K_STEPS]
     (default 1.13 6 8: every eighth decision step of 6 test samples, about a minute)
 
 Both start from the same instant; the look-ahead sees only the simulator's ``squeue``

@@ -1,6 +1,6 @@
 """Hour-scale waits on ls6: the whole trace replayed at the real and calibrated sizes.
 
-    .venv/bin/python scripts/ls6-hour-scale.py [--nodes 88,79,76] [--profile PATH]
+    .venv/bin/python experiments/ls6-hour-scale.py [--nodes 88,79,76] [--profile PATH]
 
 Replays the whole ls6 trace (dependency holds as mirage.sim.calibrate makes them) on each
 node count, with the profile's QOS/association limits and without them, and prints the

@@ -3,7 +3,7 @@ split itself (not on the tuning split as `mirage evaluate` does), with the harne
 bootstrap intervals. How much of reactive's J could a policy remove that knew every
 present job's run time but nothing of later arrivals?
 
-    .venv/bin/python scripts/runtime-oracle-levels.py [LOAD[:EVERY_H] ...]
+    .venv/bin/python experiments/runtime-oracle-levels.py [LOAD[:EVERY_H] ...]
     (ls6; default 1 1.05; the README's 1.13 figures are for 1.13:12, one sample every 12 h)
 
 Reads the probe cache (out/probe-cache) and records the no-arrival curves it lacks (about

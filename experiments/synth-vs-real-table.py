@@ -1,8 +1,8 @@
-"""The table of scripts/synth-vs-real.sh: the same policies trained on the real trace and on
+"""The table of experiments/synth-vs-real.sh: the same policies trained on the real trace and on
 a synthetic one, evaluated on the real test split (mean J in hours, bootstrap 95% interval),
 per load and load level with n >= 30, with the baselines beside them.
 
-    .venv/bin/python scripts/synth-vs-real-table.py OUT SYNTH_NAME
+    .venv/bin/python experiments/synth-vs-real-table.py OUT SYNTH_NAME
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
    positive); what the true run times take away is what each part of the run-time model
    costs, and what they leave is the future arrivals and the simulation itself.
 
-    .venv/bin/python scripts/lookahead-attribution.py [--load 1.05] [--every-h 4]
+    .venv/bin/python experiments/lookahead-attribution.py [--load 1.05] [--every-h 4]
         [--margin-h 0] [--level low]
 
 Reads the probes and look-ahead curves from out/probe-cache (`mirage evaluate --cluster

@@ -10,7 +10,7 @@ tuned on the 28 days before the test split (samples whose outcome was known by t
 The weight of least tuning J is the blend's pick; it is compared, paired, with the
 look-ahead and with the forecaster's rule.
 
-    .venv/bin/python scripts/lookahead-blend.py [--load 1.05] [--every-h 4]
+    .venv/bin/python experiments/lookahead-blend.py [--load 1.05] [--every-h 4]
         [--model models/ls6/xgb]
 
 Reads the probes, look-ahead curves (current version, median run times) and queue

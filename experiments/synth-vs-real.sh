@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does a policy trained on a synthetic trace do as well as one trained on the real trace?
 #
-#   scripts/synth-vs-real.sh [MODEL] [OUT]      (MODEL: tvae, ctgan, copulagan, ...; OUT: out/synth-vs-real)
+#   experiments/synth-vs-real.sh [MODEL] [OUT]      (MODEL: tvae, ctgan, copulagan, ...; OUT: out/synth-vs-real)
 #
 # 1. fit MODEL on the ls6 trace before 2023-02-01 (the training split; nothing later is read);
 # 2. sample a synthetic ls6 from the trace's first day (2022-10-05) to 2023-03-01, so that it
@@ -44,4 +44,4 @@ for name in ls6 "ls6-$MODEL"; do
             --jobs "$JOBS" --out "$OUT/eval-$name-$load" --json >"$OUT/eval-$name-$load.json"
     done
 done
-.venv/bin/python scripts/synth-vs-real-table.py "$OUT" "ls6-$MODEL"
+.venv/bin/python experiments/synth-vs-real-table.py "$OUT" "ls6-$MODEL"
