@@ -324,7 +324,8 @@ def capture_profile(client: SlurmClient, name: str, timezone: str = "UTC") -> Cl
         qos = qos_from(client.accounting_limits("qos"))
         assocs = associations_from(client.accounting_limits("assoc"), [q.name for q in qos])
     else:
-        log.info("AccountingStorageEnforce has no limits: QOS and association limits not read")
+        # debug: the daemon reads the profile hourly (each simulated hour in the demo)
+        log.debug("AccountingStorageEnforce has no limits: QOS and association limits not read")
     known = {q.name for q in qos}
     for p in parts:
         if p.qos and p.qos not in known:

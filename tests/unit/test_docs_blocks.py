@@ -3,11 +3,17 @@ link in docs/ and README.md resolves to a file of the checkout."""
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
+import re
+import shlex
 from pathlib import Path
 
+import click
 import pytest
 
+from mirage.cli import main
 from tests.slurm import docs_blocks
 from tests.slurm.docs_blocks import blocks, fenced, links
 
@@ -108,3 +114,71 @@ def test_the_readme_links_every_doc() -> None:
 @pytest.mark.parametrize("doc", RUN_BY_THE_TEST)
 def test_the_guides_the_test_runs_have_blocks_to_run(doc: str) -> None:
     assert blocks((REPO / doc).read_text()), f"{doc}: no `sh test` block"
+
+
+# ---- every `mirage …` command line shown in the docs parses with its subcommand -----------
+
+_MIRAGE = re.compile(r"^(?:\$ )?(?:sudo -u \S+ )?(?:\S*/)?mirage(?=\s|$)")
+_SHELL_ENDS = {">", ">>", "2>", "|", "&&", "||", ";", "&"}
+
+
+def mirage_command_lines(text: str) -> list[list[str]]:
+    """The argv (after ``mirage``) of every command line in a shell code block, with line
+    continuations joined, comments and shell redirections cut; placeholders (``…``) left
+    out."""
+    found = []
+    for info, body in fenced(text):
+        if info.split()[:1] not in (["sh"], ["bash"], ["console"], []):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            m = _MIRAGE.match(line.strip())
+            if not m or "…" in line:
+                continue
+            argv = shlex.split(line.strip()[m.end() :], comments=True)
+            cut = next((k for k, a in enumerate(argv) if a in _SHELL_ENDS), len(argv))
+            found.append(argv[:cut])
+    return found
+
+
+def parse_error(argv: list[str]) -> str:
+    """How `mirage ARGV` fails to parse ("" if it parses). A path that does not exist on
+    this machine is not an error of the docs."""
+    cmd: click.Command = main
+    name, rest = "mirage", list(argv)
+    try:
+        while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
+            name = rest.pop(0)
+            sub = cmd.commands.get(name)
+            if sub is None:
+                return f"no command {name!r}"
+            cmd = sub
+        with contextlib.redirect_stdout(io.StringIO()):
+            cmd.make_context(name, rest)
+    except click.exceptions.Exit:
+        return ""
+    except click.BadParameter as exc:
+        return "" if "does not exist" in str(exc) else str(exc)
+    except click.ClickException as exc:
+        return str(exc)
+    return ""
+
+
+def test_the_command_check_catches_a_wrong_option() -> None:
+    text = "```sh\nmirage daemon --backend sim --demo-chains 4  # gone\nmirage status --json\n```\n"
+    lines = mirage_command_lines(text)
+    assert lines == [["daemon", "--backend", "sim", "--demo-chains", "4"], ["status", "--json"]]
+    assert "--demo-chains" in parse_error(lines[0])
+    assert parse_error(lines[1]) == ""
+    assert "no command" in parse_error(["chains", "list"])
+
+
+def test_every_mirage_command_shown_parses() -> None:
+    docs = [REPO / "README.md", REPO / "experiments" / "README.md", *DOCS]
+    shown = [(d, argv) for d in docs for argv in mirage_command_lines(d.read_text())]
+    assert len(shown) > 15  # the docs show many (19 on 2026-11-28); a broken extraction none
+    bad = [
+        f"{d.relative_to(REPO)}: mirage {' '.join(a)}: {e}"
+        for d, a in shown
+        if (e := parse_error(a))
+    ]
+    assert not bad, "\n".join(bad)
