@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -512,15 +511,13 @@ def _day(t: int) -> str:
 def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) -> Any:
     """Every sample's record of ``rec`` (probes, feature or no-arrival curves): cached,
     in parallel or on the Dask cluster, with a progress bar."""
-    from rich.progress import Progress
-
     from mirage.evaluate.probes import record_all
+    from mirage.progress import progress_bars
 
-    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task(f"probes {setting.split.name}", total=len(times))
+    with progress_bars() as bars:
 
         def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            bars.update(f"probes {setting.split.name}", done, total)
 
         return record_all(
             setting,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -226,17 +225,13 @@ def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:
 def _run(
     cfg: Any, policies: list[str], root: Path, source: str | None
 ) -> dict[str, dict[str, Any]]:
-    from rich.progress import Progress
-
     from mirage.learn.train import recalibrate, train
+    from mirage.progress import progress_bars
 
-    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
-        tasks: dict[str, Any] = {}
+    with progress_bars() as bars:
 
         def progress(tag: str, done: int, total: int) -> None:
-            if tag not in tasks:
-                tasks[tag] = bar.add_task(f"probes {tag}", total=total)
-            bar.update(tasks[tag], completed=done, total=total)
+            bars.update(f"probes {tag}", done, total)
 
         if source:
             recal: dict[str, dict[str, Any]] = recalibrate(

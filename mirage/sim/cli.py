@@ -58,25 +58,15 @@ def _load_profile(name: str, nodes: int | None, backfill: str | None) -> Cluster
 
 @contextmanager
 def _progress(enabled: bool, label: str) -> Iterator[Progress | None]:
-    """A rich progress bar on stderr (None when disabled or stderr is not a terminal)."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
+    """Progress by fraction done: a bar on a terminal, plain log lines otherwise
+    (mirage.progress); None when disabled."""
+    if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from mirage.progress import progress_bars
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=1.0)
-        yield lambda frac: bar.update(task, completed=frac)
+    with progress_bars() as bars:
+        yield bars.fraction(label)
 
 
 def _dur(seconds: float | None) -> str:

@@ -84,19 +84,15 @@ def _sdv_errors() -> Iterator[None]:
 
 @contextmanager
 def _bar(enabled: bool, label: str) -> Iterator[Any]:
-    """A rich progress bar on stderr, or None (not a terminal, or --json)."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
+    """Progress by fraction done: a bar on a terminal, plain log lines otherwise
+    (mirage.progress); None when disabled (--json)."""
+    if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from mirage.progress import progress_bars
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:  # fmt: skip
-        task = bar.add_task(label, total=1.0)
-        yield lambda frac: bar.update(task, completed=frac)
+    with progress_bars() as bars:
+        yield bars.fraction(label)
 
 
 @synth.command("fit")

@@ -1,0 +1,98 @@
+"""Progress of long work (probing samples, replays, fits): one helper for every command.
+
+On a terminal, a rich progress bar per task on stderr; otherwise (a pipe, a log file, a
+systemd unit, CI) plain log lines: one when a task starts, at most one every
+``every_s`` seconds while it runs, and one when it is done, e.g.
+
+    2026-11-28 13:30:02,114 INFO mirage.progress: probes test: 40/186 (22%) after 1m12s
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Plain lines: at most one per task this often (seconds).
+EVERY_S = 30.0
+
+
+def _elapsed(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+class Bars:
+    """Tasks by label: ``update(label, done, total)`` creates the task at its first call."""
+
+    def __init__(self, bar: Any | None, every_s: float, clock: Callable[[], float]) -> None:
+        self._bar = bar  # a rich Progress, or None for plain lines
+        self._every_s = every_s
+        self._clock = clock
+        self._tasks: dict[str, Any] = {}
+        self._last: dict[str, float] = {}
+        self._start: dict[str, float] = {}
+
+    def update(self, label: str, done: float, total: float) -> None:
+        if self._bar is not None:
+            if label not in self._tasks:
+                self._tasks[label] = self._bar.add_task(label, total=total)
+            self._bar.update(self._tasks[label], completed=done, total=total)
+            return
+        now = self._clock()
+        first = label not in self._start
+        if first:
+            self._start[label] = now
+        finished = total > 0 and done >= total
+        if first or finished or now - self._last.get(label, now) >= self._every_s:
+            if finished and self._last.get(label) == -1.0:
+                return  # its last line was written already
+            self._last[label] = -1.0 if finished else now
+            log.info(
+                "%s: %s after %s", label, _amount(done, total), _elapsed(now - self._start[label])
+            )
+
+    def fraction(self, label: str) -> Callable[[float], None]:
+        """An updater of one task by the fraction done (0 to 1)."""
+        return lambda frac: self.update(label, frac, 1.0)
+
+
+def _amount(done: float, total: float) -> str:
+    share = f"{100 * done / total:.0f}%" if total > 0 else "?"
+    if total == 1.0:
+        return share
+    return f"{done:.0f}/{total:.0f} ({share})"
+
+
+@contextmanager
+def progress_bars(
+    *,
+    terminal: bool | None = None,
+    every_s: float = EVERY_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Bars]:
+    """Bars on a terminal (``terminal``: whether stderr is one; default: ask it), plain
+    log lines otherwise."""
+    if terminal is None:
+        terminal = sys.stderr.isatty()
+    if not terminal:
+        yield Bars(None, every_s, clock)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        yield Bars(bar, every_s, clock)
