@@ -435,8 +435,9 @@ def _read_row(rec: Mapping[str, str], gpu_tres_id: int | None) -> _Row:
 
 def _frame(acc: Acc, rows: list[_Row], lines: list[int], tz: str) -> tuple[pd.DataFrame, int, int]:
     """The rows as a table, naive ISO times read as local in ``tz``."""
+    keys = sorted({k for row in rows for k in row.values})
     for line, row in zip(lines, rows, strict=True):
-        acc.add(line, **row.values)
+        acc.add(line, **{k: row.values.get(k) for k in keys})
     df = acc.frame()
     amb = miss = 0
     bad = np.zeros(len(df), dtype=bool)
