@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, cast
 import click
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mirage.slurm.client import SlurmClient
+    from mirage.trace.csvmap import ColumnMap
     from mirage.trace.load import TraceLoad
 
 _FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
@@ -22,12 +25,43 @@ def make_slurm_client() -> SlurmClient:
     return cast("SlurmClient", module.CliSlurmClient())
 
 
-def _load(path: str, fmt: str | None, tz: str | None) -> TraceLoad:
+_CHOICES = (*_FORMATS, "csv")  # csv: any CSV export, read with a column mapping
+
+
+def column_map(columns: str | None, columns_file: str | None) -> ColumnMap | None:
+    """The ``--columns`` / ``--columns-file`` mapping (None if neither is given)."""
+    from mirage.trace.csvmap import ColumnMapError, load_columns_file, parse_columns
+
+    if columns is None and columns_file is None:
+        return None
+    try:
+        given = parse_columns(columns) if columns is not None else None
+        if columns_file is not None:
+            return load_columns_file(columns_file, given)
+        return given
+    except ColumnMapError as exc:
+        raise click.BadParameter(str(exc), param_hint="--columns/--columns-file") from exc
+
+
+def _columns_options(fn: Callable[..., None]) -> Callable[..., None]:
+    fn = click.option(
+        "--columns-file",
+        type=click.Path(dir_okay=False),
+        help="TOML column mapping ([columns] table; see docs/trace-csv.md).",
+    )(fn)
+    return click.option(
+        "--columns",
+        help="Read FILE as CSV with this mapping: submit=Submit,start=Start,... "
+        "(see docs/trace-csv.md).",
+    )(fn)
+
+
+def _load(path: str, fmt: str | None, tz: str | None, cmap: ColumnMap | None = None) -> TraceLoad:
     from mirage.trace.load import TraceFormatError
     from mirage.trace.readers import load_trace
 
     try:
-        return load_trace(path, fmt, tz)
+        return load_trace(path, fmt, tz, cmap)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -39,14 +73,16 @@ def trace() -> None:
 
 @trace.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--format", "fmt", type=click.Choice(_CHOICES), help="Skip format detection.")
 @click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool) -> None:
+@_columns_options
+def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool, *,
+            columns: str | None, columns_file: str | None) -> None:  # fmt: skip
     """Summarise FILE: jobs, skipped rows, span, users, waits, requests, chains."""
     from mirage.trace.summary import render, summarize
 
-    summary = summarize(_load(file, fmt, tz))
+    summary = summarize(_load(file, fmt, tz, column_map(columns, columns_file)))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -55,13 +91,14 @@ def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool) -> None:
 
 @trace.command("infer-limits")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--format", "fmt", type=click.Choice(_CHOICES), help="Skip format detection.")
 @click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
 @click.option(
     "--min-users", default=3, show_default=True, help="Users at a ceiling that make it a limit."
 )
 @click.option("--gpus-per-node", type=int, help="GPUs of a node, for traces with node counts only.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_columns_options
 def infer_limits(
     file: str,
     fmt: str | None,
@@ -70,12 +107,16 @@ def infer_limits(
     min_users: int,
     gpus_per_node: int | None,
     as_json: bool,
+    columns: str | None,
+    columns_file: str | None,
 ) -> None:
     """Per-user limits FILE shows: running jobs (nodes, GPUs) no user ever exceeds."""
     from mirage.trace.limits import infer_user_limits
 
     found = infer_user_limits(
-        _load(file, fmt, tz).jobs, min_users=min_users, gpus_per_node=gpus_per_node
+        _load(file, fmt, tz, column_map(columns, columns_file)).jobs,
+        min_users=min_users,
+        gpus_per_node=gpus_per_node,
     )
     if as_json:
         click.echo(json.dumps([f.as_dict() for f in found], indent=2))
@@ -93,13 +134,15 @@ def infer_limits(
 @trace.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), help="Skip format detection.")
+@click.option("--format", "fmt", type=click.Choice(_CHOICES), help="Skip format detection.")
 @click.option("--tz", help="IANA zone of the trace's local times (default: per format).")
-def convert(file: str, out: str, fmt: str | None, tz: str | None) -> None:
+@_columns_options
+def convert(file: str, out: str, fmt: str | None, tz: str | None, *,
+            columns: str | None, columns_file: str | None) -> None:  # fmt: skip
     """Convert FILE to the canonical table in Parquet (OUT)."""
     from mirage.trace.parquet import write_parquet
 
-    load = _load(file, fmt, tz)
+    load = _load(file, fmt, tz, column_map(columns, columns_file))
     try:
         write_parquet(load, out)
     except OSError as exc:

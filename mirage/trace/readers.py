@@ -53,6 +53,7 @@ import pandas as pd
 
 from mirage.slurm.parse import digits
 from mirage.trace.checks import COUNT_MAX, LIMIT_MAX, TIME_MAX, Acc, check_times, drop_non_jobs
+from mirage.trace.csvmap import CSV_FORMAT, ColumnMap
 from mirage.trace.load import TraceFormatError, TraceLoad, log_skipped
 from mirage.trace.schema import conform
 from mirage.trace.tz import local_to_epoch, zone
@@ -823,19 +824,57 @@ def detect_format(path: str, raw: bytes) -> str:
     for name, test in _DETECT:
         if test(t):
             return name
-    raise TraceFormatError(path, "not a recognised job trace", FORMATS)
+    raise TraceFormatError(
+        path,
+        "not a recognised job trace (a CSV export of sacct or of slurmdbd's job table "
+        "reads with a column mapping: --columns or --columns-file, see docs/trace-csv.md)",
+        FORMATS,
+    )
 
 
-def load_trace(path: str | Path, fmt: str | None = None, tz: str | None = None) -> TraceLoad:
+def _load_csv(name: str, fmt: str | None, tz: str | None, columns: ColumnMap | None) -> TraceLoad:
+    from mirage.trace.csvmap import REQUIRED, read_csv_mapped
+
+    if fmt not in {None, CSV_FORMAT}:
+        raise ValueError(f"a column mapping reads format {CSV_FORMAT}, not {fmt!r}")
+    if columns is None:
+        required = ", ".join("|".join(r) for r in REQUIRED)
+        raise TraceFormatError(
+            name, f"format {CSV_FORMAT} needs a column mapping (--columns or "
+            f"--columns-file) naming at least: {required}"
+        )  # fmt: skip
+    if tz is not None:
+        zone(tz)
+    raw = read_bytes(name)
+    try:
+        return read_csv_mapped(name, raw, columns, tz)
+    except TraceFormatError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, csv.Error) as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("unknown time zone"):
+            raise
+        raise TraceFormatError(name, f"cannot read as {CSV_FORMAT}: {exc}") from exc
+
+
+def load_trace(
+    path: str | Path, fmt: str | None = None, tz: str | None = None,
+    columns: ColumnMap | None = None,
+) -> TraceLoad:  # fmt: skip
     """Read any supported trace (gzip or not) into a :class:`TraceLoad`.
 
-    ``fmt`` forces a format (one of ``FORMATS``); ``tz`` overrides the trace's zone.
+    ``fmt`` forces a format (one of ``FORMATS``, or ``"csv"``); ``tz`` overrides the
+    trace's zone. ``columns`` (a :class:`~mirage.trace.csvmap.ColumnMap`) reads the file
+    as a CSV export with that column mapping (format ``csv``, which needs one).
     Raises TraceFormatError (never anything else for bad content) and ValueError for an
     unknown time zone or format name.
     """
     name = str(path)
+    if columns is not None or fmt == CSV_FORMAT:
+        return _load_csv(name, fmt, tz, columns)
     if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+        raise ValueError(
+            f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)}, {CSV_FORMAT})"
+        )
     if tz is not None:
         zone(tz)
     raw = read_bytes(path)

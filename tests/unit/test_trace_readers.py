@@ -153,7 +153,7 @@ def test_missing_file_and_bad_zone(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown time zone"):
         load_trace(LS6_SLICE, tz="Mars/Olympus")
     with pytest.raises(ValueError, match="unknown trace format"):
-        load_trace(LS6_SLICE, "csv")
+        load_trace(LS6_SLICE, "xlsx")  # "csv" is a format now (with a column mapping)
 
 
 def test_truncated_gzip_is_a_format_error(tmp_path: Path) -> None:
