@@ -46,32 +46,14 @@ from mirage.slurm.parse import _gres_gpus, _minutes, _tres_gpus, map_state, pars
 from mirage.slurm.types import JobState
 from mirage.trace.checks import COUNT_MAX, Acc, check_times
 from mirage.trace.load import TraceFormatError, TraceLoad
+from mirage.trace.schema import COLUMNS
 from mirage.trace.tz import local_to_epoch, zone
 
 CSV_FORMAT = "csv"
 
 #: Canonical fields a mapping may name (the canonical table's columns, plus the inputs
 #: ``elapsed``, ``tres_alloc``, ``tres_req`` and ``gres`` they are derived from).
-FIELDS: tuple[str, ...] = (
-    "job_id",
-    "user",
-    "name",
-    "partition",
-    "state",
-    "submit",
-    "eligible",
-    "start",
-    "end",
-    "elapsed",
-    "time_limit",
-    "nodes",
-    "gpus",
-    "cpus",
-    "exit_code",
-    "tres_alloc",
-    "tres_req",
-    "gres",
-)
+FIELDS: tuple[str, ...] = (*COLUMNS, "elapsed", "tres_alloc", "tres_req", "gres")
 #: Fields every mapping must name; ("end", "elapsed") means one of the two.
 REQUIRED: tuple[tuple[str, ...], ...] = (
     ("submit",),
@@ -406,7 +388,9 @@ def _read_tres(rec: Mapping[str, str], row: _Row, gpu_tres_id: int | None) -> No
     if "gpus" not in found and rec.get("gres", "").strip():
         found["gpus"] = _gres_gpus(rec["gres"]) or 0
     for out_key, count in found.items():
-        if row.values.get(out_key) is None:
+        # a job runs on one node at least: 0 nodes is slurmdbd's nodes_alloc of a job that
+        # never started, whose request (tres_req) says how many it asked for
+        if row.values.get(out_key) is None or (out_key == "nodes" and row.values[out_key] == 0):
             row.values[out_key] = count
 
 

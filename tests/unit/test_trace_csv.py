@@ -280,7 +280,11 @@ def test_real_slurmdbd_dump_of_the_test_cluster() -> None:
         job = jobs.loc[row["id_job"]]
         assert job["submit"] == int(row["time_submit"])
         assert job["time_limit"] == 60 * int(row["timelimit"])  # minutes in the table
-        assert job["nodes"] == int(row["nodes_alloc"])
+        asked = re.search(r"(?:^|,)4=(\d+)", row["tres_req"])  # TRES id 4: node
+        # never started: nodes_alloc is 0, the request says how many nodes it asked for
+        nodes = int(row["nodes_alloc"]) or (int(asked.group(1)) if asked else 0)
+        assert job["nodes"] == nodes, row["id_job"]
+        assert nodes >= 1
         tres = row["tres_alloc"] or row["tres_req"]  # never allocated: what it asked for
         gpus = re.search(r"(?:^|,)1001=(\d+)", tres)  # gres/gpu's id in this database
         assert job["gpus"] == (int(gpus.group(1)) if gpus else 0), row["id_job"]
