@@ -402,6 +402,21 @@ class Limits:
         pre = fails[self._gpre[jobs]]
         return pre, fails[self._gpost[jobs]] & ~pre
 
+    def status(self, i: int) -> int:
+        """Job ``i`` now: 0 no limit holds it, 1 a pre-select rule, 2 a post-select one."""
+        if self._dirty:
+            self._refresh()
+        gf = self._gf
+        return 1 if gf[self._gp[i]] else 2 if gf[self._gq[i]] else 0
+
+    def pre_held(self, jobs: np.ndarray) -> int:
+        """How many of ``jobs`` a pre-select rule holds now."""
+        if not len(jobs):
+            return 0
+        if self._dirty:
+            self._refresh()
+        return int(self._gfail[self._gpre[jobs]].sum())
+
     def runnable(self, order: Iterator[int]) -> Iterator[int]:
         """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
         gp, gq, gf = self._gp, self._gq, self._gf

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -41,6 +42,28 @@ class Availability:
             free_now += by_time[t]
             self.times.append(t)
             self.free.append(free_now)
+
+    @classmethod
+    def from_ends(
+        cls, now: int, free_now: int, soon: int, times: list[int], nodes: list[int]
+    ) -> Availability:
+        """The same as ``Availability(now, free_now, releases)`` with releases at
+        max(t, ``soon``) (``soon`` >= ``now``), given as ``times`` (distinct, ascending) and
+        the ``nodes`` freed at each: no per-job work."""
+        k = bisect_right(times, soon)  # the ends at or before soon are moved to soon
+        early = sum(nodes[:k])
+        self = cls.__new__(cls)
+        if soon <= now:
+            self.times = [now, *times[k:]]
+            self.free = list(accumulate(nodes[k:], initial=free_now + early))
+        elif k:
+            self.times = [now, soon, *times[k:]]
+            self.free = list(accumulate(nodes[k:], initial=free_now + early))
+            self.free.insert(0, free_now)
+        else:
+            self.times = [now, *times]
+            self.free = list(accumulate(nodes, initial=free_now))
+        return self
 
     def earliest(self, nodes: int, duration: int, not_before: int) -> int | None:
         """The earliest start >= ``not_before`` with ``nodes`` free for ``duration`` seconds."""

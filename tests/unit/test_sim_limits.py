@@ -6,6 +6,8 @@ import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mirage.profile.schema import Association, ClusterProfile, Qos
 from mirage.sim import JobSpec, Simulation
@@ -556,3 +558,91 @@ def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, trac
     assert sum(skipped) > 5  # the shortcut was taken
     monkeypatch.setattr(Simulation, "_all_held", lambda self: False)
     assert fast == run()
+
+
+def _two_partitions(cap: int, backfill: str, batches: bool) -> ClusterProfile:
+    """gpu (6 nodes, QOS "cap": 2 running jobs per user) and cpu (4 nodes), disjoint, with
+    every user's nodes capped at 5 by the association: both kinds of rule, both
+    partitions planned apart (Simulation._backfill_counts)."""
+    prof = limited(
+        qos=(Qos("cap", max_jobs_per_user=2),),
+        assocs=(Association("*", grp_tres="node=5"),),
+        part_qos="cap",
+        nodes=6,
+        backfill=backfill,
+        bf_max_job_test=cap,
+        bf_resolution_s=60,
+        bf_will_run_batches=batches,
+    )
+    cpu = dataclasses.replace(prof.partitions[0], name="cpu", nodes=4, qos="", default=False)
+    return dataclasses.replace(prof, partitions=(prof.partitions[0], cpu))
+
+
+_limited_jobs = st.lists(
+    st.builds(
+        ujob,
+        submit=st.integers(0, 900),
+        run=st.integers(30, 3000),
+        user=st.sampled_from("aabcde"),
+        nodes=st.integers(1, 3),
+        limit=st.sampled_from([120, 600, 3000, 6000]),
+        partition=st.sampled_from(["gpu", "gpu", "cpu"]),
+        begin=st.one_of(st.none(), st.integers(0, 2500)),
+    ),
+    min_size=10,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    _limited_jobs,
+    st.sampled_from([1, 2, 4, 1000]),
+    st.sampled_from(["slurm", "easy"]),
+    st.booleans(),
+)
+def test_lazy_backfill_under_limits_starts_the_same_jobs(
+    specs: list[JobSpec], cap: int, backfill: str, batches: bool
+) -> None:
+    """Without estimates, backfill walks only the jobs that can start now and counts the
+    others against bf_max_job_test (Simulation._backfill_counts_lazy): limits holding
+    jobs before and during a pass, a small cap, two partitions, EASY and Slurm's batches
+    give the starts of the full walk."""
+    prof = _two_partitions(cap, backfill, batches)
+
+    def starts(tracked: bool) -> list[tuple[int | None, int | None]]:
+        sim = Simulation(prof, track_estimates=tracked)
+        sim.add_jobs(sorted(specs, key=lambda s: s.submit))
+        sim.run()
+        return [(v.start, v.end) for v in sim.all_jobs()]
+
+    full = starts(tracked=True)
+    assert all(start is not None for start, _ in full)  # every job ran: a real schedule
+    assert starts(tracked=False) == full
+
+
+@pytest.mark.parametrize("tracked", [True, False])
+def test_job_held_by_a_start_in_the_same_pass_is_not_counted(tracked: bool) -> None:
+    """_attempt_backfill counts a job against bf_max_job_test only if no pre-select rule
+    holds it when the walk reaches it: a start earlier in the same pass can bring its
+    owner to MaxJobsPerUser, and the job then costs the walk nothing."""
+    prof = limited(
+        qos=(Qos("cap", max_jobs_per_user=2),), part_qos="cap", nodes=6, bf_max_job_test=3
+    )
+    sim = Simulation(prof, track_estimates=tracked)
+    sim.add_jobs([ujob(0, 1000, user="a", nodes=2), ujob(0, 1000, user="x", nodes=2)])
+    # 2 nodes free until 1000; the top job needs all 6: the walk reserves it (1st test),
+    # starts j2 (2nd; alice now has 2 running, so j3 is held), skips j3 uncounted, and
+    # reaches j4 as its 3rd test
+    _, j2, j3, j4 = sim.add_jobs(
+        [
+            ujob(10, 500, user="b", nodes=6, limit=2000),
+            ujob(10, 200, user="a", limit=300),
+            ujob(10, 200, user="a", limit=3000),
+            ujob(10, 200, user="c", limit=300),
+        ]
+    )
+    sim.run_until(200)
+    assert sim.view(j2).state is JobState.RUNNING
+    assert sim.view(j3).reason == "QOSMaxJobsPerUserLimit"
+    assert sim.view(j4).start == sim.view(j2).start  # the same pass started both
