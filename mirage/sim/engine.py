@@ -1291,7 +1291,7 @@ class Simulation:
         if lim is None:
             return slots
         # jobs held by a limit: skipped, they block nothing
-        if slots.size <= _HELD_FILTER_MIN:  # few: the pass checks each (Limits.runnable)
+        if slots.size <= _HELD_FILTER_MIN:  # few: the pass checks each (Limits.status)
             return slots
         pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
         kept: np.ndarray = slots[~(pre | post)]
@@ -1364,11 +1364,11 @@ class Simulation:
         barred: set[int] = set()
         started = False
         specs, dem, free, packed = self.specs, self.dem, self.free, self._packed
-        order = self._order(slots, 16)
-        if self._lim is not None:  # ... and so are those the pass's own starts hold
-            order = self._lim.runnable(order)
+        lim = self._lim  # ... and so are those the pass's own starts hold
         walked = False
-        for i in order:
+        for i in self._order(slots, 16):
+            if lim is not None and lim.status(i):
+                continue
             walked = True
             part = specs[i].partition
             if part in blocked:

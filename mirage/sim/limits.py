@@ -27,7 +27,7 @@ for both QOS) and in its association (``_adjust_limit_usage``), whatever limit h
 The reasons are ``job_reason_string`` of src/common/slurm_protocol_defs.c. A held job's
 reason is the first rule that fails, in the order above (Slurm stops at the first).
 
-Scheduling (the engine's hooks call ``held``, ``runnable`` and ``backfill_order``):
+Scheduling (the engine's hooks call ``held``, ``status`` and ``backfill_order``):
 Slurm's schedule() (slurmctld/job_scheduler.c) skips a job that fails these checks and
 goes on with the next one ("delayed for accounting policy"): it does not block its
 partition (unless SchedulerParameters=assoc_limit_stop, not modelled), and a job behind a
@@ -416,16 +416,6 @@ class Limits:
         if self._dirty:
             self._refresh()
         return int(self._gfail[self._gpre[jobs]].sum())
-
-    def runnable(self, order: Iterator[int]) -> Iterator[int]:
-        """The jobs of ``order`` no limit holds, checked as each is reached (main pass)."""
-        gp, gq, gf = self._gp, self._gq, self._gf
-        for i in order:
-            if self._dirty:  # the pass started a job since the last check
-                self._refresh()
-            if gf[gp[i]] or gf[gq[i]]:
-                continue
-            yield i
 
     def backfill_order(
         self, order: Iterator[int], cap: int, estimate: list[int | None]
