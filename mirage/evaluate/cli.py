@@ -314,8 +314,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         SELECTED,
         Walker,
     )
-    from mirage.evaluate.report import plots, render, render_ceiling, to_json
-    from mirage.evaluate.stats import ceiling, head_to_head, level_counts, table
+    from mirage.evaluate.report import plots, render, render_ceiling, render_gains, to_json
+    from mirage.evaluate.stats import ceiling, gains, head_to_head, level_counts, table
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -352,6 +352,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
     tab = table(results, protocol.alpha, boot=kw["boot"])
     ceil = ceiling(tab)
+    gained = gains(results, protocol.alpha, boot=kw["boot"])
     baselines = [m for m in BASELINES if m not in REFERENCES]
     h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
     picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
@@ -378,6 +379,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         **({"selected": selection} if selection else {}),
         "table": to_json(tab),
         "ceiling_removed": {level: c.as_dict() for level, c in ceil.items()},
+        "oracle_gain": {level: g.as_dict() for level, g in gained.items()},
         "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
         "selected_head_to_head": {level: h.as_dict() for level, h in picked.items()},
         **(
@@ -391,7 +393,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     stated = {m: c for m, c in cover.items() if c is not None}
     if stated:
         entry["interval_coverage_90"] = stated
-    text = render(tab, title) + render_ceiling(ceil)
+    text = render(tab, title) + render_ceiling(ceil) + render_gains(gained)
     return text + _comparisons(h2h, picked, stated, ahead_h2h), entry
 
 

@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 
 from mirage.evaluate.harness import Outcomes
-from mirage.evaluate.stats import LEVELS, METRICS, MIN_N, Cell, HeadToHead, load_levels
+from mirage.evaluate.stats import (
+    LEVELS,
+    METRICS,
+    MIN_N,
+    NO_HARM_H,
+    Cell,
+    HeadToHead,
+    LevelGains,
+    load_levels,
+)
 
 SHORT = {
     "mean_J_h": "J h",
@@ -67,6 +76,34 @@ def render_ceiling(ceil: Mapping[str, Cell]) -> str:
         "\nthe most of reactive's J any policy can remove on these samples (the oracle's share;"
         " its bounds bound every method's): " + "  ".join(parts)
     )
+
+
+def render_gains(per_level: Mapping[str, LevelGains]) -> str:
+    """Per level that counts: the oracle gain, and per method its share of it and the
+    paired interval of its J minus reactive's (no harm: upper bound <= NO_HARM_H)."""
+    if not per_level:
+        return ""
+    lines = [
+        "\noracle gain (reactive's mean J minus the oracle's, h) and each method's share of "
+        f"it; no harm: the paired 95% interval of (method - reactive) J ends at most "
+        f"+{NO_HARM_H:g} h above 0"
+    ]
+    for level, g in per_level.items():
+        lines.append(f"  [{level}] n = {g.oracle_gain.n}, oracle gain {_fmt(g.oracle_gain)}")
+        header = ["method", "share", "method - reactive, h", "no harm"]
+        rows = [
+            [
+                m,
+                "-" if math.isnan(x.share) else f"{x.share:.0%}",
+                _fmt(x.harm),
+                "yes" if x.no_harm else "NO",
+            ]
+            for m, x in g.methods.items()
+        ]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines)
 
 
 def to_json(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]]) -> dict[str, Any]:

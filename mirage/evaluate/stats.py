@@ -8,6 +8,7 @@ its interval's bound. "Removed" is the share of reactive's J removed,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -206,4 +207,74 @@ def head_to_head(
         b = min(theirs, key=lambda m: float(j[m].mean()))
         idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
         out[level] = HeadToHead(a, b, Cell(*_boot(j[a] - j[b], idx, _mean), n))
+    return out
+
+
+#: The no-harm mark: a method harms no level whose paired 95% interval of its mean J minus
+#: reactive's has its upper bound at most this (hours).
+NO_HARM_H = 0.05
+
+
+@dataclass
+class Gain:
+    """One method at one level, against reactive submission and the oracle."""
+
+    share: float  # of the oracle gain: (J reactive - J method) / (J reactive - J oracle)
+    harm: Cell  # mean J of the method minus reactive's (h), paired over the same samples
+
+    @property
+    def no_harm(self) -> bool:
+        return not math.isnan(self.harm.hi) and self.harm.hi <= NO_HARM_H
+
+    def as_dict(self) -> dict[str, object]:
+        return {"share_of_oracle_gain": self.share, "minus_reactive_J_h": self.harm.as_dict(),
+                "no_harm": self.no_harm}  # fmt: skip
+
+
+@dataclass
+class LevelGains:
+    """Per level: what the oracle gains over reactive, and what each method takes of it."""
+
+    oracle_gain: Cell  # mean J of reactive minus the oracle's (h), paired
+    methods: dict[str, Gain]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"oracle_gain_h": self.oracle_gain.as_dict(),
+                "methods": {m: g.as_dict() for m, g in self.methods.items()}}  # fmt: skip
+
+
+def gains(
+    results: Mapping[str, Outcomes],
+    alpha: float,
+    *,
+    reactive: str = "reactive",
+    oracle: str = "oracle",
+    boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, LevelGains]:
+    """Per level with n >= MIN_N (and all samples), when reactive and the oracle ran: the
+    oracle gain (reactive's mean J minus the oracle's, h), each other method's share of it
+    (a point estimate), and the paired 95% interval of its mean J minus reactive's, whose
+    upper bound says whether it can make that level worse than reactive submission
+    (``Gain.no_harm``: at most NO_HARM_H)."""
+    if reactive not in results or oracle not in results:
+        return {}
+    levels = load_levels(results[reactive].gap)
+    out: dict[str, LevelGains] = {}
+    for level in LEVELS:
+        mask = np.ones(levels.size, bool) if level == "all" else levels == level
+        n = int(mask.sum())
+        if n == 0 or (level != "all" and n < MIN_N):
+            continue
+        j = {m: o.cost(alpha)[mask] / HOUR for m, o in results.items()}
+        idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
+        base = j[reactive]
+        gain = Cell(*_boot(base - j[oracle], idx, _mean), n)
+        per = {}
+        for m in results:
+            if m in (reactive, oracle):
+                continue
+            share = float((base.mean() - j[m].mean()) / gain.value) if gain.value > 0 else math.nan
+            per[m] = Gain(share, Cell(*_boot(j[m] - base, idx, _mean), n))
+        out[level] = LevelGains(gain, per)
     return out

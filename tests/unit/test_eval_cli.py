@@ -46,6 +46,11 @@ def test_evaluate_smoke(tmp_path: Path) -> None:
     top = load["ceiling_removed"]["all"]
     assert top == load["table"]["oracle"]["all"]["removed"]
     assert f"[all] {top['value']:.0%} [{top['lo']:.0%}, {top['hi']:.0%}]" in res.output
+    gain = load["oracle_gain"]["all"]
+    react, orc = (load["table"][m]["all"]["mean_J_h"]["value"] for m in ("reactive", "oracle"))
+    assert gain["oracle_gain_h"]["value"] == pytest.approx(react - orc)
+    assert "reactive" not in gain["methods"] and "oracle" not in gain["methods"]
+    assert f"[all] n = {cell['n']}, oracle gain" in res.output
     for png in load["plots"]:
         assert Path(png).stat().st_size > 1000
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache

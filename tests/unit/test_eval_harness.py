@@ -224,3 +224,49 @@ def test_no_method_removes_more_of_reactives_j_than_the_oracle() -> None:
                 cell = tab[name][level]["removed"]
                 assert cell.value <= top.value and cell.lo <= top.lo and cell.hi <= top.hi
     assert ceiling({"reactive": tab["reactive"]}) == {}
+
+
+def test_oracle_gain_share_and_no_harm() -> None:
+    """Issue 25's columns: the oracle gain per level, each method's share of it, and the
+    paired interval of (method - reactive) J whose upper bound is the no-harm mark."""
+    from mirage.evaluate.harness import Outcomes
+    from mirage.evaluate.report import render_gains
+    from mirage.evaluate.stats import NO_HARM_H, gains
+
+    def run(intr: np.ndarray) -> Outcomes:
+        none = np.zeros(intr.size, np.int64)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+
+    rng = np.random.default_rng(3)
+    n = 90  # 60 low, 30 medium: both count
+    gap = np.concatenate([rng.uniform(0, 2 * H, 60), rng.uniform(3 * H, 11 * H, 30)])
+    oracle = gap * 0.2
+    low = np.arange(n) < 60
+    runs = {
+        "reactive": run(gap),
+        "oracle": run(oracle),
+        "most": run(gap - 0.9 * (gap - oracle)),  # 90% of the gain on every sample
+        # the gain where queues are long, 0.5 h worse than reactive on every quiet sample
+        "eager": run(np.where(low, gap + 0.5 * H, oracle)),
+    }
+    got = gains(runs, 0.5, boot=400)
+    assert set(got) == {"all", "low", "medium"}  # heavy has no sample
+    for level, g in got.items():
+        j = {m: o.cost(0.5)[low if level == "low" else ~low if level == "medium" else ...]
+             for m, o in runs.items()}  # fmt: skip
+        assert g.oracle_gain.value == pytest.approx((j["reactive"] - j["oracle"]).mean() / H)
+        assert g.oracle_gain.lo <= g.oracle_gain.value <= g.oracle_gain.hi
+        assert set(g.methods) == {"most", "eager"}
+        assert g.methods["most"].share == pytest.approx(0.9)
+        assert g.methods["most"].no_harm and g.methods["most"].harm.hi < 0
+    eager = got["low"].methods["eager"]
+    assert eager.share < 0 and eager.harm.value == pytest.approx(0.5)
+    assert eager.harm.lo > NO_HARM_H and not eager.no_harm  # harms the quiet level
+    assert got["medium"].methods["eager"].share == pytest.approx(1.0)
+    assert got["medium"].methods["eager"].no_harm
+    text = render_gains(got)
+    assert "[low] n = 60" in text and "[medium] n = 30" in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("eager")]
+    # all, low, medium: over all samples the long queues' gain hides the quiet ones' harm
+    assert [r[-1] for r in rows] == ["yes", "NO", "yes"]
+    assert gains({"reactive": runs["reactive"], "most": runs["most"]}, 0.5) == {}  # no oracle
