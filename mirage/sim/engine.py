@@ -492,7 +492,10 @@ class Simulation:
         self.children: dict[int, tuple[int, ...]] = {}
         self.pending: set[int] = set()
         self.running: set[int] = set()
-        # per partition, the running jobs' planned ends (_release_table); None: stale
+        # per partition, the running jobs' planned ends at the profile's bf_resolution_s
+        # (end time -> nodes freed then), kept at every start and end ...
+        self._ends: dict[str, dict[int, int]] = {}
+        # ... and sorted for the next pass (_release_table); None: stale
         self._releases: tuple[int, dict[str, tuple[list[int], list[int]]]] | None = None
         self.free: dict[str, int] = dict(self.capacity)  # idle whole nodes per partition
         self.gfree: list[int] = list(self.node_gpus)
@@ -1111,7 +1114,7 @@ class Simulation:
             self._lim.left(i)
         if self.state[i] is RUNNING:
             self.running.discard(i)
-            self._releases = None
+            self._planned_end(i, -1)
             if self._fs_on:
                 self._fs_ended(i)
             self._release(i)
@@ -1199,9 +1202,9 @@ class Simulation:
         self.pending.discard(i)
         self._pool_remove(i)
         self.running.add(i)
-        self._releases = None
         self.state[i] = RUNNING
         self.start[i] = now
+        self._planned_end(i, 1)
         end = now + min(spec.run, self._killed_after(self.limit[i], now))
         self.end[i] = end
         self.estimate[i] = None
@@ -1765,13 +1768,35 @@ class Simulation:
             for p, (times, nodes) in self._release_table(res).items()
         }
 
+    def _planned_end(self, i: int, sign: int) -> None:
+        """Running job ``i`` starts (``sign`` 1) or ends (-1): its planned end in _ends."""
+        spec, st = self.specs[i], self.start[i]
+        assert st is not None
+        ends = self._ends.setdefault(spec.partition, {})
+        t = st + _ceil(self.limit[i], max(1, self.sched.bf_resolution_s))
+        left = ends.get(t, 0) + sign * spec.nodes
+        if left:
+            ends[t] = left
+        else:
+            del ends[t]
+        self._releases = None
+
     def _release_table(self, res: int) -> dict[str, tuple[list[int], list[int]]]:
         """Per partition: the distinct times running jobs end at, start + _ceil(limit, res),
-        ascending, and the nodes freed at each. Kept until a job starts or ends: backfill
-        passes far outnumber starts and ends on a deep queue, and rebuilding this per pass
+        ascending, and the nodes freed at each. Kept until a job starts or ends, and from
+        _ends (no per-job work) at the profile's resolution: backfill passes far outnumber
+        starts and ends on a deep queue, and rebuilding this per pass from the running jobs
         was a quarter of a probe's time."""
         if self._releases is not None and self._releases[0] == res:
             return self._releases[1]
+        if res == max(1, self.sched.bf_resolution_s):
+            table = {}
+            for p in self.capacity:
+                e = self._ends.get(p, {})
+                times = sorted(e)
+                table[p] = (times, [e[t] for t in times])
+            self._releases = (res, table)
+            return table
         by: dict[str, dict[int, int]] = {p: {} for p in self.capacity}
         start, limit, specs = self.start, self.limit, self.specs
         for i in self.running:
@@ -1943,4 +1968,5 @@ class Simulation:
             setattr(clone, name, getattr(self, name).copy())
         if self._lim is not None:
             clone._lim = self._lim.copy()
+        clone._ends = {p: e.copy() for p, e in self._ends.items()}
         return clone
