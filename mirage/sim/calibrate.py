@@ -5,12 +5,14 @@ Dependency holds
 A trace's "wait" (start - submit) of a job that sat behind a dependency is not queueing:
 ls6 users submit a whole chain at once (``dimer.10`` ... ``dimer.15``), each segment
 starting when the previous one ends, so the later segments show waits of days. Where the
-trace records an eligible time, it is used (``from_table`` turns it into a begin time). Where
-it does not, :func:`prepare_trace` finds chains with :func:`mirage.trace.chains.find_chains`
-and treats a chain link as a *hold* when the successor was submitted before its
-predecessor ended. A held successor gets ``afterany:<predecessor>`` in the simulator (so
-it cannot start before the simulated predecessor ends), and its real wait is measured
-from its real eligible time, the predecessor's real end. If the predecessor is not
+trace records an eligible time, it is used (``from_table`` turns it into a begin time), and
+it is the whole truth: an eligible time equal to the submit means no hold. Only for jobs
+whose eligible time it does not record, :func:`prepare_trace` finds chains with
+:func:`mirage.trace.chains.find_chains` and treats a chain link as a *hold* when the
+successor was submitted before its predecessor ended. A held successor gets
+``afterany:<predecessor>`` in the simulator (so it cannot start before the simulated
+predecessor ends), and its real wait is measured from its real eligible time, the
+predecessor's real end. If the predecessor is not
 replayed (dropped: it never ran, or is larger than the cluster), the successor gets a
 begin time at the predecessor's real end instead (counted as ``begin_fallback``).
 
@@ -77,7 +79,9 @@ Progress = Callable[[float], None]
 class HoldStats:
     """How dependency holds were found and turned into simulator inputs."""
 
-    source: str  # "eligible" (the trace has eligible times), "chains", "off"
+    # "eligible" (the trace records eligible times), "chains" (it records none: holds are
+    # inferred from chains), "eligible+chains" (inferred only for the jobs with none), "off"
+    source: str
     chains: int = 0
     links: int = 0
     held: int = 0  # jobs given afterany on their predecessor (or a begin fallback)
@@ -148,6 +152,7 @@ class _Times:
     start: np.ndarray
     end: np.ndarray
     ran: np.ndarray  # has submit, start and end
+    recorded: np.ndarray  # the trace records the job's eligible time (maybe = submit)
     has_elig: np.ndarray  # the trace's eligible time is after submit
     real_elig: np.ndarray  # trace clock
 
@@ -156,22 +161,32 @@ def _times(df: pd.DataFrame) -> _Times:
     submit, start, end = _col(df, "submit"), _col(df, "start"), _col(df, "end")
     eligible = _col(df, "eligible")
     ran = ~np.isnan(submit) & ~np.isnan(start) & ~np.isnan(end) & (end >= start)
-    has_elig = ~np.isnan(eligible) & (eligible > submit)
-    return _Times(submit, start, end, ran, has_elig, np.where(has_elig, eligible, submit))
+    recorded = ~np.isnan(eligible)
+    has_elig = recorded & (eligible > submit)
+    real_elig = np.where(has_elig, eligible, submit)
+    return _Times(submit, start, end, ran, recorded, has_elig, real_elig)
 
 
 def _holds(
     df: pd.DataFrame, t: _Times, chains: Chains | None, params: ChainParams | None
 ) -> tuple[np.ndarray, HoldStats]:
-    """Per row, the held predecessor's row (-1: none); updates ``t.real_elig``."""
-    stats = HoldStats(source="eligible" if t.has_elig.any() else "chains")
+    """Per row, the held predecessor's row (-1: none); updates ``t.real_elig``.
+
+    A job whose eligible time the trace records is never given a hold from chains: an
+    eligible time equal to the submit says it waited on nothing (sacct's Eligible is set
+    when the dependency is met). Chains stand in only where nothing is recorded."""
+    recorded = t.recorded & t.ran
+    source = "eligible" if recorded.any() else "chains"
+    if recorded.any() and not recorded[t.ran].all():
+        source = "eligible+chains"  # chains only for the jobs with none recorded
+    stats = HoldStats(source=source)
     stats.trace_eligible = int((t.has_elig & t.ran).sum())
     found = chains if chains is not None else find_chains(df, params)
     stats.chains, stats.links = len(found.chains), int(found.gaps.size)
     pred = _predecessors(found, len(df))
     pend = np.where(pred >= 0, t.end[np.maximum(pred, 0)], np.nan)
     with np.errstate(invalid="ignore"):
-        held = (pred >= 0) & ~t.has_elig & t.ran & (t.submit < pend)
+        held = (pred >= 0) & ~t.recorded & t.ran & (t.submit < pend)
     t.real_elig = np.where(held, np.maximum(t.real_elig, pend), t.real_elig)
     return np.where(held, pred, -1), stats
 

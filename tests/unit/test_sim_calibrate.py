@@ -113,12 +113,45 @@ def test_trace_eligible_times_are_used_instead_of_chains() -> None:
     df = chain_table()
     df["eligible"] = df["submit"].astype("Int64")
     df.loc[df["job_id"] == "11", "eligible"] = 1000 + 2 * H
+    df.loc[df["job_id"] == "12", "eligible"] = pd.NA  # not recorded: chains stand in
     df = conform(df)
     prep = prepare_trace(df, toy_profile(4), warmup_s=0)
-    assert prep.holds.source == "eligible" and prep.holds.trace_eligible == 1
+    assert prep.holds.source == "eligible+chains" and prep.holds.trace_eligible == 1
     jobs = by_trace_id(prep.jobs)
     assert jobs["11"][1].dependency == "" and jobs["11"][1].begin == 1000 + 2 * H
     assert jobs["12"][1].dependency == f"afterany:{jobs['11'][0]}"  # no eligible: chains
+
+
+def test_an_eligible_time_equal_to_the_submit_is_no_hold() -> None:
+    """Issue 28: a trace recording every eligible time, equal to the submit for jobs that
+    waited on nothing, gets no hold from chain detection (it used to invent them)."""
+    df = chain_table()
+    df["eligible"] = df["submit"].astype("Int64")
+    df = conform(df)
+    prep = prepare_trace(df, toy_profile(4), warmup_s=0)
+    assert (prep.holds.source, prep.holds.held, prep.holds.dependencies) == ("eligible", 0, 0)
+    assert prep.holds.chains > 0  # the chains are there; they are not read as holds
+    assert all(j.dependency == "" for j in prep.jobs)
+
+
+def test_real_accounting_dump_gets_holds_only_from_its_eligible_times() -> None:
+    """The test cluster's own slurmdbd job table (afterok chains among its jobs): holds
+    come from its time_eligible, none from chain detection."""
+    from pathlib import Path
+
+    from mirage.trace.csvmap import parse_columns
+    from mirage.trace.readers import load_trace
+
+    dump = Path(__file__).parents[1] / "data" / "trace" / "slurmdbd-job-table-testbed.csv"
+    cmap = parse_columns(
+        "job_id=id_job,user=id_user,name=job_name,partition=partition,state=state,"
+        "submit=time_submit,eligible=time_eligible,start=time_start,end=time_end,"
+        "time_limit=timelimit,nodes=nodes_alloc,gpu_tres_id=1001,tres_alloc=tres_alloc"
+    )
+    df = load_trace(dump, columns=cmap).jobs
+    prep = prepare_trace(df, toy_profile(4), warmup_s=0)
+    assert prep.holds.chains > 0 and prep.holds.trace_eligible > 0
+    assert prep.holds.held == 0 and prep.holds.dependencies == 0
 
 
 def test_jobs_before_the_first_start_wait_for_it() -> None:
