@@ -12,9 +12,9 @@ whose eligible time it does not record, :func:`prepare_trace` finds chains with
 successor was submitted before its predecessor ended. A held successor gets
 ``afterany:<predecessor>`` in the simulator (so it cannot start before the simulated
 predecessor ends), and its real wait is measured from its real eligible time, the
-predecessor's real end. If the predecessor is not
-replayed (dropped: it never ran, or is larger than the cluster), the successor gets a
-begin time at the predecessor's real end instead (counted as ``begin_fallback``).
+predecessor's real end. If the predecessor is not replayed (dropped: it never ran, or is
+larger than the cluster), the successor gets a begin time at the predecessor's real end
+instead (counted as ``begin_fallback``).
 
 Jobs are numbered so that a predecessor always gets a lower id than its successor (the
 simulator needs the parent to exist); this only reorders jobs submitted at the same
