@@ -23,10 +23,25 @@ def test_plain_lines_start_every_interval_and_end(caplog: pytest.LogCaptureFixtu
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "probes test: 0/100 (0%) after 0m00s",
-        "probes test: 50/100 (50%) after 0m30s",
-        "probes test: 100/100 (100%) after 1m00s",
+        "probes test: 50/100 (50%) after 0m30s, 0.6 s each, about 0m30s left",
+        "probes test: 100/100 (100%) after 1m00s, 0.6 s each",
         "replaying 24776 jobs: 0% after 0m00s",
         "replaying 24776 jobs: 100% after 0m00s",
+    ]
+
+
+def test_time_per_item_counts_only_the_items_done_here(caplog: pytest.LogCaptureFixture) -> None:
+    """40 samples come from the cache at once: the pace and what is left are from the
+    ones probed since (20 s each), not 60 items in 400 s."""
+    now = [0.0]
+    caplog.set_level(logging.INFO, logger="mirage.progress")
+    with progress_bars(terminal=False, every_s=30, clock=lambda: now[0]) as bars:
+        bars.update("probes test", 40, 100)
+        now[0] = 400.0
+        bars.update("probes test", 60, 100)
+    assert [r.getMessage() for r in caplog.records] == [
+        "probes test: 40/100 (40%) after 0m00s",
+        "probes test: 60/100 (60%) after 6m40s, 20.0 s each, about 13m20s left",
     ]
 
 
