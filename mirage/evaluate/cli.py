@@ -22,6 +22,7 @@ from mirage.evaluate.protocol import (
     parse_when,
     sample_times,
     scaled_nodes,
+    spread,
 )
 from mirage.paths import models_root, trace_roots
 
@@ -193,7 +194,11 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
 @click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
 @click.option("--tune-split", default=None, help="START:END of the tuning split.")
 @click.option("--test-split", default=None, help="START:END of the test split.")
-@click.option("--max-samples", default=0, help="Use at most this many samples per split.")
+@click.option(
+    "--max-samples",
+    default=0,
+    help="Use at most this many samples per split, spread evenly over it (0: all).",
+)
 @click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option(
     "--recalibrate-every-days",
@@ -329,7 +334,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         setting = Setting(trace, profile_name, nodes, load, split, protocol)
         times = sample_times(split, protocol, first)
         if kw["max_samples"]:
-            times = times[: kw["max_samples"]]
+            times = spread(times, kw["max_samples"])
         # learned policies' decision rows: on the test split, and on the tuning split
         # where it tunes them (rolling) or chooses among methods (selected)
         rows = bool(kw["learned"]) and (split.name == "test" or rolling or SELECTED in methods)

@@ -176,6 +176,17 @@ def sample_times(split: Split, protocol: Protocol, first_submit: int) -> list[in
     return out
 
 
+def spread(times: list[int], n: int) -> list[int]:
+    """At most ``n`` of ``times`` (sorted), spread evenly over them, first and last
+    included: a quick run sees the whole split, not its first days."""
+    if n <= 0 or n >= len(times):
+        return list(times)
+    if n == 1:
+        return [times[len(times) // 2]]
+    step = (len(times) - 1) / (n - 1)
+    return [times[round(k * step)] for k in range(n)]
+
+
 def scaled_nodes(base_nodes: int, load: float) -> int:
     if not 0 < load < float("inf"):
         raise ValueError(f"load must be positive, got {load}")

@@ -270,3 +270,17 @@ def test_oracle_gain_share_and_no_harm() -> None:
     # all, low, medium: over all samples the long queues' gain hides the quiet ones' harm
     assert [r[-1] for r in rows] == ["yes", "NO", "yes"]
     assert gains({"reactive": runs["reactive"], "most": runs["most"]}, 0.5) == {}  # no oracle
+
+
+def test_max_samples_spreads_over_the_split() -> None:
+    """Issue 28: ``--max-samples N`` takes N samples spread over the split (first and last
+    included), not its first N."""
+    from mirage.evaluate.protocol import spread
+
+    times = list(range(0, 1000, 10))  # 100 sample times
+    picked = spread(times, 5)
+    assert picked == [0, 250, 500, 740, 990]
+    assert spread(times, 1) == [500] and spread(times, 0) == times
+    assert spread(times, 100) == times and spread(times, 200) == times
+    many = spread(times, 37)
+    assert len(set(many)) == 37 and many == sorted(many) and many[-1] == 990
