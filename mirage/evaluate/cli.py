@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -37,6 +38,8 @@ KNOWN_TRACES = {
     "theta": "alcf_theta_2023/theta_argonne.swf.gz",
     "cerit": "cerit_wagap_2013/wagap-2013.swf.gz",
 }
+
+log = logging.getLogger(__name__)
 
 
 def default_trace(cluster: str) -> str | None:
@@ -320,7 +323,14 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         Walker,
     )
     from mirage.evaluate.report import plots, render, render_ceiling, render_gains, to_json
-    from mirage.evaluate.stats import ceiling, gains, head_to_head, level_counts, table
+    from mirage.evaluate.stats import (
+        ceiling,
+        gains,
+        head_to_head,
+        level_counts,
+        table,
+        warnings_for,
+    )
     from mirage.profile.schema import load_profile
 
     profile = load_profile(profile_name)
@@ -398,6 +408,10 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     stated = {m: c for m, c in cover.items() if c is not None}
     if stated:
         entry["interval_coverage_90"] = stated
+    said = warnings_for(tuned_scores, selection, entry["levels"], stated)
+    for line in said:
+        log.warning("load %g: %s", load, line)
+    entry["warnings"] = said
     text = render(tab, title) + render_ceiling(ceil) + render_gains(gained)
     return text + _comparisons(h2h, picked, stated, ahead_h2h), entry
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -277,4 +278,50 @@ def gains(
             share = float((base.mean() - j[m].mean()) / gain.value) if gain.value > 0 else math.nan
             per[m] = Gain(share, Cell(*_boot(j[m] - base, idx, _mean), n))
         out[level] = LevelGains(gain, per)
+    return out
+
+
+#: A forecaster whose stated 90% intervals hold fewer of the true waits than this is
+#: called out (trained on too little, or on a cluster unlike this one).
+COVERAGE_WARN = 0.75
+
+
+def warnings_for(
+    tune_scores: Mapping[str, Mapping[str, float]] | None,
+    selection: Mapping[str, Any] | None,
+    counts: Mapping[str, int],
+    coverage: Mapping[str, float | None],
+) -> list[str]:
+    """What a reader of the tables must know, in words: tuned constants that all tie on the
+    tuning split (it cannot tell them apart: the first is used), a selection among
+    methods that all tie, levels with samples too few to count, forecasters whose stated
+    90% intervals held far fewer of the true waits."""
+    out = []
+    for method, by in (tune_scores or {}).items():
+        if len(by) > 1 and len(set(by.values())) == 1:
+            out.append(
+                f"{method}: every constant tried gives the same mean J on the tuning split "
+                f"({next(iter(by.values())) / HOUR:.2f} h): it cannot tell them apart, so the "
+                "first is used; the tuning split is too quiet (or too short) for this method"
+            )
+    scores = (selection or {}).get("tune_mean_J_h") or {}
+    if len(scores) > 1 and len(set(scores.values())) == 1:
+        out.append(
+            f"selected: every candidate ties on the tuning split ({next(iter(scores.values())):.2f}"
+            f" h), so {selection['chosen'] if selection else '?'} was picked by its place in "
+            "the list, not by merit"
+        )
+    few = [f"{lv} ({n})" for lv, n in counts.items() if 0 < n < MIN_N]
+    if few:
+        out.append(
+            f"too few samples to count (under {MIN_N}): {', '.join(few)}; those levels' "
+            "figures are shown but are no result"
+        )
+    for method, share in coverage.items():
+        if share is not None and share < COVERAGE_WARN:
+            out.append(
+                f"{method}: its stated 90% intervals held only {share:.0%} of the true waits "
+                "on the test split; its forecasts do not hold on this cluster (retrain, or "
+                "recalibrate on this cluster's own history)"
+            )
     return out

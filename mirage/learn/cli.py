@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -12,6 +13,8 @@ import click
 
 from mirage.learn.artifacts import POLICIES, ModelError
 from mirage.paths import models_root
+
+log = logging.getLogger(__name__)
 
 HOUR = 3600
 
@@ -263,3 +266,15 @@ def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:
             m["folder"],
         )
     Console().print(table)
+    from mirage.evaluate.stats import COVERAGE_WARN
+
+    for kind, m in metrics.items():
+        cover = m.get("tune_interval_coverage_90")
+        if cover is not None and cover < COVERAGE_WARN:
+            log.warning(
+                "%s: its stated 90%% intervals held only %.0f%% of the tuning split's true "
+                "waits: too little or too unlike data to forecast from; the daemon will "
+                "set it aside when coverage stays low ([policy] coverage_min)",
+                kind,
+                100 * cover,
+            )

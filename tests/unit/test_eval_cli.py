@@ -51,6 +51,8 @@ def test_evaluate_smoke(tmp_path: Path) -> None:
     assert gain["oracle_gain_h"]["value"] == pytest.approx(react - orc)
     assert "reactive" not in gain["methods"] and "oracle" not in gain["methods"]
     assert f"[all] n = {cell['n']}, oracle gain" in res.output
+    # 12 samples over three days: every level too small to count, and said so
+    assert any(w.startswith("too few samples to count") for w in load["warnings"])
     for png in load["plots"]:
         assert Path(png).stat().st_size > 1000
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache

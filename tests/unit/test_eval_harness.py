@@ -284,3 +284,26 @@ def test_max_samples_spreads_over_the_split() -> None:
     assert spread(times, 100) == times and spread(times, 200) == times
     many = spread(times, 37)
     assert len(set(many)) == 37 and many == sorted(many) and many[-1] == 990
+
+
+def test_evaluation_warnings() -> None:
+    """Issue 28: the report says in words when the tuning split cannot tell constants or
+    methods apart, when a level has too few samples, and when a forecaster's intervals
+    do not hold."""
+    from mirage.evaluate.stats import warnings_for
+
+    said = warnings_for(
+        {
+            "fixed-lead": {"0": 0.0, "600": 0.0, "3600": 0.0},
+            "qbets": {"0.5": 7200.0, "0.9": 3600.0},
+        },
+        {"chosen": "reactive", "tune_mean_J_h": {"reactive": 0.0, "fixed-lead": 0.0}},
+        {"low": 120, "medium": 12, "heavy": 0},
+        {"xgb": 0.27, "rf": 0.88},
+    )
+    assert len(said) == 4
+    assert said[0].startswith("fixed-lead: every constant tried gives the same mean J")
+    assert "reactive was picked by its place in the list" in said[1]
+    assert "medium (12)" in said[2] and "low" not in said[2] and "heavy" not in said[2]
+    assert said[3].startswith("xgb: its stated 90% intervals held only 27%")
+    assert warnings_for(None, None, {"low": 40}, {"xgb": None}) == []

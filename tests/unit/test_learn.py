@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -421,3 +422,21 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         main, [*args[:at], str(tmp_path), *args[at + 1 :], "--policy", "rf"]
     )
     assert missing.exit_code != 0 and "metadata.json" in missing.output
+
+
+def test_train_warns_when_intervals_do_not_hold(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 28: a forecaster whose stated 90% intervals held a quarter of the tuning
+    split's waits is called out after the table, one that held them is not."""
+    import logging
+
+    from mirage.learn.cli import _print
+
+    def metrics(cover: float) -> dict[str, Any]:
+        tune = {"samples": 40, "mean_J_h": 1.0, "reactive_mean_J_h": 2.0, "oracle_mean_J_h": 0.2}
+        return {"tune": tune, "fit_s": 3.0, "tune_interval_coverage_90": cover, "folder": "m"}
+
+    caplog.set_level(logging.WARNING, logger="mirage.learn.cli")
+    _print({"xgb": metrics(0.26), "rf": metrics(0.89)}, 10.0)
+    assert [r.getMessage()[:60] for r in caplog.records] == [
+        "xgb: its stated 90% intervals held only 26% of the tuning sp"
+    ]
