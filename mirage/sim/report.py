@@ -44,6 +44,23 @@ def results(sim: Simulation) -> pd.DataFrame:
     return df
 
 
+def node_share(sim: Simulation) -> np.ndarray:
+    """Per job (in job order): how many nodes' worth it holds. A whole-node job holds its
+    nodes; one sharing nodes holds, on each of its nodes, the larger of its shares of the
+    node's GPUs and CPUs (a trace with per-job CPUs on 128-CPU nodes would otherwise
+    count a node per job, and utilisation above 1)."""
+    out = np.empty(len(sim.dem))
+    for i, (nodes, gpus, cpus, whole) in enumerate(sim.dem):
+        if whole:
+            out[i] = nodes
+            continue
+        first = sim.part_nodes[sim.specs[i].partition][0]
+        node_g, node_c = sim.node_gpus[first], sim.node_cpus[first]
+        share = max(gpus / node_g if node_g else 0.0, cpus / node_c if node_c else 0.0)
+        out[i] = nodes * min(1.0, share)
+    return out
+
+
 def wait_stats(waits: np.ndarray) -> dict[str, float]:
     if waits.size == 0:
         return {}
@@ -58,7 +75,9 @@ class Summary:
     jobs: int
     started: int
     span_s: int
-    utilisation: float  # node-seconds used / (nodes x span)
+    # node-seconds held / (nodes x span); a job sharing its nodes holds the share of each
+    # node its GPUs or CPUs take (the larger), so shared nodes never count twice
+    utilisation: float
     wall_s: float
     jobs_per_s: float
     sim_wait: dict[str, float]
@@ -88,8 +107,10 @@ def summarize(sim: Simulation, wall_s: float, dropped: dict[str, int] | None = N
         first = int(df["submit"].min())
         last = int(ran["end"].max())
         span = max(1, last - first)
-        used = float(((ran["end"] - ran["start"]) * ran["nodes"]).sum())
-        util = used / (sim.total_nodes * span)
+        held = (ran["end"] - ran["start"]).to_numpy(dtype=np.float64) * node_share(sim)[
+            ran.index.to_numpy()
+        ]
+        util = float(held.sum()) / (sim.total_nodes * span)
     return Summary(
         jobs=len(df),
         started=len(ran),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
-from mirage.sim import Simulation, from_table
+from mirage.sim import JobSpec, Simulation, from_table
 from mirage.sim.report import results, summarize
 from mirage.sim.scenario import toy_profile
 from mirage.trace.schema import conform
@@ -63,3 +64,22 @@ def test_replay_and_summary() -> None:
     assert (s.jobs, s.started, s.span_s) == (2, 2, 600)
     assert s.utilisation == (600 * 2 + 100) / (4 * 600)
     assert s.sim_wait["mean"] == 50.0
+
+
+def test_utilisation_counts_what_shared_nodes_hold() -> None:
+    """Issue 28: four 16-CPU jobs on two 32-CPU nodes fill them, utilisation 1 (counting a
+    whole node per job gave 2). A 3-GPU job on a 4-GPU node holds 3/4 of it (its GPU
+    share, larger than its CPU share); a whole-node job holds its nodes."""
+    prof = toy_profile(2, gpus_per_node=4)  # 32 CPUs per node
+    sim = Simulation(prof, start_time=0)
+    sim.add_jobs([JobSpec(submit=0, run=600, time_limit=600, nodes=1, cpus=16, partition="gpu")
+                  for _ in range(4)])  # fmt: skip
+    sim.run()
+    assert summarize(sim, wall_s=1.0).utilisation == pytest.approx(1.0)
+    sim = Simulation(prof, start_time=0)
+    sim.add_jobs([
+        JobSpec(submit=0, run=600, time_limit=600, nodes=1, gpus=3, cpus=2, partition="gpu"),
+        JobSpec(submit=0, run=600, time_limit=600, nodes=1, partition="gpu"),  # whole node
+    ])  # fmt: skip
+    sim.run()
+    assert summarize(sim, wall_s=1.0).utilisation == pytest.approx((0.75 + 1.0) / 2)
