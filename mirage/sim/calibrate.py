@@ -234,12 +234,14 @@ def prepare_trace(
     cooldown_s: int = COOLDOWN_S,
     chain_params: ChainParams | None = None,
     chains: Chains | None = None,
+    unknown_limit: str = "runtime",
 ) -> Prepared:
     """Canonical table -> jobs to replay, with dependency holds made explicit.
 
     ``before`` (epoch s): drop every row submitted at or after it first (nothing later is
     read). ``chains``: precomputed ``find_chains`` of the (restricted) table, to share
-    between calls. See the module docstring for the rules.
+    between calls. ``unknown_limit``: see ``from_table``. See the module docstring for
+    the rules; ``Prepared.workload.use()`` says how much of the table was replayed.
     """
     df = restrict(df, before)
     n = len(df)
@@ -256,7 +258,10 @@ def prepare_trace(
     # Let from_table build the specs; row positions as job ids map specs back to rows.
     keyed = df.copy()
     keyed["job_id"] = pd.array([str(i) for i in range(n)], dtype="string")
-    wl = from_table(keyed, profile, arrival_scale=arrival_scale, max_nodes=max_nodes)
+    wl = from_table(
+        keyed, profile, arrival_scale=arrival_scale, max_nodes=max_nodes,
+        unknown_limit=unknown_limit,
+    )  # fmt: skip
     rows = np.array([int(j.trace_id) for j in wl.jobs], dtype=np.int64)
     t0 = float(t.submit[rows].min()) if rows.size else 0.0
 
@@ -297,7 +302,7 @@ def prepare_trace(
         stats.real_mean_wait_submit_s = float((t.start[kept] - t.submit[kept]).mean())
         stats.real_mean_wait_eligible_s = float((real_start - real_eligible).mean())
     return Prepared(
-        workload=Workload(jobs=jobs, dropped=wl.dropped),
+        workload=Workload(jobs=jobs, dropped=wl.dropped, rows=wl.rows, unknown=wl.unknown),
         real_eligible=real_eligible,
         real_start=real_start,
         measured=_measured(t, kept, opened + warmup_s, before, cooldown_s),

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from mirage.profile.schema import ClusterProfile
     from mirage.sim.calibrate import Candidate, Progress
+    from mirage.trace.load import TraceLoad
 
 _FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
 #: Replays of at least this many jobs get a progress bar (on a terminal, without --json).
@@ -27,11 +28,15 @@ PROGRESS_MIN_JOBS = 2000
 
 
 def _load_table(path: str, fmt: str | None) -> pd.DataFrame:
+    return _load(path, fmt).jobs
+
+
+def _load(path: str, fmt: str | None) -> TraceLoad:
     from mirage.trace.load import TraceFormatError
     from mirage.trace.readers import load_trace
 
     try:
-        return load_trace(path, fmt).jobs
+        return load_trace(path, fmt)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
@@ -95,6 +100,34 @@ _HOLDS = click.option(
     help="Model dependency holds (trace eligible times, else detected chains).",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+_STRICT = click.option(
+    "--strict",
+    is_flag=True,
+    help="Fail when more than 5% of the trace's jobs cannot be replayed (else a warning).",
+)
+_UNKNOWN_LIMIT = click.option(
+    "--unknown-limit",
+    type=click.Choice(["runtime", "partition-max", "drop"]),
+    default="runtime",
+    show_default=True,
+    help="A job without a time limit in the trace: its run time as its limit, its "
+    "partition's MaxTime, or left out.",
+)
+
+
+def _trace_use(use: Any, strict: bool) -> dict[str, Any]:
+    """The trace's use for the output; a warning on stderr when much was left out, an
+    error with ``strict`` (mirage.sim.workload.TraceUse.check)."""
+    from mirage.sim.workload import TraceUseError
+
+    try:
+        said = use.check(strict)
+    except TraceUseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if said:
+        click.echo(f"warning: {said}", err=True)
+    out: dict[str, Any] = use.as_dict()
+    return out
 
 
 @click.command()
@@ -112,6 +145,8 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--backfill", type=click.Choice(["slurm", "easy"]), help="Override the profile.")
 @click.option("--before", help="Only jobs submitted before this ISO date (profile's zone).")
 @_HOLDS
+@_STRICT
+@_UNKNOWN_LIMIT
 @_JSON
 def simulate(
     *,
@@ -123,12 +158,16 @@ def simulate(
     backfill: str | None,
     before: str | None,
     holds: bool,
+    strict: bool,
+    unknown_limit: str,
     as_json: bool,
 ) -> None:
     """Replay a trace through the simulator and summarise waits, utilisation and speed.
 
     Waits are shown from submit (as in the trace) and from eligible time (dependency holds
-    taken out, after a 2-day warm-up), simulated against real.
+    taken out, after a 2-day warm-up), simulated against real. The summary says how many
+    of the trace's jobs were replayed and why the others were not, and which fields the
+    trace did not give; more than 5% left out is a warning (an error with --strict).
     """
     from mirage.sim.calibrate import compare, prepare_trace, replay, sim_waits
     from mirage.sim.engine import SimError
@@ -137,11 +176,13 @@ def simulate(
     prof = _load_profile(profile_name, nodes, backfill)
     cutoff = _cutoff(before, prof.timezone)
     t0 = time.perf_counter()
-    df = _load_table(trace_path, fmt)
+    load = _load(trace_path, fmt)
+    df = load.jobs
     n = prof.partition().nodes
     prep = prepare_trace(df, prof, arrival_scale=arrival_scale, max_nodes=n, holds=holds,
-                         before=cutoff)  # fmt: skip
+                         before=cutoff, unknown_limit=unknown_limit)  # fmt: skip
     load_s = time.perf_counter() - t0
+    use = _trace_use(prep.workload.use(unreadable=len(load.skipped)), strict)
     if not prep.jobs:
         raise click.ClickException(f"{trace_path}: no job to replay (none ran, or all too big)")
     show = not as_json and len(prep.jobs) >= PROGRESS_MIN_JOBS
@@ -163,6 +204,7 @@ def simulate(
         "jobs": summ.jobs,
         "started": summ.started,
         "dropped": summ.dropped,
+        "trace_use": use,
         "span_s": summ.span_s,
         "utilisation": summ.utilisation,
         "load_s": load_s,
@@ -202,6 +244,15 @@ def _cutoff(before: str | None, tz: str) -> int | None:
         ) from exc
 
 
+def _use_text(use: dict[str, Any]) -> str:
+    text = f"{use['used']} of {use['rows']} jobs replayed ({1 - use['unused_share']:.1%})"
+    if use["dropped"]:
+        text += "\nleft out: " + ", ".join(f"{k} {v}" for k, v in use["dropped"].items())
+    if use["unknown"]:
+        text += "\nnot in the trace: " + ", ".join(f"{k} {v}" for k, v in use["unknown"].items())
+    return text
+
+
 def _render_summary(out: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -211,7 +262,8 @@ def _render_summary(out: dict[str, Any]) -> None:
     info.add_column("", style="bold")
     info.add_column("")
     info.add_row("cluster", f"{out['profile']}: {out['nodes']} nodes, backfill {out['backfill']}")
-    info.add_row("jobs", f"{out['jobs']} (started {out['started']}), dropped {out['dropped'] or 0}")
+    info.add_row("jobs", f"{out['jobs']} (started {out['started']})")
+    info.add_row("trace use", _use_text(out["trace_use"]))
     info.add_row("arrival scale", f"{out['arrival_scale']:g}")
     info.add_row("simulated span", f"{out['span_s'] / 86400:.1f} d")
     info.add_row("utilisation", f"{out['utilisation']:.3f}")

@@ -61,12 +61,74 @@ class JobSpec:
         return -(-max(0, self.gpus) // n), max(1, -(-max(0, self.cpus) // n))
 
 
+#: How a job whose trace has no time limit is replayed (``from_table``'s ``unknown_limit``):
+#: with its own run time as its limit (it then never runs late, and backfill plans it
+#: exactly), with its partition's MaxTime, or not at all.
+UNKNOWN_LIMITS = ("runtime", "partition-max", "drop")
+#: Above this share of a trace's jobs left out, every command says so in a warning.
+UNUSED_WARN = 0.05
+
+
+class TraceUseError(ValueError):
+    """``--strict``: too much of the trace was left out."""
+
+
+@dataclass(frozen=True)
+class TraceUse:
+    """How much of a trace a command used: the jobs read, those replayed, the others by
+    reason, and among those replayed the fields the trace did not give (how they were
+    taken)."""
+
+    rows: int
+    used: int
+    dropped: dict[str, int]
+    unknown: dict[str, int]
+
+    @property
+    def unused_share(self) -> float:
+        return 1.0 - self.used / self.rows if self.rows else 0.0
+
+    def line(self) -> str:
+        out = f"used {self.used} of {self.rows} jobs ({1 - self.unused_share:.1%})"
+        if self.dropped:
+            out += "; left out: " + ", ".join(f"{k} {v}" for k, v in self.dropped.items())
+        if self.unknown:
+            out += "; not in the trace: " + ", ".join(f"{k} {v}" for k, v in self.unknown.items())
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rows": self.rows, "used": self.used, "unused_share": self.unused_share,
+                "dropped": dict(self.dropped), "unknown": dict(self.unknown)}  # fmt: skip
+
+    def check(self, strict: bool = False) -> str | None:
+        """The warning to give when more than UNUSED_WARN of the trace was left out (None
+        if not); with ``strict``, a TraceUseError instead."""
+        if self.unused_share <= UNUSED_WARN:
+            return None
+        why = ", ".join(f"{k} {v}" for k, v in sorted(self.dropped.items(), key=lambda kv: -kv[1]))
+        text = (
+            f"only {self.used} of the trace's {self.rows} jobs ({1 - self.unused_share:.1%}) "
+            f"were replayed ({why}): every figure describes that part of the trace only"
+        )
+        if strict:
+            raise TraceUseError(text + " (--strict)")
+        return text
+
+
 @dataclass
 class Workload:
     """Jobs ready to replay, sorted by submit time, and what was left out and why."""
 
     jobs: list[JobSpec]
     dropped: dict[str, int] = field(default_factory=dict)
+    rows: int = 0  # rows read
+    unknown: dict[str, int] = field(default_factory=dict)  # among jobs: fields not given
+
+    def use(self, unreadable: int = 0) -> TraceUse:
+        """How much of the trace this is; ``unreadable``: rows its reader skipped."""
+        dropped = {"unreadable row": unreadable} if unreadable else {}
+        dropped.update(self.dropped)
+        return TraceUse(self.rows + unreadable, len(self.jobs), dropped, dict(self.unknown))
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -81,9 +143,11 @@ def _opt(x: float) -> int | None:
 def from_table(
     df: pd.DataFrame,
     profile: ClusterProfile,
+    *,
     arrival_scale: float = 1.0,
     max_nodes: int | None = None,
     use_eligible: bool = True,
+    unknown_limit: str = "runtime",
 ) -> Workload:
     """Canonical table -> job specs.
 
@@ -93,16 +157,18 @@ def from_table(
     after its first row ("duplicate job id"), more nodes than ``max_nodes`` (or, when it
     is None, than the job's partition has, where the profile knows) ("too many nodes"),
     more GPUs or CPUs per node than the partition's nodes have ("too many GPUs per node",
-    "too many CPUs per node"). Unknown node counts count as 1, unknown limits as the run
-    time, unknown partitions as the default one. Jobs with neither GPUs nor CPUs known
-    take whole nodes (``JobSpec.exclusive``); the others share nodes.
+    "too many CPUs per node"). Unknown node counts count as 1, unknown limits as
+    ``unknown_limit`` says (UNKNOWN_LIMITS: the run time, the partition's MaxTime, or
+    dropped: "unknown time limit"), unknown partitions as the default one. Jobs with
+    neither GPUs nor CPUs known take whole nodes (``JobSpec.exclusive``); the others share
+    nodes. ``Workload.unknown`` counts, among the jobs kept, each field the trace did not
+    give and how it was taken.
 
     ``arrival_scale`` > 1 compresses inter-arrival times (submit = t0 + (submit - t0) /
     scale), raising the load. A trace eligible time later than submit becomes a begin
     time, shifted with the submit.
     """
-    if arrival_scale <= 0:
-        raise ValueError(f"arrival_scale must be positive, got {arrival_scale}")
+    _check_options(arrival_scale, unknown_limit)
     dropped: dict[str, int] = {}
     submit, start, end = _col(df, "submit"), _col(df, "start"), _col(df, "end")
     ran = ~np.isnan(submit) & ~np.isnan(start) & ~np.isnan(end)
@@ -132,6 +198,15 @@ def from_table(
     cpn = np.ceil(np.nan_to_num(cpus, nan=0.0) / nodes)
     drop(gpn > np.array([known[p].gpus_per_node for p in sim_part]), "too many GPUs per node")
     drop(cpn > np.array([known[p].cpus_per_node for p in sim_part]), "too many CPUs per node")
+    part_max = np.array(
+        [np.nan if known[p].max_time_s is None else known[p].max_time_s for p in sim_part]
+    )
+    no_limit = np.isnan(limit)
+    if unknown_limit == "drop":
+        drop(no_limit, "unknown time limit")
+    elif unknown_limit == "partition-max":
+        limit = np.where(no_limit, part_max, limit)  # no MaxTime either: the run time
+    unknown = _unknowns(df, ran, no_limit, unknown_limit, ~np.isin(parts, list(known)), default)
     t0 = float(np.nanmin(submit[ran])) if ran.any() else 0.0
     sim_submit = np.floor(t0 + (submit - t0) / arrival_scale)
     eligible = _col(df, "eligible")
@@ -163,7 +238,47 @@ def from_table(
             )
         )
     jobs.sort(key=lambda j: j.submit)  # stable: ties keep trace order
-    return Workload(jobs=jobs, dropped={k: v for k, v in dropped.items() if v})
+    return Workload(
+        jobs=jobs,
+        dropped={k: v for k, v in dropped.items() if v},
+        rows=len(df),
+        unknown=unknown,
+    )
+
+
+def _check_options(arrival_scale: float, unknown_limit: str) -> None:
+    if arrival_scale <= 0:
+        raise ValueError(f"arrival_scale must be positive, got {arrival_scale}")
+    if unknown_limit not in UNKNOWN_LIMITS:
+        raise ValueError(
+            f"unknown_limit: one of {', '.join(UNKNOWN_LIMITS)}, got {unknown_limit!r}"
+        )
+
+
+def _unknowns(  # noqa: PLR0917 - private, one call site
+    df: pd.DataFrame,
+    kept: np.ndarray,
+    no_limit: np.ndarray,
+    unknown_limit: str,
+    other_part: np.ndarray,
+    default: str,
+) -> dict[str, int]:
+    """Among the jobs kept, how many lacked each field, and how it was taken."""
+    gpus, cpus = _col(df, "gpus"), _col(df, "cpus")
+    counts = {
+        "nodes (taken as 1)": kept & np.isnan(_col(df, "nodes")),
+        f"time limit (taken as {_LIMIT_WORDS[unknown_limit]})": kept & no_limit,
+        f"partition (taken as {default})": kept & other_part,
+        "GPUs and CPUs (whole nodes)": kept & np.isnan(gpus) & np.isnan(cpus),
+    }
+    return {k: int(v.sum()) for k, v in counts.items() if v.any()}
+
+
+_LIMIT_WORDS = {
+    "runtime": "the run time",
+    "partition-max": "the partition's MaxTime, else the run time",
+    "drop": "-",
+}
 
 
 def _nodes_of(part: Partition, max_nodes: int | None) -> float:

@@ -131,3 +131,27 @@ def test_calibrate_errors() -> None:
     assert res.exit_code != 0 and "--nodes-min" in res.output
     res = run("calibrate", "--trace", LS6_SLICE, "--before", "1999-01-01")
     assert res.exit_code != 0 and "no job" in res.output
+
+
+HPC2N_SLICE = str(REPO / "traces" / "hpc2n-head300.swf.gz")
+
+
+def test_simulate_says_how_much_of_the_trace_it_replayed() -> None:
+    """Issue 28: HPC2N's first 300 jobs on Pitzer's 40-CPU nodes: the jobs asking more
+    CPUs than a node has are left out, which is over 5% of the trace: a warning on
+    stderr, the counts in the output, and an error with --strict."""
+    res = run("simulate", "--trace", HPC2N_SLICE, "--profile", "pitzer", "--json")
+    assert res.exit_code == 0, res.output
+    use = json.loads(res.stdout)["trace_use"]
+    assert use["rows"] == 300 and use["used"] == 284
+    assert use["dropped"] == {"no start/end": 6, "too many CPUs per node": 10}
+    assert use["unknown"]["nodes (taken as 1)"] == 284  # SWF gives processors, not nodes
+    assert "warning: only 284 of the trace's 300 jobs (94.7%) were replayed" in res.stderr
+    strict = run("simulate", "--trace", HPC2N_SLICE, "--profile", "pitzer", "--strict")
+    assert strict.exit_code == 1 and "(--strict)" in strict.output
+    # the ls6 slice: all replayed but its one malformed row, under 5%
+    quiet = run("simulate", "--trace", LS6_SLICE, "--nodes", "79", "--json", "--strict")
+    assert quiet.exit_code == 0 and "warning: only" not in quiet.stderr
+    assert json.loads(quiet.stdout)["trace_use"]["dropped"] == {"unreadable row": 1}
+    text = run("simulate", "--trace", HPC2N_SLICE, "--profile", "pitzer")
+    assert "284 of 300 jobs replayed (94.7%)" in text.stdout

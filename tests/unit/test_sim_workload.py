@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from mirage.sim import JobSpec, Simulation, from_table
 from mirage.sim.report import results, summarize
 from mirage.sim.scenario import toy_profile
+from mirage.sim.workload import TraceUseError
 from mirage.trace.schema import conform
 
 
@@ -83,3 +86,42 @@ def test_utilisation_counts_what_shared_nodes_hold() -> None:
     ])  # fmt: skip
     sim.run()
     assert summarize(sim, wall_s=1.0).utilisation == pytest.approx((0.75 + 1.0) / 2)
+
+
+def test_trace_use_counts_what_was_left_out_and_what_was_not_given() -> None:
+    """Issue 28: how much of the table was replayed, why the rest was not, and which fields
+    the kept jobs lacked (job b has no time limit and a partition the profile lacks; no
+    job gives GPUs or CPUs)."""
+    wl = from_table(table(), toy_profile(4), max_nodes=4)
+    use = wl.use()
+    assert (use.rows, use.used) == (4, 2) and use.unused_share == 0.5
+    assert use.dropped == {"no start/end": 1, "too many nodes": 1}
+    assert use.unknown == {
+        "time limit (taken as the run time)": 1,
+        "partition (taken as gpu)": 1,
+        "GPUs and CPUs (whole nodes)": 2,
+    }
+    assert use.line().startswith("used 2 of 4 jobs (50.0%); left out: no start/end 1")
+    said = use.check()
+    assert said is not None and said.startswith("only 2 of the trace's 4 jobs (50.0%)")
+    with pytest.raises(TraceUseError, match="--strict"):
+        use.check(strict=True)
+    assert from_table(table().iloc[:1], toy_profile(4)).use().check(strict=True) is None
+
+
+@pytest.mark.parametrize(
+    ("how", "limit_b", "kept"),
+    [("runtime", 100, ["a", "b"]), ("partition-max", 7200, ["a", "b"]), ("drop", None, ["a"])],
+)
+def test_unknown_limit_is_a_visible_choice(how: str, limit_b: int | None, kept: list[str]) -> None:
+    prof = toy_profile(4)
+    part = dataclasses.replace(prof.partitions[0], max_time_s=7200)
+    prof = dataclasses.replace(prof, partitions=(part,))
+    wl = from_table(table(), prof, max_nodes=4, unknown_limit=how)
+    assert [j.trace_id for j in wl.jobs] == kept
+    if limit_b is not None:
+        assert wl.jobs[1].time_limit == limit_b
+    else:
+        assert wl.dropped["unknown time limit"] == 1
+    with pytest.raises(ValueError, match="unknown_limit"):
+        from_table(table(), prof, unknown_limit="guess")
