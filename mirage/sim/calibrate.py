@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -235,13 +235,15 @@ def prepare_trace(
     chain_params: ChainParams | None = None,
     chains: Chains | None = None,
     unknown_limit: str = "runtime",
+    procs_per_node: int | Literal["profile"] | None = None,
 ) -> Prepared:
     """Canonical table -> jobs to replay, with dependency holds made explicit.
 
     ``before`` (epoch s): drop every row submitted at or after it first (nothing later is
     read). ``chains``: precomputed ``find_chains`` of the (restricted) table, to share
-    between calls. ``unknown_limit``: see ``from_table``. See the module docstring for
-    the rules; ``Prepared.workload.use()`` says how much of the table was replayed.
+    between calls. ``unknown_limit``, ``procs_per_node``: see ``from_table``. See the
+    module docstring for the rules; ``Prepared.workload.use()`` says how much of the table
+    was replayed.
     """
     df = restrict(df, before)
     n = len(df)
@@ -260,7 +262,7 @@ def prepare_trace(
     keyed["job_id"] = pd.array([str(i) for i in range(n)], dtype="string")
     wl = from_table(
         keyed, profile, arrival_scale=arrival_scale, max_nodes=max_nodes,
-        unknown_limit=unknown_limit,
+        unknown_limit=unknown_limit, procs_per_node=procs_per_node,
     )  # fmt: skip
     rows = np.array([int(j.trace_id) for j in wl.jobs], dtype=np.int64)
     t0 = float(t.submit[rows].min()) if rows.size else 0.0

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -114,6 +114,27 @@ _UNKNOWN_LIMIT = click.option(
     "partition's MaxTime, or left out.",
 )
 
+_PROCS_PER_NODE = click.option(
+    "--procs-per-node",
+    help="Read a job without a node count but with CPUs (an SWF log's processors) as "
+    "ceil(CPUs / N) nodes; 'profile': N is the partition's CPUs per node. Default: one node.",
+)
+
+
+def _procs_per_node(text: str | None) -> int | Literal["profile"] | None:
+    if text is None or text == "profile":
+        return text  # type: ignore[return-value]
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise click.BadParameter(
+            f"a whole number of CPUs, at least 1, or 'profile'; got {text!r}",
+            param_hint="--procs-per-node",
+        )
+    return n
+
 
 def _trace_use(use: Any, strict: bool) -> dict[str, Any]:
     """The trace's use for the output; a warning on stderr when much was left out, an
@@ -147,6 +168,7 @@ def _trace_use(use: Any, strict: bool) -> dict[str, Any]:
 @_HOLDS
 @_STRICT
 @_UNKNOWN_LIMIT
+@_PROCS_PER_NODE
 @_JSON
 def simulate(
     *,
@@ -160,6 +182,7 @@ def simulate(
     holds: bool,
     strict: bool,
     unknown_limit: str,
+    procs_per_node: str | None,
     as_json: bool,
 ) -> None:
     """Replay a trace through the simulator and summarise waits, utilisation and speed.
@@ -180,7 +203,8 @@ def simulate(
     df = load.jobs
     n = prof.partition().nodes
     prep = prepare_trace(df, prof, arrival_scale=arrival_scale, max_nodes=n, holds=holds,
-                         before=cutoff, unknown_limit=unknown_limit)  # fmt: skip
+                         before=cutoff, unknown_limit=unknown_limit,
+                         procs_per_node=_procs_per_node(procs_per_node))  # fmt: skip
     load_s = time.perf_counter() - t0
     use = _trace_use(prep.workload.use(unreadable=len(load.skipped)), strict)
     if not prep.jobs:

@@ -8,6 +8,7 @@ specs can be shared between a simulation and its forks without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -148,6 +149,7 @@ def from_table(
     max_nodes: int | None = None,
     use_eligible: bool = True,
     unknown_limit: str = "runtime",
+    procs_per_node: int | Literal["profile"] | None = None,
 ) -> Workload:
     """Canonical table -> job specs.
 
@@ -161,8 +163,11 @@ def from_table(
     ``unknown_limit`` says (UNKNOWN_LIMITS: the run time, the partition's MaxTime, or
     dropped: "unknown time limit"), unknown partitions as the default one. Jobs with
     neither GPUs nor CPUs known take whole nodes (``JobSpec.exclusive``); the others share
-    nodes. ``Workload.unknown`` counts, among the jobs kept, each field the trace did not
-    give and how it was taken.
+    nodes. ``procs_per_node`` (a count, or "profile": the partition's CPUs per node) reads
+    a job without a node count but with CPUs (an SWF log's processors) as
+    ceil(CPUs / procs_per_node) nodes; without it such a job is one node.
+    ``Workload.unknown`` counts, among the jobs kept, each field the trace did not give
+    and how it was taken.
 
     ``arrival_scale`` > 1 compresses inter-arrival times (submit = t0 + (submit - t0) /
     scale), raising the load. A trace eligible time later than submit becomes a begin
@@ -187,11 +192,11 @@ def from_table(
     trace_ids = df["job_id"].astype(str).to_numpy()
     seen = pd.Series(trace_ids).where(ran).duplicated().to_numpy() & (trace_ids != "")
     drop(seen, "duplicate job id")
-    nodes = np.nan_to_num(_col(df, "nodes"), nan=1.0).clip(min=1.0)
     known = {p.name: p for p in profile.partitions}
     default = profile.partition().name
     parts = df["partition"].astype(str).to_numpy()
     sim_part = np.where(np.isin(parts, list(known)), parts, default)
+    nodes = _node_counts(_col(df, "nodes"), cpus, procs_per_node, known, sim_part)
     cap_nodes = np.array([_nodes_of(known[p], max_nodes) for p in sim_part], dtype=np.float64)
     drop(nodes > cap_nodes, "too many nodes")
     gpn = np.ceil(np.nan_to_num(gpus, nan=0.0) / nodes)
@@ -206,7 +211,10 @@ def from_table(
         drop(no_limit, "unknown time limit")
     elif unknown_limit == "partition-max":
         limit = np.where(no_limit, part_max, limit)  # no MaxTime either: the run time
-    unknown = _unknowns(df, ran, no_limit, unknown_limit, ~np.isin(parts, list(known)), default)
+    unknown = _unknowns(
+        df, ran, no_limit, unknown_limit, ~np.isin(parts, list(known)), default,
+        _nodes_note(procs_per_node),
+    )  # fmt: skip
     t0 = float(np.nanmin(submit[ran])) if ran.any() else 0.0
     sim_submit = np.floor(t0 + (submit - t0) / arrival_scale)
     eligible = _col(df, "eligible")
@@ -246,6 +254,36 @@ def from_table(
     )
 
 
+def _node_counts(
+    given: np.ndarray,
+    cpus: np.ndarray,
+    procs_per_node: int | Literal["profile"] | None,
+    known: dict[str, Partition],
+    sim_part: np.ndarray,
+) -> np.ndarray:
+    """Each job's node count: the trace's; where it gives none, from its CPUs with
+    ``procs_per_node``, else 1."""
+    out = given.copy()
+    if procs_per_node is not None:
+        if procs_per_node == "profile":
+            per = np.array([known[p].cpus_per_node for p in sim_part], dtype=np.float64)
+        elif procs_per_node >= 1:
+            per = np.full(len(given), float(procs_per_node))
+        else:
+            raise ValueError(f"procs_per_node must be at least 1, got {procs_per_node}")
+        derive = np.isnan(given) & ~np.isnan(cpus) & (per > 0)
+        out[derive] = np.ceil(cpus[derive] / per[derive])
+    result: np.ndarray = np.nan_to_num(out, nan=1.0).clip(min=1.0)
+    return result
+
+
+def _nodes_note(procs_per_node: int | Literal["profile"] | None) -> str:
+    if procs_per_node is None:
+        return "nodes (taken as 1)"
+    per = "a node's CPUs" if procs_per_node == "profile" else str(procs_per_node)
+    return f"nodes (from CPUs / {per}; 1 without CPUs)"
+
+
 def _check_options(arrival_scale: float, unknown_limit: str) -> None:
     if arrival_scale <= 0:
         raise ValueError(f"arrival_scale must be positive, got {arrival_scale}")
@@ -262,11 +300,12 @@ def _unknowns(  # noqa: PLR0917 - private, one call site
     unknown_limit: str,
     other_part: np.ndarray,
     default: str,
+    nodes_note: str = "nodes (taken as 1)",
 ) -> dict[str, int]:
     """Among the jobs kept, how many lacked each field, and how it was taken."""
     gpus, cpus = _col(df, "gpus"), _col(df, "cpus")
     counts = {
-        "nodes (taken as 1)": kept & np.isnan(_col(df, "nodes")),
+        nodes_note: kept & np.isnan(_col(df, "nodes")),
         f"time limit (taken as {_LIMIT_WORDS[unknown_limit]})": kept & no_limit,
         f"partition (taken as {default})": kept & other_part,
         "GPUs and CPUs (whole nodes)": kept & np.isnan(gpus) & np.isnan(cpus),

@@ -155,3 +155,17 @@ def test_simulate_says_how_much_of_the_trace_it_replayed() -> None:
     assert json.loads(quiet.stdout)["trace_use"]["dropped"] == {"unreadable row": 1}
     text = run("simulate", "--trace", HPC2N_SLICE, "--profile", "pitzer")
     assert "284 of 300 jobs replayed (94.7%)" in text.stdout
+
+
+def test_procs_per_node_reads_swf_processors_as_nodes() -> None:
+    """Issue 28: an SWF log gives processors, not nodes. With --procs-per-node profile,
+    HPC2N's 64-processor jobs span two of Pitzer's 40-CPU nodes instead of being left out
+    as too many CPUs for one; a number works the same; a bad value is a usage error."""
+    base = ("simulate", "--trace", HPC2N_SLICE, "--profile", "pitzer", "--json")
+    use = json.loads(run(*base, "--procs-per-node", "profile").stdout)["trace_use"]
+    assert use["used"] == 294 and use["dropped"] == {"no start/end": 6}
+    assert use["unknown"]["nodes (from CPUs / a node's CPUs; 1 without CPUs)"] == 294
+    by_number = json.loads(run(*base, "--procs-per-node", "40").stdout)["trace_use"]
+    assert by_number["used"] == 294
+    bad = run(*base, "--procs-per-node", "zero")
+    assert bad.exit_code == 2 and "--procs-per-node" in bad.output
