@@ -573,12 +573,13 @@ def calibrate(
 
     Only rows submitted before ``before`` are used: they are cut first, so chain detection
     and the simulator never see a later row. Node counts from ``nodes_max`` down to
-    ``nodes_min`` in ``coarse_step`` steps, then every second and every single count around
-    the best. Going down stops early once the simulated mean wait exceeds ``stop_ratio``
-    times the real one with a worse KS (a smaller cluster only waits longer), or a replay
-    runs past ``budget_s``. Each entry of ``settings_grid`` (scheduler overrides) is then
-    tried at the best node count; one is kept only if it lowers the KS distance by at least
-    ``settings_min_gain`` (smaller differences are noise).
+    ``nodes_min`` in ``coarse_step`` steps, then around the best at half that step, a
+    quarter, ... down to 1 (``_halvings``: two replays a step). Going down stops early once
+    the simulated mean wait exceeds ``stop_ratio`` times the real one with a worse KS (a
+    smaller cluster only waits longer), or a replay runs past ``budget_s``. Each entry of
+    ``settings_grid`` (scheduler overrides) is then tried at the best node count; one is
+    kept only if it lowers the KS distance by at least ``settings_min_gain`` (smaller
+    differences are noise).
     """
     if not 0 < nodes_min <= nodes_max:
         raise ValueError(f"bad node range {nodes_min}..{nodes_max}")
@@ -586,10 +587,9 @@ def calibrate(
     search = _Search(restrict(df, before), profile, before=before, holds=holds, warmup_s=warmup_s,
                      floor_s=floor_s, budget_s=budget_s, on_candidate=on_candidate)  # fmt: skip
     notes = _descend(search, nodes_min, nodes_max, coarse_step, stop_ratio)
-    for step in (2, 1):
+    for step in _halvings(coarse_step):  # about the best so far, at halving steps
         centre = search.best().nodes
-        width = max(coarse_step - 1, 1) if step == 2 else 1
-        for n in range(centre - width, centre + width + 1, step):
+        for n in (centre - step, centre + step):
             if nodes_min <= n <= nodes_max:
                 search.run(n)
     top = search.best()
@@ -625,6 +625,17 @@ def _descend(search: _Search, lo: int, hi: int, step: int, stop_ratio: float) ->
         if ratio > stop_ratio and cand.ks > search.best().ks:
             return [f"stopped going down at {n} nodes: simulated mean wait {ratio:.1f}x real"]
     return []
+
+
+def _halvings(step: int) -> list[int]:
+    """The fine pass's steps after a coarse one of ``step``: halving down to 1 (8: 4, 2, 1),
+    two replays each, so its cost grows with log(step), not with step (a cluster of
+    thousands of nodes, calibrated with a coarse step of hundreds, took thousands)."""
+    out = []
+    while step > 1:
+        step = (step + 1) // 2
+        out.append(step)
+    return out
 
 
 def _descending(lo: int, hi: int, step: int) -> list[int]:

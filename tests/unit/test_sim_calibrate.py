@@ -279,6 +279,18 @@ def test_calibration_recovers_the_node_count() -> None:
     assert profile_from_dict(tomllib.loads(text)).partition().nodes == result.best.nodes
 
 
+def test_calibration_cost_grows_with_the_log_of_the_coarse_step() -> None:
+    """Issue 28: a coarse step of 16 (as for a big cluster) costs the coarse pass plus two
+    replays per halving (8, 4, 2, 1), not every second count around the best (the fine
+    pass once took about ``coarse_step`` replays), and still finds the size."""
+    df = synthetic_trace(nodes=10)
+    result = calibrate(df, toy_profile(4), before=10**12, nodes_min=2, nodes_max=66,
+                       coarse_step=16, warmup_s=0, stop_ratio=1e9)  # fmt: skip
+    coarse = 5  # 66, 50, 34, 18, 2
+    assert len(result.candidates) <= coarse + 2 * 4
+    assert abs(result.best.nodes - 10) <= 1
+
+
 def test_settings_grid_is_tried_at_the_best_node_count() -> None:
     df = synthetic_trace(nodes=8, n=150)
     grid = ({"backfill": "easy"},)
