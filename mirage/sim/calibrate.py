@@ -44,7 +44,10 @@ between simulated and real waits. Jobs submitted before the cut-off still carry 
 times (some end after it: that is their own length, not the held-out window's load), but
 the comparison leaves out a cool-down (jobs submitted in the last 2 days before the
 cut-off) and any job that really started after the cut-off, so no real start later than
-the cut-off enters the loss.
+the cut-off enters the loss. Once the size is chosen (and only then), the whole trace is
+replayed at that size and compared on the jobs submitted after the cut-off (held out);
+a mean wait off by more than ``DRIFT_RATIO`` either way, or a KS distance above
+``DRIFT_KS`` and twice the fitted one, gives a warning: the cluster changed.
 """
 
 from __future__ import annotations
@@ -478,10 +481,13 @@ class Calibration:
     measured: int  # of which compared (after the warm-up)
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # the best size on the jobs submitted after the cut-off (None: the trace has none)
+    held_out: WaitComparison | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "best": self.best.as_dict(),
+            "held_out": None if self.held_out is None else self.held_out.as_dict(),
             "cutoff": self.cutoff,
             "jobs": self.jobs,
             "measured": self.measured,
@@ -599,6 +605,10 @@ def calibrate(
     if top.ks - tuned.ks >= settings_min_gain:  # else within noise: keep the profile's
         top = tuned
     prep = search.prepared(top.nodes)
+    later = _held_out(df, with_settings(profile, top.nodes, top.settings), top.nodes,
+                      before=before, holds=holds, floor_s=floor_s)  # fmt: skip
+    if later is not None:
+        notes.extend(_drift(top.waits, later))
     return Calibration(
         candidates=sorted(search.done.values(), key=lambda c: (c.nodes, repr(c.settings))),
         best=top,
@@ -612,7 +622,47 @@ def calibrate(
         measured=int(prep.measured.sum()),
         wall_s=time.perf_counter() - t0,
         notes=notes,
+        held_out=later,
     )
+
+
+#: The held-out fit calls the size into doubt when the simulated mean wait after the
+#: cut-off is off the real one by more than this factor either way ...
+DRIFT_RATIO = 2.0
+#: ... or its KS distance is above this and twice the fitted one.
+DRIFT_KS = 0.15
+
+
+def _held_out(
+    df: pd.DataFrame, profile: ClusterProfile, nodes: int, *, before: int, holds: bool,
+    floor_s: int,
+) -> WaitComparison | None:  # fmt: skip
+    """The chosen size on the jobs submitted after the cut-off: the whole trace replayed
+    (what came before fills the queue as it did), compared on the later jobs only."""
+    submit = _col(df, "submit")
+    if not (submit >= before).any():
+        return None
+    prep = prepare_trace(df, profile, max_nodes=nodes, holds=holds)
+    later = np.array([j.real_submit is not None and j.real_submit >= before for j in prep.jobs])
+    if not later.any():
+        return None
+    prep = dataclasses.replace(prep, measured=prep.measured & later)
+    return compare(prep, replay(prep, profile, nodes).sim, floor_s)
+
+
+def _drift(fit: WaitComparison, later: WaitComparison) -> list[str]:
+    """A warning when the fitted size does not hold after the cut-off."""
+    ratio = later.sim_mean_s / max(1.0, later.real_mean_s)
+    if 1 / DRIFT_RATIO <= ratio <= DRIFT_RATIO and not (
+        later.ks > DRIFT_KS and later.ks > 2 * fit.ks
+    ):
+        return []
+    return [
+        f"warning: after the cut-off the fitted size does not hold: simulated mean wait "
+        f"{later.sim_mean_s / 3600:.2f} h against {later.real_mean_s / 3600:.2f} h real "
+        f"(x{ratio:.1f}), KS {later.ks:.3f} (fit: {fit.ks:.3f}). The cluster's demand or "
+        "capacity changed; calibrate on the months you will simulate, or per period"
+    ]
 
 
 def _descend(search: _Search, lo: int, hi: int, step: int, stop_ratio: float) -> list[str]:
@@ -661,6 +711,12 @@ def calibrated_toml(cal: Calibration, trace: str = "", tz: str = "UTC") -> str:
         f"{b.waits.sim_median_s:.0f} s vs {b.waits.real_median_s:.0f} s.",
         f"# Dependency holds ({cal.holds.source}): {cal.holds.held} jobs held.",
     ]
+    h = cal.held_out
+    if h is not None:
+        head.append(
+            f"# After the cut-off (held out, {h.jobs} jobs): KS {h.ks:.3f}; mean wait "
+            f"{h.sim_mean_s / 3600:.2f} h simulated vs {h.real_mean_s / 3600:.2f} h real."
+        )
     return "\n".join(head) + "\n" + profile_to_toml(cal.profile)
 
 

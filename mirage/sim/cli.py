@@ -442,6 +442,12 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
     settings = f" {b.settings}" if b.settings else ""
     console.print(f"best: {b.nodes} nodes{settings}, KS {b.ks:.3f} "
                   f"({result.wall_s:.0f} s in all)")  # fmt: skip
+    h = result.held_out
+    if h is not None:
+        console.print(
+            f"after the cut-off (held out, {h.jobs} jobs): KS {h.ks:.3f}, mean wait "
+            f"{_dur(h.sim_mean_s)} simulated against {_dur(h.real_mean_s)} real"
+        )
     if out:
         console.print(f"wrote {out}")
     else:

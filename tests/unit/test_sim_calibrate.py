@@ -212,14 +212,16 @@ def test_restrict_keeps_only_rows_before_the_cutoff() -> None:
 def test_march_never_reaches_chain_detection_or_the_simulator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen: list[int] = []
+    """The fit never sees March: every replay and chain detection of the search has only
+    February. Only the held-out check, once the size is chosen, replays March (the last
+    replay and the last chain detection)."""
+    seen: list[int] = []  # per replay: the latest submit it was given
     chained: list[int] = []
 
     class Recording(Simulation):
         def add_jobs(self, specs: Any) -> list[str]:
             specs = list(specs)
-            seen.extend(s.real_submit for s in specs)
-            seen.extend(s.submit for s in specs)
+            seen.append(max(max(s.real_submit or 0, s.submit) for s in specs))
             return super().add_jobs(specs)
 
     def recording_find(df: pd.DataFrame, *a: Any, **k: Any) -> Any:
@@ -230,9 +232,10 @@ def test_march_never_reaches_chain_detection_or_the_simulator(
     monkeypatch.setattr("mirage.sim.calibrate.find_chains", recording_find)
     df = two_months()
     result = calibrate(df, toy_profile(4), CUTOFF, nodes_min=1, nodes_max=3, coarse_step=2)
-    assert seen and max(seen) < CUTOFF
-    assert chained and max(chained) < CUTOFF
+    assert len(seen) > 1 and max(seen[:-1]) < CUTOFF <= seen[-1]
+    assert len(chained) > 1 and max(chained[:-1]) < CUTOFF <= chained[-1]
     assert result.jobs == 28 * 24
+    assert result.held_out is not None and result.held_out.jobs > 0
 
 
 # ---- recovering a known node count ---------------------------------------------------
@@ -289,6 +292,36 @@ def test_calibration_cost_grows_with_the_log_of_the_coarse_step() -> None:
     coarse = 5  # 66, 50, 34, 18, 2
     assert len(result.candidates) <= coarse + 2 * 4
     assert abs(result.best.nodes - 10) <= 1
+
+
+def test_the_fit_is_checked_after_the_cut_off() -> None:
+    """Issue 28: the chosen size replayed on the jobs after the cut-off. A cluster that
+    halved (the later half's real starts come from a 5-node run) is called out; one that
+    did not is not."""
+    first = synthetic_trace(nodes=10, n=300, seed=1)
+    span = int(first["submit"].max()) + 6 * H
+    same = synthetic_trace(nodes=10, n=300, seed=2)
+    halved = synthetic_trace(nodes=5, n=300, seed=2)
+
+    def joined(later: pd.DataFrame) -> pd.DataFrame:
+        later = later.copy()
+        for col in ("submit", "start", "end"):
+            later[col] = later[col] + span
+        later["job_id"] = "b" + later["job_id"].astype(str)
+        return conform(pd.concat([first, later], ignore_index=True))
+
+    kw: dict[str, Any] = {"nodes_min": 6, "nodes_max": 14, "coarse_step": 4, "warmup_s": 0}
+    steady = calibrate(joined(same), toy_profile(4), span, **kw)
+    assert steady.held_out is not None and steady.held_out.jobs > 250
+    assert not [n for n in steady.notes if n.startswith("warning")]
+    shrunk = calibrate(joined(halved), toy_profile(4), span, **kw)
+    assert shrunk.best.nodes == steady.best.nodes  # the same data before the cut-off
+    assert shrunk.held_out is not None
+    assert shrunk.held_out.real_mean_s > 2 * shrunk.held_out.sim_mean_s
+    [warning] = [n for n in shrunk.notes if n.startswith("warning")]
+    assert "after the cut-off the fitted size does not hold" in warning
+    assert "# After the cut-off (held out" in calibrated_toml(shrunk)
+    assert calibrate(first, toy_profile(4), span, **kw).held_out is None  # nothing after
 
 
 def test_settings_grid_is_tried_at_the_best_node_count() -> None:
