@@ -118,9 +118,10 @@ def read_inputs(trace: str, profile_name: str) -> tuple[ClusterProfile, pd.DataF
 
     try:
         profile = load_profile(profile_name)
-        jobs = load_trace(trace).jobs
+        load = load_trace(trace)
     except (ProfileError, TraceFormatError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
+    jobs = load.jobs
     if jobs.empty:
         raise click.ClickException(f"{trace}: no jobs in this trace")
     if jobs["submit"].isna().all():
@@ -131,7 +132,22 @@ def read_inputs(trace: str, profile_name: str) -> tuple[ClusterProfile, pd.DataF
             f"{trace}: no job in this trace has a known submit, start and end time "
             "(nothing to replay)"
         )
+    _say_trace_use(trace, profile, jobs, len(load.skipped))
     return profile, jobs
+
+
+def _say_trace_use(
+    trace: str, profile: ClusterProfile, jobs: pd.DataFrame, unreadable: int
+) -> None:
+    """How much of the trace a replay at the profile's size uses (a log line; a warning
+    when more than 5% is left out: mirage.sim.workload.TraceUse)."""
+    from mirage.sim.workload import from_table
+
+    use = from_table(jobs, profile).use(unreadable=unreadable)
+    log.info("%s: %s", trace, use.line())
+    said = use.check()
+    if said:
+        log.warning("%s: %s", trace, said)
 
 
 def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:

@@ -173,3 +173,23 @@ def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) ->
     assert split.start <= test.times[0] and test.times[-1] < split.end
     with pytest.raises(SystemExit, match="no nosuch trace"):
         cli.default_test_setting("nosuch", 1.0, 4)
+
+
+def test_evaluate_and_train_say_how_much_of_the_trace_they_use(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 28: reading a trace for evaluate or train logs how much of it a replay uses,
+    and warns when more than 5% is left out (HPC2N's first 300 jobs on Pitzer's 40-CPU
+    nodes: 10 ask more CPUs than a node has, 6 never ran)."""
+    import logging
+
+    from mirage.evaluate.cli import read_inputs
+
+    caplog.set_level(logging.INFO, logger="mirage.evaluate.cli")
+    slice_ = str(Path(__file__).resolve().parents[2] / "traces" / "hpc2n-head300.swf.gz")
+    read_inputs(slice_, "pitzer")
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("INFO", f"{slice_}: used 284 of 300 jobs (94.7%); left out: no start/end 6, "
+            "too many CPUs per node 10; not in the trace: nodes (taken as 1) 284, "
+            "partition (taken as gpuserial) 284") in said  # fmt: skip
+    assert any(level == "WARNING" and "only 284 of the trace's 300 jobs" in m for level, m in said)
