@@ -292,3 +292,22 @@ def test_real_slurmdbd_dump_of_the_test_cluster() -> None:
             assert job["submit"] <= job["start"] <= job["end"] == int(row["time_end"])
         else:
             assert pd.isna(job["start"])  # cancelled while pending: 0 = unset
+
+
+def test_the_documented_converter_example_reads_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/trace-format.md's Python example, run as written: the Parquet file it writes
+    is a trace every command reads, with every value where the docs say."""
+    import re
+
+    doc = (REPO / "docs" / "trace-format.md").read_text()
+    [code] = re.findall(r"```python\n(.*?)```", doc, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/trace-format.md", "exec"), {})
+    load = load_trace(tmp_path / "jobs.parquet")
+    assert load.format == "parquet" and not load.skipped
+    jobs = load.jobs.set_index("job_id")
+    assert list(jobs.index) == ["1", "2", "3"]
+    assert jobs.loc["2", "gpus"] == 8 and jobs.loc["2", "state"] == "TIMEOUT"
+    assert jobs["eligible"].isna().all() and jobs.loc["3", "time_limit"] == 7200
