@@ -66,7 +66,7 @@ import pandas as pd
 
 from mirage.profile.schema import ClusterProfile, profile_to_toml
 from mirage.sim.engine import Simulation
-from mirage.sim.workload import JobSpec, Workload, from_table
+from mirage.sim.workload import JobSpec, TraceUse, Workload, from_table
 from mirage.trace.chains import ChainParams, Chains, find_chains
 
 DAY = 86400
@@ -483,11 +483,13 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     # the best size on the jobs submitted after the cut-off (None: the trace has none)
     held_out: WaitComparison | None = None
+    use: TraceUse | None = None  # how much of the rows before the cut-off were replayed
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "best": self.best.as_dict(),
             "held_out": None if self.held_out is None else self.held_out.as_dict(),
+            "trace_use": None if self.use is None else self.use.as_dict(),
             "cutoff": self.cutoff,
             "jobs": self.jobs,
             "measured": self.measured,
@@ -623,6 +625,7 @@ def calibrate(
         wall_s=time.perf_counter() - t0,
         notes=notes,
         held_out=later,
+        use=prep.workload.use(),
     )
 
 

@@ -352,6 +352,7 @@ def _render_summary(out: dict[str, Any]) -> None:
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the calibrated profile here.")
 @_HOLDS
+@_STRICT
 @_JSON
 def calibrate(
     *,
@@ -366,12 +367,15 @@ def calibrate(
     tune_settings: bool,
     out: str | None,
     holds: bool,
+    strict: bool,
     as_json: bool,
 ) -> None:
     """Find the node count (and settings) whose replay best reproduces the trace's waits.
 
     Loss: KS distance between simulated and real waits from eligible time (dependency holds
-    taken out), over jobs submitted after a 2-day warm-up and before --before.
+    taken out), over jobs submitted after a 2-day warm-up and before --before. Says how
+    many of those jobs the replays used (at the best size); more than 5% left out is a
+    warning, an error with --strict.
     """
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.sim import calibrate as cal_mod
@@ -399,6 +403,8 @@ def calibrate(
     )  # fmt: skip
     if result.jobs == 0:
         raise click.ClickException(f"{trace_path}: no job submitted before {before}")
+    if result.use is not None:
+        _trace_use(result.use, strict)
     if out:
         try:
             cal_mod.write_profile(result, out, trace_path, prof.timezone)
@@ -440,6 +446,8 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
         console.print(note)
     b = result.best
     settings = f" {b.settings}" if b.settings else ""
+    if result.use is not None:
+        console.print(f"trace use (before the cut-off, at {b.nodes} nodes): {result.use.line()}")
     console.print(f"best: {b.nodes} nodes{settings}, KS {b.ks:.3f} "
                   f"({result.wall_s:.0f} s in all)")  # fmt: skip
     h = result.held_out

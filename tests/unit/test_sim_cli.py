@@ -169,3 +169,17 @@ def test_procs_per_node_reads_swf_processors_as_nodes() -> None:
     assert by_number["used"] == 294
     bad = run(*base, "--procs-per-node", "zero")
     assert bad.exit_code == 2 and "--procs-per-node" in bad.output
+
+
+def test_calibrate_says_how_much_of_the_trace_it_used() -> None:
+    """Issue 28: calibrate reports the trace's use at the best size (the same HPC2N slice
+    on Pitzer leaves out 16 of 300 jobs: a warning; --strict: an error)."""
+    base = ("calibrate", "--trace", HPC2N_SLICE, "--profile", "pitzer", "--before",
+            "2030-01-01", "--nodes-min", "60", "--nodes-max", "80", "--step", "10")  # fmt: skip
+    res = run(*base, "--json")
+    assert res.exit_code == 0, res.output
+    use = json.loads(res.stdout)["trace_use"]
+    assert (use["rows"], use["used"]) == (300, 284)
+    assert "warning: only 284 of the trace's 300 jobs" in res.stderr
+    strict = run(*base, "--strict")
+    assert strict.exit_code == 1 and "(--strict)" in strict.output
