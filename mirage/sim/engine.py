@@ -496,7 +496,7 @@ class Simulation:
         # (end time -> nodes freed then), kept at every start and end ...
         self._ends: dict[str, dict[int, int]] = {}
         # ... and sorted for the next pass (_release_table); None: stale
-        self._releases: tuple[int, dict[str, tuple[list[int], list[int]]]] | None = None
+        self._releases: dict[str, tuple[list[int], list[int]]] | None = None
         self.free: dict[str, int] = dict(self.capacity)  # idle whole nodes per partition
         self.gfree: list[int] = list(self.node_gpus)
         self.cfree: list[int] = list(self.node_cpus)
@@ -1765,7 +1765,7 @@ class Simulation:
         free = self.free
         return {
             p: Availability.from_ends(now, free[p], soon, times, nodes)
-            for p, (times, nodes) in self._release_table(res).items()
+            for p, (times, nodes) in self._release_table().items()
         }
 
     def _planned_end(self, i: int, sign: int) -> None:
@@ -1781,33 +1781,19 @@ class Simulation:
             del ends[t]
         self._releases = None
 
-    def _release_table(self, res: int) -> dict[str, tuple[list[int], list[int]]]:
-        """Per partition: the distinct times running jobs end at, start + _ceil(limit, res),
-        ascending, and the nodes freed at each. Kept until a job starts or ends, and from
-        _ends (no per-job work) at the profile's resolution: backfill passes far outnumber
-        starts and ends on a deep queue, and rebuilding this per pass from the running jobs
-        was a quarter of a probe's time."""
-        if self._releases is not None and self._releases[0] == res:
-            return self._releases[1]
-        if res == max(1, self.sched.bf_resolution_s):
-            table = {}
+    def _release_table(self) -> dict[str, tuple[list[int], list[int]]]:
+        """Per partition: the distinct times running jobs end at, start + _ceil(limit,
+        bf_resolution_s) (kept in _ends), ascending, and the nodes freed at each. Kept
+        until a job starts or ends: backfill passes far outnumber starts and ends on a deep
+        queue, and rebuilding this per pass from the running jobs was a quarter of a
+        probe's time."""
+        if self._releases is None:
+            self._releases = {}
             for p in self.capacity:
                 e = self._ends.get(p, {})
                 times = sorted(e)
-                table[p] = (times, [e[t] for t in times])
-            self._releases = (res, table)
-            return table
-        by: dict[str, dict[int, int]] = {p: {} for p in self.capacity}
-        start, limit, specs = self.start, self.limit, self.specs
-        for i in self.running:
-            st = start[i]
-            assert st is not None
-            ends = by[specs[i].partition]
-            t = st + _ceil(limit[i], res)
-            ends[t] = ends.get(t, 0) + specs[i].nodes
-        table = {p: (sorted(e), [e[t] for t in sorted(e)]) for p, e in by.items()}
-        self._releases = (res, table)
-        return table
+                self._releases[p] = (times, [e[t] for t in times])
+        return self._releases
 
     def _node_plan(self, res: int) -> NodePlan:
         alloc = self.alloc

@@ -203,14 +203,15 @@ def from_table(
     cpn = np.ceil(np.nan_to_num(cpus, nan=0.0) / nodes)
     drop(gpn > np.array([known[p].gpus_per_node for p in sim_part]), "too many GPUs per node")
     drop(cpn > np.array([known[p].cpus_per_node for p in sim_part]), "too many CPUs per node")
-    part_max = np.array(
-        [np.nan if known[p].max_time_s is None else known[p].max_time_s for p in sim_part]
-    )
     no_limit = np.isnan(limit)
     if unknown_limit == "drop":
         drop(no_limit, "unknown time limit")
     elif unknown_limit == "partition-max":
-        limit = np.where(no_limit, part_max, limit)  # no MaxTime either: the run time
+        part_max = [np.nan if known[p].max_time_s is None else known[p].max_time_s
+                    for p in sim_part]  # fmt: skip
+        limit = np.where(
+            no_limit, np.array(part_max, dtype=np.float64), limit
+        )  # no MaxTime either: the run time
     unknown = _unknowns(
         df, ran, no_limit, unknown_limit, ~np.isin(parts, list(known)), default,
         _nodes_note(procs_per_node),
