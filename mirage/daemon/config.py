@@ -20,7 +20,8 @@ never silently falls back to a default. Durations are seconds (``_s``).
     revoke = true                  # cancel a pending pre-submission a policy finds far too early
     run_as_owner = "auto"          # "auto" (when root), "always", "never" (per-user daemon)
     sees_all_jobs = true           # false: squeue shows only our jobs (queue policies fall back)
-    test_only_per_cycle = 0        # sbatch --test-only estimates per cycle (each costs a job id)
+    test_only_per_cycle = 20       # sbatch --test-only estimates per cycle (each costs a job id;
+                                   # the guard asks one per request shape about to be submitted)
     max_chains_per_user = 100      # active chains one user may have registered at once
     max_script_bytes = 1048576     # the largest batch script a chain may register
     allow_root_chains = false      # true: a daemon submitting as owners runs uid 0's chains
@@ -32,8 +33,16 @@ never silently falls back to a default. Durations are seconds (``_s``).
     submit_timeout_s = 60          # sbatch (a timeout makes the submission UNKNOWN)
 
     [policy]
-    default = "fixed-lead"         # "reactive", "fixed-lead", "lookahead" (needs the profile),
-                                   # or a trained "rf", "xgb", "dqn", "pg"
+    default = "qbets"              # "reactive", "fixed-lead", "qbets", "running-average",
+                                   # "lookahead" (needs the profile), or a trained "rf", "xgb",
+                                   # "dqn", "pg"; the default, with the guard, is the measured
+                                   # shipped configuration (docs/evaluation.md)
+    guard = "estimate"             # "estimate": no pre-submission Slurm's own estimate starts
+                                   # before the planned end + guard_margin_s (and such a pending
+                                   # one is revoked); "none": the policy alone
+    guard_margin_s = 28800         # the guard's margin (8 h)
+    qbets_quantile = 0.75          # qbets: the quantile of the last day's waits bounded (95%)
+    average_factor = 1.5           # running-average: predicted wait = factor x the mean wait
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
                                    # (may be negative: submit later than the simulation says)
@@ -74,6 +83,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from mirage.policy.guard import GUARDS, SHIPPED
 from mirage.typedtoml import SchemaError, build, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
@@ -106,7 +116,7 @@ class DaemonSection:
     revoke: bool = True
     run_as_owner: Literal["auto", "always", "never"] = "auto"
     sees_all_jobs: bool = True
-    test_only_per_cycle: int = 0
+    test_only_per_cycle: int = 20
     max_chains_per_user: int = 100
     max_script_bytes: int = 1_048_576
     allow_root_chains: bool = False
@@ -122,7 +132,11 @@ class SlurmSection:
 
 @dataclass(frozen=True)
 class PolicySection:
-    default: str = "fixed-lead"
+    default: str = SHIPPED.policy
+    guard: str = "estimate"
+    guard_margin_s: int = field(default=SHIPPED.guard_margin_s, metadata={"signed": True})
+    qbets_quantile: float = SHIPPED.qbets_quantile
+    average_factor: float = SHIPPED.average_factor
     lead_s: int = 900
     lookahead_margin_s: int = field(default=0, metadata={"signed": True})
     lookahead_runtime: str = "median"
@@ -281,12 +295,23 @@ def _check_database(url: str, where: str) -> None:
         ) from exc
 
 
+def _check_constants(p: PolicySection, source: str) -> None:
+    if p.guard not in GUARDS:
+        raise ConfigError(
+            f"{source} [policy]: guard must be one of {', '.join(GUARDS)}, got {p.guard!r}"
+        )
+    if not 0.0 < p.qbets_quantile < 1.0:
+        raise ConfigError(f"{source} [policy]: qbets_quantile must lie strictly between 0 and 1")
+    if p.average_factor <= 0:
+        raise ConfigError(f"{source} [policy]: average_factor must be positive")
+
+
 def _check_policy(p: PolicySection, source: str) -> None:
     from mirage.extras import MissingExtra, missing
     from mirage.learn.artifacts import AGENTS
     from mirage.learn.artifacts import POLICIES as LEARNED
     from mirage.policy.lookahead import MAX_DRAWS, check_stat
-    from mirage.policy.simple import POLICY_NAMES, PROFILE_POLICIES
+    from mirage.policy.simple import FALLBACK_NAMES, POLICY_NAMES, PROFILE_POLICIES
 
     try:
         check_stat(p.lookahead_runtime)
@@ -298,6 +323,7 @@ def _check_policy(p: PolicySection, source: str) -> None:
         raise ConfigError(f"{source} [policy]: coverage_window must be at least 1")
     if not 0.0 <= p.coverage_min <= 1.0:
         raise ConfigError(f"{source} [policy]: coverage_min must be 0 (never) to 1")
+    _check_constants(p, source)
     valid = (*POLICY_NAMES, *LEARNED)
     for name in [p.default, p.fallback, *p.partitions.values()]:
         if name not in valid:
@@ -311,10 +337,9 @@ def _check_policy(p: PolicySection, source: str) -> None:
                 f"{source} [policy]: {name!r} needs models_dir and cluster (the cluster "
                 "profile: <models_dir>/<cluster>/profile.toml)"
             )
-    if p.fallback in (*LEARNED, *PROFILE_POLICIES):
+    if p.fallback not in FALLBACK_NAMES:
         raise ConfigError(
-            f"{source} [policy]: fallback must be one of "
-            f"{', '.join(n for n in POLICY_NAMES if n not in PROFILE_POLICIES)}"
+            f"{source} [policy]: fallback must be one of {', '.join(FALLBACK_NAMES)}"
         )
 
 

@@ -402,6 +402,8 @@ class Daemon:
             queued = frozenset(j.job_id for j in snapshot.jobs)
             wants, revocable = self._reconcile(s, now, records, report, queued)
             s.commit()
+            # one budget of estimates per cycle, for decisions and revocations alike
+            self._test_only_left = self.cfg.test_only_per_cycle
             chosen = self._decide(s, now, snapshot, [w for w in wants if w.presubmit], report)
             s.commit()
             wants = [w for w in wants if not w.presubmit] + chosen
@@ -1310,7 +1312,6 @@ class Daemon:
         every other chain is decided as usual."""
         if not wants:
             return []
-        self._test_only_left = self.cfg.test_only_per_cycle
         groups: dict[str, tuple[Policy, list[_Want]]] = {}
         for w in wants:
             choice = self.policy_for(w.chain)

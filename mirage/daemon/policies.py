@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from mirage.daemon.config import PolicySection
 from mirage.policy.base import Policy
+from mirage.policy.guard import EstimateGuard
 from mirage.policy.simple import PROFILE_POLICIES, make_policy
 from mirage.profile.schema import ClusterProfile, Partition
 
@@ -50,11 +51,22 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
 
     if name not in POLICIES:
         policy = make_policy(name, lead_s=cfg.lead_s, margin_s=cfg.lookahead_margin_s,
-                             runtime_stat=cfg.lookahead_runtime,
-                             draws=cfg.lookahead_draws)  # fmt: skip
-        return LoadedPolicy(policy, "model" if name in PROFILE_POLICIES else "baseline")
+                             runtime_stat=cfg.lookahead_runtime, draws=cfg.lookahead_draws,
+                             qbets_quantile=cfg.qbets_quantile,
+                             average_factor=cfg.average_factor)  # fmt: skip
+        kind = "model" if name in PROFILE_POLICIES else "baseline"
+        return LoadedPolicy(guarded(policy, name, cfg), kind)
     policy, meta = load_policy(Path(cfg.models_dir) / cfg.cluster / name)
-    return LoadedPolicy(policy, "learned", meta.created, meta.created_epoch() or 0.0, meta)
+    return LoadedPolicy(
+        guarded(policy, name, cfg), "learned", meta.created, meta.created_epoch() or 0.0, meta
+    )
+
+
+def guarded(policy: Policy, name: str, cfg: PolicySection) -> Policy:
+    """``policy`` behind the estimate guard (``[policy] guard``); reactive needs none."""
+    if cfg.guard == "none" or name == "reactive":
+        return policy
+    return EstimateGuard(policy, cfg.guard_margin_s)
 
 
 def model_key(name: str) -> str:

@@ -250,6 +250,9 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
                         lookahead_margin_s=base.policy.lookahead_margin_s,
                         lookahead_runtime=base.policy.lookahead_runtime,
                         lookahead_draws=base.policy.lookahead_draws,
+                        guard=base.policy.guard, guard_margin_s=base.policy.guard_margin_s,
+                        qbets_quantile=base.policy.qbets_quantile,
+                        average_factor=base.policy.average_factor,
                         models_dir=spec.models_dir, cluster=spec.model_cluster)  # fmt: skip
     cap = max(base.daemon.max_submits_per_cycle, spec.chains)
     daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)

@@ -185,9 +185,10 @@ def parse_split(text: str | None, name: str, tz: str, default: Split) -> Split:
 @click.option("--profile", "profile_name", default=None, help="Profile (default: calibrated).")
 @click.option(
     "--policies",
-    default="reactive,fixed-lead,slurm-estimate,running-average,qbets,oracle",
+    default="reactive,fixed-lead,slurm-estimate,running-average,qbets,shipped,oracle",
     show_default=True,
-    help="Comma-separated methods; also rf, xgb, dqn, pg (trained, --models), lookahead "
+    help="Comma-separated methods (shipped: the daemon's default configuration); also rf, "
+    "xgb, dqn, pg (trained, --models), lookahead "
     "(model-based), runtime-oracle (a reference) and selected.",
 )
 @click.option(
@@ -330,19 +331,18 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     methods: list[str],
     kw: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    from mirage.evaluate.harness import (
-        BASELINES,
-        LEARNED,
-        LOOKAHEAD,
-        REFERENCES,
-        SELECTED,
-        Walker,
+    from mirage.evaluate.harness import SELECTED, Walker
+    from mirage.evaluate.report import (
+        plots,
+        render,
+        render_ceiling,
+        render_gains,
+        render_shipped,
+        to_json,
     )
-    from mirage.evaluate.report import plots, render, render_ceiling, render_gains, to_json
     from mirage.evaluate.stats import (
         ceiling,
         gains,
-        head_to_head,
         level_counts,
         table,
         warnings_for,
@@ -384,10 +384,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     tab = table(results, protocol.alpha, boot=kw["boot"])
     ceil = ceiling(tab)
     gained = gains(results, protocol.alpha, boot=kw["boot"])
-    baselines = [m for m in BASELINES if m not in REFERENCES]
-    h2h = head_to_head(results, protocol.alpha, LEARNED, baselines, boot=kw["boot"])
-    picked = head_to_head(results, protocol.alpha, [SELECTED], baselines, boot=kw["boot"])
-    ahead_h2h = head_to_head(results, protocol.alpha, [LOOKAHEAD], baselines, boot=kw["boot"])
+    h2h, picked, ahead_h2h, shipped = _head_to_heads(results, protocol.alpha, kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     pngs = [] if _plots_missing() else plots(results, protocol.alpha, Path(kw["out_dir"]), tag)
     test = splits[1]
@@ -413,6 +410,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         "oracle_gain": {level: g.as_dict() for level, g in gained.items()},
         "head_to_head": {level: h.as_dict() for level, h in h2h.items()},
         "selected_head_to_head": {level: h.as_dict() for level, h in picked.items()},
+        **_shipped_json(shipped),
         **(
             {"lookahead_head_to_head": {level: h.as_dict() for level, h in ahead_h2h.items()}}
             if ahead_h2h
@@ -429,7 +427,34 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         log.warning("load %g: %s", load, line)
     entry["warnings"] = said
     text = render(tab, title) + render_ceiling(ceil) + render_gains(gained)
+    text += render_shipped(shipped)
     return text + _comparisons(h2h, picked, stated, ahead_h2h), entry
+
+
+def _shipped_json(rows: Any) -> dict[str, Any]:
+    """The shipped configuration's rows (none: no key); the targets are per level, so
+    "all" gets no verdict."""
+    if not rows:
+        return {}
+    out = {lv: r.as_dict() for lv, r in rows.items()}
+    if "all" in out:
+        out["all"]["meets_targets"] = None
+    return {"shipped": out}
+
+
+def _head_to_heads(results: Any, alpha: float, boot: int) -> tuple[Any, Any, Any, Any]:
+    """Against the best baseline: the best learned method, the selected one, the
+    look-ahead; and the shipped configuration's summary rows."""
+    from mirage.evaluate.harness import BASELINES, LEARNED, LOOKAHEAD, REFERENCES, SELECTED
+    from mirage.evaluate.stats import head_to_head, shipped_rows
+
+    baselines = [m for m in BASELINES if m not in REFERENCES]
+    return (
+        head_to_head(results, alpha, LEARNED, baselines, boot=boot),
+        head_to_head(results, alpha, [SELECTED], baselines, boot=boot),
+        head_to_head(results, alpha, [LOOKAHEAD], baselines, boot=boot),
+        shipped_rows(results, alpha, baselines, boot=boot),
+    )
 
 
 def _records(

@@ -27,6 +27,7 @@ from mirage.policy.base import (
 )
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
+from mirage.policy.guard import SHIPPED, EstimateGuard
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -152,6 +153,21 @@ def submission_step(policy: Policy, ctxs: Sequence[DecisionContext], p: PendingT
     return len(ctxs)  # submitted at the predecessor's end regardless
 
 
+def revocable_submission(
+    policy: Policy, ctxs: Sequence[DecisionContext], p: PendingTransition, sample: SampleResult
+) -> tuple[int, int]:
+    """A revocable policy's standing submission step and its revocations before it: its
+    submit and revoke answers at every step, then the daemon's rule
+    (:func:`mirage.policy.base.revocable_step`)."""
+    submit = np.zeros(len(ctxs), bool)
+    revoke = np.zeros(len(ctxs), bool)
+    for k, ctx in enumerate(ctxs):
+        policy.observe(ctx)
+        submit[k] = policy.decide(ctx, [p])[0].submit
+        revoke[k] = policy.revoke(ctx, [p])[0]
+    return revocable_step(submit, revoke, sample.succ_start, sample.steps)
+
+
 def outcomes_at(
     samples: Sequence[SampleResult], steps: Sequence[int], revoked: Sequence[int] | None = None
 ) -> Outcomes:
@@ -223,10 +239,16 @@ class Walker:
         return out
 
     def run(self, make: PolicyFactory) -> Outcomes:
-        steps = []
-        for ctxs, p in zip(self.ctxs, self.pending, strict=True):
-            steps.append(submission_step(make(), ctxs, p))  # a fresh policy per chain
-        return outcomes_at(self.samples, steps)
+        steps, revoked = [], []
+        for s, ctxs, p in zip(self.samples, self.ctxs, self.pending, strict=True):
+            policy = make()  # a fresh policy per chain
+            if policy.revocable:
+                k, n = revocable_submission(policy, ctxs, p, s)
+            else:
+                k, n = submission_step(policy, ctxs, p), 0
+            steps.append(k)
+            revoked.append(n)
+        return outcomes_at(self.samples, steps, revoked)
 
     @functools.cached_property
     def matrices(self) -> list[np.ndarray]:
@@ -309,6 +331,10 @@ GRIDS: dict[str, list[float]] = {
     LOOKAHEAD: [h * HOUR for h in (-8, -4, -2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6, 8)],
 }
 BASELINES = ("reactive", "fixed-lead", "slurm-estimate", "running-average", "qbets", ORACLE)
+#: The daemon's default configuration (:data:`mirage.policy.guard.SHIPPED`: a baseline
+#: behind the estimate guard), with its shipped constants: never tuned here, so that what
+#: is measured is what an admin runs.
+SHIPPED_METHOD = "shipped"
 #: Opt-in (``--policies …,runtime-oracle``): its what-if probes cost about half as much
 #: again as the outcome probes.
 EXTRA_REFERENCES = (RUNTIME_ORACLE,)
@@ -322,10 +348,24 @@ CURVE_RULES = (RUNTIME_ORACLE, LOOKAHEAD)
 #: after `mirage train`, chosen without seeing the test split; "the best learned policy"
 #: of a table is picked on the test split, this is not.
 SELECTED = "selected"
-METHODS = BASELINES + EXTRA_REFERENCES + LEARNED + MODEL_BASED + (SELECTED,)
+METHODS = (*BASELINES, SHIPPED_METHOD, *EXTRA_REFERENCES, *LEARNED, *MODEL_BASED, SELECTED)
+
+
+def shipped_policy() -> Policy:
+    """The daemon's default policy with its default constants (``[policy]`` defaults)."""
+    inner: Policy
+    if SHIPPED.policy == "qbets":
+        inner = Qbets(SHIPPED.qbets_quantile)
+    elif SHIPPED.policy == "running-average":
+        inner = RunningAverage(SHIPPED.average_factor)
+    else:
+        raise ValueError(f"the shipped policy {SHIPPED.policy!r} is not a baseline")
+    return EstimateGuard(inner, SHIPPED.guard_margin_s)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
+    if method == SHIPPED_METHOD:
+        return shipped_policy
     if method == "reactive":
         return Reactive
     if method == "slurm-estimate":

@@ -18,6 +18,7 @@ from mirage.evaluate.stats import (
     Cell,
     HeadToHead,
     LevelGains,
+    ShippedRow,
     load_levels,
 )
 
@@ -103,6 +104,30 @@ def render_gains(per_level: Mapping[str, LevelGains]) -> str:
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:
             lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines)
+
+
+def render_shipped(rows: Mapping[str, ShippedRow]) -> str:
+    """The shipped configuration against reactive, the oracle and the best baseline, per
+    level that counts; "meets" says whether the level holds the targets (no harm; where
+    the oracle gain is at least 1 h, at least 85% of it and better than the best baseline;
+    the targets are per level, so "all" gets none)."""
+    if not rows:
+        return ""
+    header = ["level", "n", "reactive", "oracle", "oracle gain", "best baseline", "shipped J",
+              "share", "shipped - reactive, h", "shipped - best, h", "meets"]  # fmt: skip
+    body = [
+        [lv, str(r.n), f"{r.reactive_h:.2f}", f"{r.oracle_h:.2f}", f"{r.gain.value:.2f}",
+         f"{r.best_baseline} {r.best_baseline_h:.2f}", f"{r.shipped_h:.2f}",
+         "-" if math.isnan(r.shipped.share) else f"{r.shipped.share:.0%}",
+         _fmt(r.shipped.harm), _fmt(r.against_best),
+         "-" if lv == "all" else "yes" if r.meets else "NO"]
+        for lv, r in rows.items()
+    ]  # fmt: skip
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    lines = ["\nthe shipped configuration (the daemon's default [policy]; mean J, h):"]
+    for r in [header, *body]:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     return "\n".join(lines)
 
 

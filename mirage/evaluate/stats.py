@@ -281,6 +281,78 @@ def gains(
     return out
 
 
+#: The shipped configuration's targets: no harm at every level (:data:`NO_HARM_H`), and
+#: where the oracle gains at least GAIN_MIN_H, at least GAIN_SHARE of that gain taken.
+GAIN_MIN_H = 1.0
+GAIN_SHARE = 0.85
+
+
+@dataclass
+class ShippedRow:
+    """One level of the shipped configuration's summary."""
+
+    n: int
+    reactive_h: float
+    oracle_h: float
+    gain: Cell  # the oracle gain (h)
+    best_baseline: str  # least mean J among the baselines (references aside), on these samples
+    best_baseline_h: float
+    shipped_h: float
+    shipped: Gain  # its share of the oracle gain and its no-harm interval
+    against_best: Cell  # shipped minus the best baseline, paired (h)
+
+    @property
+    def meets(self) -> bool:
+        """No harm, and most of the gain where there is one to take (and beats the best
+        baseline in the paired comparison there)."""
+        if not self.shipped.no_harm:
+            return False
+        if self.gain.value < GAIN_MIN_H:
+            return True
+        return self.shipped.share >= GAIN_SHARE and self.against_best.hi < 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {"n": self.n, "reactive_J_h": self.reactive_h, "oracle_J_h": self.oracle_h,
+                "oracle_gain_h": self.gain.as_dict(), "best_baseline": self.best_baseline,
+                "best_baseline_J_h": self.best_baseline_h, "shipped_J_h": self.shipped_h,
+                **self.shipped.as_dict(), "minus_best_baseline_J_h": self.against_best.as_dict(),
+                "meets_targets": self.meets}  # fmt: skip
+
+
+def shipped_rows(
+    results: Mapping[str, Outcomes],
+    alpha: float,
+    baselines: Sequence[str],
+    *,
+    shipped: str = "shipped",
+    reactive: str = "reactive",
+    oracle: str = "oracle",
+    boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, ShippedRow]:
+    """Per level that counts (and all samples): the issue's one table for the shipped
+    configuration (reactive, oracle, the gain, the best baseline, and the shipped
+    configuration's J, share, no-harm interval and paired difference to that baseline)."""
+    if not {shipped, reactive, oracle} <= set(results):
+        return {}
+    gained = gains({m: results[m] for m in (reactive, oracle, shipped)}, alpha, boot=boot,
+                   seed=seed)  # fmt: skip
+    theirs = [m for m in baselines if m in results and m not in (oracle, shipped)]
+    levels = load_levels(results[reactive].gap)
+    out: dict[str, ShippedRow] = {}
+    for level, g in gained.items():
+        mask = np.ones(levels.size, bool) if level == "all" else levels == level
+        n = int(mask.sum())
+        j = {m: results[m].cost(alpha)[mask] / HOUR for m in (*theirs, reactive, oracle, shipped)}
+        best = min(theirs, key=lambda m: float(j[m].mean()))
+        idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
+        diff = Cell(*_boot(j[shipped] - j[best], idx, _mean), n)
+        out[level] = ShippedRow(n, float(j[reactive].mean()), float(j[oracle].mean()),
+                                g.oracle_gain, best, float(j[best].mean()),
+                                float(j[shipped].mean()), g.methods[shipped], diff)  # fmt: skip
+    return out
+
+
 #: A forecaster whose stated 90% intervals hold fewer of the true waits than this is
 #: called out (trained on too little, or on a cluster unlike this one).
 COVERAGE_WARN = 0.75

@@ -11,12 +11,12 @@ quantile) are tuned on the tuning split by :mod:`mirage.evaluate.harness`, never
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
-from mirage.slurm.types import SubmitRequest
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy, WaitHistory
+from mirage.slurm.types import JobState, SlurmJob, SubmitRequest
 
 HOUR = 3600
 
@@ -93,28 +93,76 @@ class SlurmEstimate(Policy):
         return out
 
 
+class WaitTracker:
+    """The waits (start - eligible) of jobs seen starting, per partition, as a live daemon
+    learns them from its polls: each cycle's ``sacct`` records and ``squeue``'s running
+    jobs. A job counts once (by id); waits older than ``keep_s`` are dropped."""
+
+    def __init__(self, keep_s: int) -> None:
+        self.keep_s = keep_s
+        self._seen: dict[str, tuple[str, int, int]] = {}  # job id -> (partition, start, wait)
+
+    def observe(self, jobs: Iterable[SlurmJob], now: int) -> None:
+        for job in jobs:
+            if job.state is JobState.PENDING or job.start is None or job.start > now:
+                continue  # a pending job's "start" is Slurm's estimate, not a start
+            eligible = job.eligible if job.eligible is not None else job.submit
+            if eligible is None or eligible <= 0 or job.job_id in self._seen:
+                continue
+            self._seen[job.job_id] = (job.partition, job.start, max(0, job.start - eligible))
+        cutoff = now - self.keep_s
+        self._seen = {k: v for k, v in self._seen.items() if v[1] > cutoff}
+
+    def history(self, partition: str) -> WaitHistory:
+        """This partition's waits (every partition's when none was named)."""
+        mine = (v for v in self._seen.values() if not partition or v[0] == partition)
+        rows = sorted((start, wait) for _part, start, wait in mine)
+        arr = np.array(rows, dtype=np.int64).reshape(-1, 2)
+        return WaitHistory(arr[:, 0].copy(), arr[:, 1].copy())
+
+
 class _WaitPolicy(Policy):
-    """Submit when now + (predicted wait) reaches the planned end."""
+    """Submit when now + (predicted wait) reaches the planned end.
+
+    The evaluation harness hands it the recorded waits (``ctx.history``); in the daemon it
+    learns them itself from the polls it observes (:class:`WaitTracker`, per partition,
+    after a warm-up read of ``warmup_s`` of accounting). It needs every user's jobs
+    (``sees_all_jobs``): the waits of Mirage's own jobs alone say little of the queue."""
 
     def __init__(self, window_s: int = 24 * HOUR) -> None:
         self.window_s = window_s
+        self.warmup_s = window_s
+        self.tracker = WaitTracker(window_s)
 
     def predicted_wait(self, waits: np.ndarray) -> float:
         raise NotImplementedError
 
-    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
-        waits = np.zeros(0, dtype=np.int64)
+    def observe(self, ctx: DecisionContext) -> None:
         if ctx.history is not None:
-            waits = ctx.history.recent(ctx.now, self.window_s)
-        wait = self.predicted_wait(waits) if waits.size else 0.0
+            return  # recorded waits given: nothing to learn
+        if ctx.accounting is not None:
+            self.tracker.observe(ctx.accounting, ctx.now)
+        self.tracker.observe(ctx.snapshot.jobs, ctx.now)
+
+    def _waits(self, ctx: DecisionContext, partition: str) -> np.ndarray:
+        history = ctx.history if ctx.history is not None else self.tracker.history(partition)
+        return history.recent(ctx.now, self.window_s)
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         out = []
+        by_part: dict[str, tuple[float, int]] = {}
         for p in pending:
+            if p.partition not in by_part:
+                waits = self._waits(ctx, p.partition)
+                wait = self.predicted_wait(waits) if waits.size else 0.0
+                by_part[p.partition] = (wait, int(waits.size))
+            wait, n_waits = by_part[p.partition]
             pred = int(ctx.now + wait)
             out.append(
                 Decision(
                     submit=pred >= p.planned_end,
                     predicted_start=max(pred, p.planned_end),
-                    reason=f"{self.name}: predicted wait {wait:.0f} s over {waits.size} jobs",
+                    reason=f"{self.name}: predicted wait {wait:.0f} s over {n_waits} jobs",
                 )
             )
         return out

@@ -3,6 +3,8 @@
 - ``reactive``: never pre-submits; the daemon submits the successor when the
   predecessor has ended (the behaviour without Mirage, the baseline of every comparison).
 - ``fixed-lead``: submits once ``now >= planned_end - lead_s``.
+- ``qbets``, ``running-average``: the wait-statistic baselines of
+  :mod:`mirage.policy.baselines`, learning recent waits from the daemon's polls.
 
 The full baseline set (Slurm's estimate, running average, QBETS, oracle) lives in
 ``mirage.policy.baselines``; ``lookahead`` (:mod:`mirage.policy.lookahead`) is made here too,
@@ -14,8 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.baselines import Qbets, RunningAverage
+from mirage.policy.guard import SHIPPED
 
-POLICY_NAMES = ("reactive", "fixed-lead", "lookahead")
+POLICY_NAMES = ("reactive", "fixed-lead", "qbets", "running-average", "lookahead")
+#: What ``[policy] fallback`` may name: policies that need neither the whole queue nor the
+#: profile, so that they can decide where the chosen policy cannot.
+FALLBACK_NAMES = ("reactive", "fixed-lead")
 #: Policies that read the queue against the cluster profile's node counts (the daemon loads
 #: the profile beside the trained models), so they cannot be the fallback.
 PROFILE_POLICIES = ("lookahead",)
@@ -58,6 +65,8 @@ def make_policy(
     margin_s: int = 0,
     runtime_stat: str = "median",
     draws: int = 1,
+    qbets_quantile: float = SHIPPED.qbets_quantile,
+    average_factor: float = SHIPPED.average_factor,
 ) -> Policy:
     """A policy by its configured name (``margin_s``, ``runtime_stat``, ``draws``: the
     look-ahead's margin, run-time statistic and simulations per decision)."""
@@ -65,6 +74,10 @@ def make_policy(
         return ReactivePolicy()
     if name == "fixed-lead":
         return FixedLeadPolicy(lead_s)
+    if name == "qbets":
+        return Qbets(qbets_quantile)
+    if name == "running-average":
+        return RunningAverage(average_factor)
     if name == "lookahead":
         from mirage.policy.lookahead import LookaheadPolicy
 

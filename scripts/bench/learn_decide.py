@@ -7,7 +7,8 @@ Replays the bundled ls6 slice to its busiest moment (of its first month; with th
 trace, ``--nodes 70 --days 60`` finds a queue of 1.13's depth), takes the
 simulated cluster's ``squeue``-shaped snapshot, and times ``policy.decide`` on ``--chains`` pending
 transitions in one call (features from the snapshot, one model call), for every trained
-policy found under ``--models`` and for the fixed-lead baseline beside them, and for the
+policy found under ``--models`` and for the fixed-lead baseline beside them, for the
+shipped default (QBETS behind the estimate guard, ``sbatch --test-only`` stubbed), and for the
 look-ahead (run times learned from every job finished by then; one simulation of the
 queue per distinct request shape: once with every chain asking for the same shape, once
 with ten shapes). Prints the median of ``--repeat`` calls and the ratio to the target.
@@ -26,12 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mirage.learn.artifacts import POLICIES, ModelError, load_policy
 from mirage.policy.base import DecisionContext, PendingTransition, Policy
-from mirage.policy.baselines import FixedLead
+from mirage.policy.baselines import FixedLead, Qbets
+from mirage.policy.guard import SHIPPED, EstimateGuard
 from mirage.policy.lookahead import LookaheadPolicy, RunTimes
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.workload import from_table
+from mirage.slurm.types import SlurmJob, StartEstimate
 from mirage.trace.readers import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +44,7 @@ TARGET_S = 1.0
 
 def busy_context(
     profile_path: str, trace: str, nodes: int | None = None, days: int = 30
-) -> tuple[DecisionContext, int, RunTimes]:
+) -> tuple[DecisionContext, int, RunTimes, list[SlurmJob]]:
     profile = load_profile(profile_path)
     if nodes is not None:  # a smaller cluster: a busier queue (70 of ls6's 79 is load 1.13)
         part = profile.partition(None)
@@ -63,7 +66,8 @@ def busy_context(
     ctx = DecisionContext(now=best.taken_at, snapshot=best, profile=profile)
     runtimes = RunTimes()
     runtimes.observe(j for j in client.accounting(first) if j.end and j.end <= best.taken_at)
-    return ctx, len(best.jobs), runtimes
+    started = [j for j in client.accounting(first) if j.start and j.start <= best.taken_at]
+    return ctx, len(best.jobs), runtimes, started
 
 
 def timed(policy: Policy, ctx: DecisionContext, pending: list[PendingTransition], n: int) -> float:
@@ -86,7 +90,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, help="the partition's node count (default: profile's)")
     ap.add_argument("--days", type=int, default=30, help="how far to look for the busiest queue")
     args = ap.parse_args()
-    ctx, queued, runtimes = busy_context(args.profile, args.trace, args.nodes, args.days)
+    ctx, queued, runtimes, started = busy_context(args.profile, args.trace, args.nodes, args.days)
     part = ctx.profile.partition(None).name
     pending = [
         PendingTransition(
@@ -102,9 +106,17 @@ def main() -> None:
         except ModelError as exc:
             print(f"{kind}: skipped ({exc})")
     ahead = LookaheadPolicy(0, runtimes)
+    # the daemon's default: QBETS on the waits of the jobs started by then, behind the guard,
+    # whose sbatch --test-only is a stub here (its cost is the controller's, one per shape)
+    shipped = EstimateGuard(Qbets(SHIPPED.qbets_quantile), SHIPPED.guard_margin_s)
+    shipped.observe(replace(ctx, accounting=started))
+    far = StartEstimate(None, ctx.now + 24 * H)
+    guarded_ctx = replace(ctx, estimate_start=lambda _req: far)
     shapes = [replace(p, succ_time_limit=(4 + 4 * (i % 10)) * H) for i, p in enumerate(pending)]
     runs: dict[str, tuple[Policy, list[PendingTransition]]] = {
         **{name: (policy, pending) for name, policy in policies.items()},
+        "shipped": (shipped, pending),
+        "shipped/10": (shipped, shapes),
         "lookahead": (ahead, pending),
         "lookahead/10": (ahead, shapes),
         # the median of 16 simulations with drawn run times (lookahead_draws = 16)
@@ -114,7 +126,7 @@ def main() -> None:
     print(f"lookahead: {len(runtimes)} finished jobs' run times known")
     print(f"{'policy':<16}{'s/decision':>12}{'chains/s':>12}{'x target':>10}")
     for name, (policy, batch) in runs.items():
-        s = timed(policy, ctx, batch, args.repeat)
+        s = timed(policy, guarded_ctx if name.startswith("shipped") else ctx, batch, args.repeat)
         verdict = "PASS" if s <= TARGET_S else "FAIL"
         print(f"{name:<16}{s:>12.4f}{args.chains / s:>12.0f}{TARGET_S / s:>10.1f} {verdict}")
 

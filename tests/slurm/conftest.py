@@ -153,7 +153,9 @@ class MirageDaemon:
             f"{k} = {v!r}" if isinstance(v, int) else f'{k} = "{v}"' for k, v in settings.items()
         ]
         self.lead_s = 60
-        lines += ["[policy]", 'default = "fixed-lead"', f"lead_s = {self.lead_s}"]
+        # the mechanics under test need the fixed lead to act on the idle test cluster: no
+        # estimate guard (its own test: test_daemon_cluster.py)
+        lines += ["[policy]", 'default = "fixed-lead"', 'guard = "none"', f"lead_s = {self.lead_s}"]
         lines += ["[metrics]", 'address = "127.0.0.1"', f"port = {self.metrics_port}"]
         lines += ["[socket]", f'path = "{self.sock_dir / "mirage.sock"}"']
         self.config = root / "mirage.toml"

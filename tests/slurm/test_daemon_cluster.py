@@ -68,6 +68,22 @@ def run_until_done(d: Daemon, store: Store, chain_id: str, client: CliSlurmClien
             client.cancel(live)
 
 
+def run_one_chain(
+    store: Store, jobdir: Path, cfg: Config, client: CliSlurmClient, name: str
+) -> tuple[Chain, list[Segment], list[str], Daemon]:
+    """A two-segment chain run to its end by a daemon of ``cfg``: the chain (completed),
+    its segments, the kinds of its events and the daemon."""
+    chain = one_minute_chain(store, jobdir, name, "gpu", gpus=1)
+    d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg))
+    run_until_done(d, store, chain.id, client)
+    with store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        segs = list(s.scalars(select(Segment).order_by(Segment.index)))
+        kinds = [e.kind for e in s.scalars(select(Event).order_by(Event.id))]
+    assert c is not None and c.state is ChainState.COMPLETED, (c and c.reason, kinds)
+    return c, segs, kinds, d
+
+
 def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
     cfg = Config(
@@ -79,17 +95,10 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
             run_as_owner="never",
         ),
         slurm=SlurmSection(timeout_s=60),
-        policy=PolicySection(default="fixed-lead", lead_s=40),
+        policy=PolicySection(default="fixed-lead", lead_s=40, guard="none"),
     )
-    chain = one_minute_chain(store, jobdir, "e2e", "gpu", gpus=1)
     client = CliSlurmClient(timeout=60.0)
-    d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg))
-    run_until_done(d, store, chain.id, client)
-    with store.sessions() as s:
-        c = s.get(Chain, chain.id)
-        segs = list(s.scalars(select(Segment).order_by(Segment.index)))
-        kinds = [e.kind for e in s.scalars(select(Event).order_by(Event.id))]
-    assert c is not None and c.state is ChainState.COMPLETED, (c and c.reason, kinds)
+    c, segs, kinds, _ = run_one_chain(store, jobdir, cfg, client, "e2e")
     # Training time is what the segments ran: the predecessor until its handoff (the
     # successor is pre-submitted 40 s before its planned end, so it ran at least ~20 s),
     # the last one its whole minute. Their sum lands near 90 s, so no fixed bound there.
@@ -105,6 +114,27 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
     ]
     mine = {f"mirage:{g.token}" for g in segs}
     assert mine <= set(tokens) and all(tokens.count(t) == 1 for t in mine)
+
+
+def test_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path) -> None:
+    """The shipped estimate guard on real Slurm: the fixed lead would pre-submit 40 s
+    early, but `sbatch --test-only` (run by the daemon with its stub script) says the idle
+    cluster would start the successor at once, so it goes in when the predecessor ends:
+    no overlap, no handoff, the chain completes."""
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    cfg = Config(
+        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
+                             sacct_overlap_s=120, run_as_owner="never"),
+        slurm=SlurmSection(timeout_s=60),
+        policy=PolicySection(default="fixed-lead", lead_s=40),  # guard: the default
+    )  # fmt: skip
+    assert cfg.policy.guard == "estimate" and cfg.daemon.test_only_per_cycle > 0
+    client = CliSlurmClient(timeout=60.0)
+    _, segs, kinds, d = run_one_chain(store, jobdir, cfg, client, "guarded")
+    assert len(segs) == 2 and not segs[1].presubmitted and "handoff" not in kinds
+    assert segs[0].end is not None and segs[1].start is not None
+    assert segs[1].start >= segs[0].end  # no overlap: it waited for the end
+    assert d.metrics.value("mirage_test_only_total") >= 1  # Slurm was asked
 
 
 class RevokeOnce(FixedLeadPolicy):
@@ -141,7 +171,7 @@ def test_revoked_presubmission_on_real_slurm(tmp_path: Path, jobdir: Path) -> No
             run_as_owner="never",
         ),
         slurm=SlurmSection(timeout_s=60),
-        policy=PolicySection(default="fixed-lead", lead_s=50),
+        policy=PolicySection(default="fixed-lead", lead_s=50, guard="none"),
     )  # fmt: skip
     chain = one_minute_chain(store, jobdir, "revoke", "debug", gpus=4)
     client = CliSlurmClient(timeout=60.0)

@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from mirage.daemon.cli import _when, segment_line
+from mirage.daemon.config import Config
 from mirage.daemon.core import Daemon
 from mirage.daemon.status import interval_summary, show_chain, stated_intervals, status
 from mirage.daemon.store import ChainState, Event, Segment, Store, Submission, SubmissionState
@@ -485,3 +486,37 @@ def test_empty_sacct_window_is_not_a_failed_poll(tmp_path: Path) -> None:
     run_cycles([d], sim, 60, 1800)
     assert d.metrics.value("mirage_poll_errors_total", {"kind": "error"}) == 0
     assert chain_state(store, chain.id).state is ChainState.COMPLETED
+
+
+def guarded_config(margin_s: int) -> Config:
+    cfg = make_config("fixed-lead", lead_s=600)
+    return replace(cfg, policy=replace(cfg.policy, guard="estimate", guard_margin_s=margin_s))
+
+
+def test_guard_holds_back_what_slurm_would_start_at_once(tmp_path: Path) -> None:
+    """On an idle cluster a fixed lead would start the successor 10 minutes early: the
+    shipped guard asks Slurm, which says "now", and the successor goes in at the end."""
+    store, sim = make_store(tmp_path), make_sim()
+    chain = make_chain(store, segments=2, limit=3600)
+    d = Daemon(store, sim, config=guarded_config(3600))
+    run_cycles([d], sim, 0, 3 * 3600)
+    assert chain_state(store, chain.id).state is ChainState.COMPLETED
+    segs = segments_of(store, chain.id)
+    assert not segs[1].presubmitted and segs[1].start == 3600
+    assert sim.reads["test_only"] >= 1 and not sim.signals  # asked; nothing to hand over
+
+
+def test_guard_lets_a_presubmission_go_when_slurm_expects_a_wait(tmp_path: Path) -> None:
+    """One node, and another user's 3-hour job queued behind the chain's first segment:
+    Slurm puts the successor after it, past the end plus the margin, so the fixed lead
+    pre-submits as it would without the guard."""
+    store, sim = make_store(tmp_path), make_sim(nodes=1)
+    chain = make_chain(store, segments=2, limit=3600)
+    d = Daemon(store, sim, config=guarded_config(3600))
+    sim.advance_to(0)
+    d.cycle(0)
+    sim.submit(SubmitRequest(script=b"#!/bin/sh\n", job_name="other", time_limit=3 * 3600))
+    run_cycles([d], sim, 60, 6 * 3600)
+    segs = segments_of(store, chain.id)
+    assert segs[1].presubmitted and segs[1].submitted_at == 3000
+    assert segs[1].start == 3600 + 3 * 3600  # after the other user's job, as Slurm said

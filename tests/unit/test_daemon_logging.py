@@ -60,7 +60,7 @@ def test_default_verbosity_says_the_start_line_only(
     started = [m for m in messages(caplog, "mirage.daemon.cli") if " started: " in m]
     assert len(started) == 1, caplog.text
     line = started[0]
-    assert line.startswith(f"mirage {__version__} started: policy fixed-lead, socket ")
+    assert line.startswith(f"mirage {__version__} started: policy qbets, socket ")
     assert f"socket {tmp_path / 'no-daemon.sock'}, metrics off, database sqlite:///" in line
     assert ", models none, lease holder " in line  # a baseline and no cluster: no models
     assert not messages(caplog, "apscheduler")  # a library's INFO: not at default verbosity

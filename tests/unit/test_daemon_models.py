@@ -17,6 +17,7 @@ from mirage.daemon.status import status
 from mirage.learn.artifacts import ModelCompatibilityError, ModelMeta
 from mirage.learn.decision import DECISION_NAMES
 from mirage.learn.forecast import ForecastPolicy, ForestForecaster, quantile_levels
+from mirage.policy.guard import EstimateGuard
 from mirage.profile.schema import profile_to_toml
 from mirage.sim.scenario import toy_profile
 from tests.unit.test_daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
@@ -51,7 +52,8 @@ def test_trained_policy_runs_a_chain_and_reports_its_age(tmp_path: Path) -> None
     store, sim = make_store(tmp_path), make_sim()
     chain = make_chain(store, segments=2, limit=3600)
     d = Daemon(store, sim, config=learned_config(models))
-    assert isinstance(d.policies["rf"], ForecastPolicy)
+    guarded = d.policies["rf"]  # the default [policy] guard wraps the trained model
+    assert isinstance(guarded, EstimateGuard) and isinstance(guarded.inner, ForecastPolicy)
     assert d.profile is not None and d.profile.name == toy_profile(4).name  # read beside the models
     run_cycles([d], sim, 0, 3 * 3600)
     report = status(store, 3 * 3600, None)
@@ -87,7 +89,8 @@ def test_config_needs_models_dir_for_a_trained_policy() -> None:
         config_from_dict({"policy": {"fallback": "lookahead", "models_dir": "/m", "cluster": "c"}})
     with pytest.raises(ConfigError, match="'lookahead' needs models_dir and cluster"):
         config_from_dict({"policy": {"default": "lookahead"}})
-    with pytest.raises(ConfigError, match="valid: reactive, fixed-lead, lookahead, rf, xgb"):
+    valid = "valid: reactive, fixed-lead, qbets, running-average, lookahead, rf, xgb"
+    with pytest.raises(ConfigError, match=valid):
         config_from_dict({"policy": {"default": "magic"}})
     with pytest.raises(ConfigError, match=r"lookahead_runtime: .*'average'.* median, mean or q"):
         config_from_dict({"policy": {"lookahead_runtime": "average"}})
@@ -121,7 +124,8 @@ def test_lookahead_policy_in_the_daemon_learns_run_times_from_sacct(tmp_path: Pa
         for k in range(8)
     )
     chain = make_chain(store, segments=2, limit=3600)
-    policy = PolicySection(
+    policy = PolicySection(  # the look-ahead's own mechanics: without the estimate guard
+        guard="none",
         default="lookahead",
         models_dir=str(models),
         cluster="toy",

@@ -128,11 +128,14 @@ def make_store(tmp_path: Path, name: str = "mirage.sqlite") -> Store:
 
 
 def make_config(policy: str = "reactive", lead_s: int = 600, **daemon: object) -> Config:
+    """A daemon configuration for the mechanics' tests: without the estimate guard, so that
+    a fixed lead pre-submits on the simulator's empty cluster (the shipped guard, tested on
+    its own, would rightly wait there)."""
     base: dict[str, object] = {"poll_interval_s": 60, "lease_ttl_s": 180}
     base.update(daemon)
     return Config(
         daemon=DaemonSection(**base),  # type: ignore[arg-type]
-        policy=PolicySection(default=policy, lead_s=lead_s),
+        policy=PolicySection(default=policy, lead_s=lead_s, guard="none"),
     )
 
 

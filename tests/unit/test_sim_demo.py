@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from mirage.cli import main
-from mirage.daemon.config import Config
+from mirage.daemon.config import Config, PolicySection
 from mirage.demo.run import (
     DemoSpec,
     HandoffSimClient,
@@ -35,7 +35,8 @@ CHAINS, SEGMENTS = 2, 3
 def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """One small demo through the CLI, on the busy replay: (its JSON, its progress lines)."""
     cfg = tmp_path_factory.mktemp("demo") / "mirage.toml"
-    cfg.write_text('[daemon]\nstate_dir = "/nonexistent"\n')  # the demo uses its own database
+    # the demo uses its own database; a fixed lead behind the shipped estimate guard
+    cfg.write_text('[daemon]\nstate_dir = "/nonexistent"\n[policy]\ndefault = "fixed-lead"\n')
     res = CliRunner().invoke(
         main,
         ["demo", "--config", str(cfg), "--trace", TRACE,
@@ -100,15 +101,21 @@ def test_rendered_table_has_a_row_per_transition(cli_run: tuple[dict[str, Any], 
     assert "mean" in text and "mean J per transition" in text
 
 
-def test_idle_replay_presubmits_hands_off_and_says_so() -> None:
-    """On an idle cluster fixed-lead's successor starts early: overlap and a handoff; the
-    chain still runs its 2 segments (--segments counts jobs), as reactive submission does."""
+def idle_spec() -> DemoSpec:
     profile = with_settings(load_profile(PROFILE), 70)
     jobs = load_jobs(TRACE, None, profile)
     start = jobs[0].submit + 3790 * 3600  # after the busy days: nothing pending
-    spec = DemoSpec(profile=profile, jobs=jobs, chains=1, segments=2, time_limit_s=3600,
-                    start=start, lead_s=900)  # fmt: skip
-    out = run_demo(spec, Config(), Console(file=io.StringIO()))
+    return DemoSpec(profile=profile, jobs=jobs, chains=1, segments=2, time_limit_s=3600,
+                    start=start, lead_s=900, policy="fixed-lead")  # fmt: skip
+
+
+def test_idle_replay_presubmits_hands_off_and_says_so() -> None:
+    """Without the estimate guard, on an idle cluster fixed-lead's successor starts early:
+    overlap and a handoff; the chain still runs its 2 segments (--segments counts jobs),
+    as reactive submission does."""
+    spec = idle_spec()
+    unguarded = Config(policy=PolicySection(guard="none"))
+    out = run_demo(spec, unguarded, Console(file=io.StringIO()))
     check_demo(out, 1, 2)
     first = out["transitions"][0]
     assert first["policy"]["presubmitted"] and first["policy"]["overlap"] >= 840
@@ -117,6 +124,16 @@ def test_idle_replay_presubmits_hands_off_and_says_so() -> None:
         assert out["runs"][side]["chains"]["demo-1"]["segments_run"] == 2
     assert len(out["transitions"]) == 1 and out["transitions"][0]["reactive"] is not None
     assert out["mean"]["policy"]["cost"] > out["mean"]["reactive"]["cost"]  # shown as is
+
+
+def test_idle_replay_with_the_shipped_guard_waits_for_the_end() -> None:
+    """The same idle replay with the default configuration: the guard asks Slurm, which
+    would start the successor at once, so it goes in at the end, as reactive's does."""
+    out = run_demo(idle_spec(), Config(), Console(file=io.StringIO()))
+    check_demo(out, 1, 2)
+    first = out["transitions"][0]
+    assert not first["policy"]["presubmitted"] and first["policy"]["overlap"] == 0
+    assert first["policy"]["interruption"] <= 60
 
 
 def test_demo_accounting_matches_the_backend() -> None:

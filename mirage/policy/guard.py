@@ -1,0 +1,107 @@
+"""The estimate guard: no pre-submission that Slurm itself expects to start early.
+
+Every pre-submission risks overlap: the successor starts while its predecessor still
+holds its GPUs. On a quiet queue that is all it buys (the successor would have started at
+once anyway), and a policy tuned on busy months pre-submits into quiet ones: on ls6's
+February at load 1.05, every tuned policy made the quiet samples worse than reactive
+submission (`mirage evaluate` shows it per level).
+
+The guard wraps a policy. Before a successor is pre-submitted it asks Slurm's own start
+estimate for it (``sbatch --test-only``); when the estimate puts the start earlier than
+``margin_s`` after the predecessor's planned end, the submission waits. Slurm's estimate
+assumes every running job runs to its time limit, so actual starts come earlier than it
+says: an estimate already before the end (or less than the margin after it) means the
+successor would almost surely start early, and waiting costs nothing. A pre-submitted
+successor still pending is revoked (cancelled, to be submitted again later) under the same
+condition: the queue has drained since it went in. Without an estimate (none given, or
+the daemon's ``test_only_per_cycle`` spent) the wrapped policy decides alone; on a deep
+queue Slurm gives none beyond its backfill window, where waiting would cost the most.
+
+:data:`SHIPPED` is the configuration the daemon runs by default; `mirage evaluate`
+measures it as the method ``shipped`` (see docs/evaluation.md for how it was chosen: on
+ls6's tuning month only, the grid's best mean J among the settings with no harm at any
+level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.baselines import successor_request
+
+HOUR = 3600
+_Shape = tuple[str, int, int, int]  # partition, nodes, GPUs, time limit
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """The default policy: ``policy`` with its constant, behind the estimate guard."""
+
+    policy: str = "qbets"
+    qbets_quantile: float = 0.75
+    average_factor: float = 1.5
+    guard_margin_s: int = 8 * HOUR
+
+
+SHIPPED = Shipped()
+#: ``[policy] guard``: the estimate guard, or none.
+GUARDS = ("estimate", "none")
+
+
+class EstimateGuard(Policy):
+    """``inner``'s decisions, less the pre-submissions Slurm expects to start before
+    ``planned_end + margin_s``; pending ones it revokes under the same condition."""
+
+    def __init__(self, inner: Policy, margin_s: int = SHIPPED.guard_margin_s) -> None:
+        self.inner = inner
+        self.margin_s = margin_s
+        self.name = inner.name
+        self.warmup_s = int(getattr(inner, "warmup_s", 0))
+        self.needs_queue = bool(getattr(inner, "needs_queue", True))
+
+    def observe(self, ctx: DecisionContext) -> None:
+        self.inner.observe(ctx)
+
+    @property
+    def revocable(self) -> bool:
+        return True
+
+    def early(
+        self, ctx: DecisionContext, p: PendingTransition, seen: dict[_Shape, int | None]
+    ) -> tuple[bool, int | None]:
+        """Whether Slurm's estimate (if any) has the successor start too early, and it.
+        ``seen``: the estimates already asked this step (one per request shape: each is an
+        ``sbatch --test-only`` from the daemon's per-cycle budget)."""
+        if ctx.estimate_start is None:
+            return False, None
+        shape = (p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit)
+        if shape not in seen:
+            seen[shape] = ctx.estimate_start(successor_request(p)).start
+        start = seen[shape]
+        if start is None:
+            return False, None
+        return start < p.planned_end + self.margin_s, start
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        out = []
+        seen: dict[_Shape, int | None] = {}
+        for p, d in zip(pending, self.inner.decide(ctx, pending), strict=True):
+            if not d.submit:
+                out.append(d)
+                continue
+            early, start = self.early(ctx, p, seen)
+            if not early or start is None:
+                out.append(d)
+                continue
+            ahead = (p.planned_end - start) / HOUR
+            why = f"guard: Slurm estimates a start {ahead:+.2f} h before the end; waits"
+            out.append(replace(d, submit=False, reason=f"{d.reason}; {why}"))
+        return out
+
+    def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
+        seen: dict[_Shape, int | None] = {}
+        mine = [self.early(ctx, p, seen)[0] for p in pending]
+        theirs = self.inner.revoke(ctx, pending) if self.inner.revocable else [False] * len(pending)
+        return [a or b for a, b in zip(mine, theirs, strict=True)]

@@ -1,0 +1,82 @@
+"""Choose the shipped configuration on a cluster's tuning split (mirage.evaluate.shipping).
+
+    .venv/bin/python scripts/select_shipped.py --cluster ls6 \
+        --profile models/ls6/profile-limits.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
+
+Records (or reads from the probe cache, as `mirage evaluate` does) the tuning split's
+samples at each load, walks every candidate of the grid, prints each one's mean J per load
+and whether it harms any level, and the choice: the safe candidate of least summed mean J.
+The test split is never read. ``--json FILE`` writes every candidate's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.harness import HOUR, Walker
+from mirage.evaluate.probes import PROBES, record_all
+from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
+from mirage.evaluate.shipping import candidates, choose
+from mirage.profile.schema import load_profile
+from mirage.trace.readers import load_trace
+
+
+def tuning_walker(cluster: str, profile_name: str, load: float, args: argparse.Namespace) -> Walker:
+    trace = args.trace or default_trace(cluster)
+    if trace is None:
+        sys.exit(f"no {cluster} trace found: pass --trace")
+    profile = load_profile(profile_name)
+    df = load_trace(trace).jobs
+    first, last = int(df["submit"].min()), int(df["submit"].max())
+    split = default_splits(cluster, profile.timezone, first, last)["tune"]
+    protocol = Protocol()
+    part = profile.partition(None)
+    if part.nodes is None:
+        sys.exit(f"profile {profile_name} has no node count: calibrate it first")
+    setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
+    times = sample_times(split, protocol, first)
+    samples = record_all(setting, times, PROBES, cache=args.cache, n_jobs=args.jobs)
+    return Walker(samples, protocol, profile, part.name)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cluster", required=True)
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--trace", default=None)
+    ap.add_argument("--load", type=float, action="append", required=True)
+    ap.add_argument("--cache", default="out/probe-cache")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--boot", type=int, default=2000)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    profile_name = args.profile or default_profile(args.cluster)
+    walkers = {ld: tuning_walker(args.cluster, profile_name, ld, args) for ld in args.load}
+    cands = candidates(walkers, Protocol().alpha, boot=args.boot)
+    loads = " ".join(f"{ld:g}" for ld in walkers)
+    print(f"tuning split, mean J (h) at loads {loads}; harm: a level whose paired 95% "
+          "interval of (candidate - reactive) ends above +0.05 h")  # fmt: skip
+    for c in cands:
+        js = " ".join(f"{c.mean_j_h[ld]:6.2f}" for ld in walkers)
+        harmed = [f"{ld:g} {lv}" for ld, per in c.levels.items() for lv, g in per.items()
+                  if lv != "all" and not g.no_harm]  # fmt: skip
+        print(
+            f"  {c.method:16s} {c.constant:5g}  margin {c.margin_h:g} h  J {js}  "
+            f"sum {c.total_j_h:6.2f}  {'safe' if c.safe else 'harms ' + ', '.join(harmed)}"
+        )
+    best = choose(cands)
+    if best is None:
+        print("no candidate is safe at every level: ship reactive")
+    else:
+        print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
+              f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps([c.as_dict() for c in cands], indent=1))
+
+
+if __name__ == "__main__":
+    main()

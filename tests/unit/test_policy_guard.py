@@ -1,0 +1,117 @@
+"""The estimate guard and the daemon-side wait tracker of the wait-statistic baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.baselines import FixedLead, Qbets, WaitTracker
+from mirage.policy.guard import SHIPPED, EstimateGuard
+from mirage.profile.schema import ClusterProfile, Partition
+from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
+
+H = 3600
+PROFILE = ClusterProfile("t", (Partition("gpu", 8, 1000, nodes=4, gpus_per_node=2),))
+
+
+def pending(chain: str = "c", start: int = 0, nodes: int = 1) -> PendingTransition:
+    return PendingTransition(chain, "1", pred_start=start, pred_time_limit=48 * H,
+                             succ_nodes=nodes, succ_gpus=2 * nodes, succ_time_limit=48 * H,
+                             partition="gpu")  # fmt: skip
+
+
+class Estimates:
+    """Slurm's estimate as a function of the request, counting the calls."""
+
+    def __init__(self, start: int | None) -> None:
+        self.start = start
+        self.calls: list[SubmitRequest] = []
+
+    def __call__(self, req: SubmitRequest) -> StartEstimate:
+        self.calls.append(req)
+        return StartEstimate(None, self.start)
+
+
+def ctx(now: int, est: Estimates | None) -> DecisionContext:
+    return DecisionContext(now, QueueSnapshot(now, ()), PROFILE, est)
+
+
+class Always(Policy):
+    name = "always"
+
+    def decide(self, ctx: DecisionContext, pending: object) -> list[Decision]:
+        return [Decision(True, reason="always") for _ in pending]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("est_h", "submits"),
+    [
+        (0.0, False),  # Slurm would start it now, 10 h before the end: wait
+        (48.0, False),  # at the end exactly: still inside the 2 h margin
+        (49.9, False),
+        (50.0, True),  # 2 h after the end: the guard lets it go
+        (None, True),  # no estimate (none given, or the budget spent): the policy decides
+    ],
+)
+def test_guard_vetoes_what_slurm_expects_to_start_early(est_h: float | None, submits: bool) -> None:
+    est = Estimates(None if est_h is None else int(est_h * H))
+    guard = EstimateGuard(Always(), margin_s=2 * H)
+    d = guard.decide(ctx(38 * H, est), [pending()])[0]
+    assert d.submit is submits
+    assert ("guard" in d.reason) is (not submits)
+    assert guard.revoke(ctx(38 * H, est), [pending()]) == [not submits]
+
+
+def test_guard_never_adds_a_submission() -> None:
+    guard = EstimateGuard(FixedLead(H), margin_s=2 * H)
+    est = Estimates(100 * H)  # a deep queue: the guard would let anything go
+    assert [d.submit for d in guard.decide(ctx(40 * H, est), [pending()])] == [False]
+    assert est.calls == []  # nothing to check: no test-only call spent
+
+
+def test_guard_asks_one_estimate_per_request_shape() -> None:
+    est = Estimates(0)
+    guard = EstimateGuard(Always(), margin_s=0)
+    batch = [pending("a"), pending("b", start=H), pending("c", nodes=2)]
+    assert [d.submit for d in guard.decide(ctx(40 * H, est), batch)] == [False] * 3
+    assert len(est.calls) == 2  # a and b share a shape
+
+
+def test_guard_keeps_the_inner_policys_capabilities() -> None:
+    guard = EstimateGuard(Qbets(0.75))
+    assert guard.name == "qbets" and guard.revocable
+    assert guard.warmup_s == 24 * H and guard.needs_queue
+    assert guard.margin_s == SHIPPED.guard_margin_s
+
+
+def job(job_id: str, start: int | None, eligible: int | None, *, partition: str = "gpu",
+        state: JobState = JobState.RUNNING) -> SlurmJob:  # fmt: skip
+    return SlurmJob(job_id, "j", "u", "a", partition, state, "", eligible, eligible, start,
+                    None, H, 1, 8, 2, None, "", "")  # fmt: skip
+
+
+def test_wait_tracker_counts_started_jobs_once_per_partition() -> None:
+    t = WaitTracker(keep_s=24 * H)
+    t.observe([job("1", 10 * H, 4 * H), job("2", 12 * H, 12 * H), job("3", None, 11 * H)], 12 * H)
+    # a pending job's start is Slurm's estimate, never a wait
+    t.observe([job("1", 10 * H, 4 * H), job("4", 20 * H, 5 * H, state=JobState.PENDING),
+               job("5", 11 * H, 10 * H, partition="cpu")], 12 * H)  # fmt: skip
+    h = t.history("gpu")
+    assert h.starts.tolist() == [10 * H, 12 * H] and h.waits.tolist() == [6 * H, 0]
+    assert t.history("cpu").waits.tolist() == [H]
+    assert sorted(t.history("").waits.tolist()) == [0, H, 6 * H]
+    t.observe([], 35 * H)  # a day later: only what started after 11 h is kept
+    assert t.history("gpu").waits.tolist() == [0]
+
+
+def test_qbets_in_the_daemon_learns_waits_from_its_polls() -> None:
+    q = Qbets(0.5)
+    p = pending()
+    snap = QueueSnapshot(40 * H, tuple(job(str(i), 39 * H, 39 * H - 10 * H) for i in range(30)))
+    c = DecisionContext(40 * H, snap, PROFILE, None, None, accounting=())
+    q.observe(c)
+    assert q.decide(c, [p])[0].submit  # 10 h waits, 8 h left: submit
+    fresh = Qbets(0.5)
+    assert not fresh.decide(c, [p])[0].submit  # nothing observed: no wait known
+    assert np.all(q.tracker.history("gpu").waits == 10 * H)
