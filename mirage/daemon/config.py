@@ -338,9 +338,7 @@ def _check_policy(p: PolicySection, source: str) -> None:
                 "profile: <models_dir>/<cluster>/profile.toml)"
             )
     if p.fallback not in FALLBACK_NAMES:
-        raise ConfigError(
-            f"{source} [policy]: fallback must be one of {', '.join(FALLBACK_NAMES)}"
-        )
+        raise ConfigError(f"{source} [policy]: fallback must be one of {', '.join(FALLBACK_NAMES)}")
 
 
 def load_config(path: str | Path | None = None) -> Config:
