@@ -33,6 +33,7 @@ lint: venv
 	$(BIN)/ruff check mirage tests scripts experiments
 	$(BIN)/ruff format --check mirage tests scripts experiments
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: venv
 	$(BIN)/pytest -m "not slurm" -n $(PYTEST_WORKERS) -q

@@ -30,7 +30,7 @@ from mirage.paths import models_root, trace_roots
 if TYPE_CHECKING:
     import pandas as pd
 
-    from mirage.evaluate.rolling import Rolling
+    from mirage.learn.rolling import Rolling
     from mirage.profile.schema import ClusterProfile
 
 KNOWN_TRACES = {
@@ -462,11 +462,11 @@ def _records(
 ) -> tuple[list[Any], list[Any] | None, list[Any] | None, list[Any] | None]:
     """A split's recorded samples: the probes, the queue features (``rows``), and the
     no-arrival and look-ahead curves where a method asked for reads them."""
+    from mirage.evaluate.features import FEATURES
     from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
     from mirage.evaluate.lookahead import lookahead_recorder
     from mirage.evaluate.probes import PROBES
     from mirage.evaluate.whatif import NO_ARRIVALS
-    from mirage.learn.dataset import FEATURES
 
     samples = _generate(PROBES, setting, times, kw)
     queue = [c.queue for c in _generate(FEATURES, setting, times, kw)] if rows else None
@@ -525,9 +525,9 @@ def _rolling(  # noqa: PLR0917 - one call site
     methods: list[str],
     kw: dict[str, Any],
 ) -> Rolling:
-    """Rolling recalibration over the test split (:mod:`mirage.evaluate.rolling`)."""
+    """Rolling recalibration over the test split (:mod:`mirage.learn.rolling`)."""
     from mirage.evaluate.harness import Walker
-    from mirage.evaluate.rolling import blocks, run_rolling
+    from mirage.learn.rolling import blocks, run_rolling
 
     (s_tune, q_tune, n_tune, a_tune), (s_test, q_test, n_test, a_test) = (
         queues["tune"],

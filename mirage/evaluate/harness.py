@@ -120,7 +120,7 @@ def contexts(
 ) -> list[DecisionContext]:
     """The step views of a sample (the last step, the planned end, is not asked).
 
-    ``queue``: the queue features recorded at each step (:mod:`mirage.learn.dataset`),
+    ``queue``: the queue features recorded at each step (:mod:`mirage.evaluate.features`),
     which learned policies read instead of a snapshot.
     """
     history = WaitHistory(sample.hist_start, sample.hist_wait)
@@ -253,7 +253,7 @@ class Walker:
     @functools.cached_property
     def matrices(self) -> list[np.ndarray]:
         """Each sample's decision rows, built once for every learned method."""
-        from mirage.learn.dataset import sample_matrix
+        from mirage.evaluate.features import sample_matrix
 
         if self.queue is None:
             raise ValueError("learned policies need the recorded queue features")

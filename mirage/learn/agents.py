@@ -33,8 +33,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mirage.learn.decision import DECISION_NAMES, decision_features
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.policy.decision import DECISION_NAMES, decision_features
 
 REWARD_SCALE = 10.0  # hours per unit of reward: keeps Q-values near 1
 WAIT, SUBMIT = 0, 1

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.extras import missing, require
-from mirage.learn.decision import DECISION_NAMES, DECISION_SET
 from mirage.policy.base import Policy
+from mirage.policy.decision import DECISION_NAMES, DECISION_SET
 from mirage.policy.features import FEATURE_VERSION
 
 if TYPE_CHECKING:

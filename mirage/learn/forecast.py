@@ -31,9 +31,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mirage.learn.decision import decision_features
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.decision import decision_features
 
 HOUR = 3600.0
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from mirage.evaluate.features import generate_features
 from mirage.evaluate.probes import generate
 from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times, scaled_nodes
 from mirage.extras import require
 from mirage.learn.artifacts import ModelMeta
-from mirage.learn.dataset import Dataset, generate_features
+from mirage.learn.dataset import Dataset
 from mirage.policy.cost import DEFAULT_ALPHA
 from mirage.profile.schema import ClusterProfile, load_profile
 
@@ -194,8 +195,8 @@ def coverage(q: np.ndarray, wait_h: np.ndarray) -> float:
 
 
 def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
-    from mirage.learn.decision import mask_estimates
     from mirage.learn.forecast import FORECASTERS, quantile_levels
+    from mirage.policy.decision import mask_estimates
 
     model = FORECASTERS[kind](quantile_levels(cfg.alpha), seed=cfg.seed)
     t0 = time.perf_counter()
@@ -335,7 +336,7 @@ def tune_agent(
 def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     require("rl", f"training the {kind} policy")
     from mirage.learn.agents import REWARD_SCALE, AgentPolicy, ChainEnv, make_model
-    from mirage.learn.decision import mask_estimates
+    from mirage.policy.decision import mask_estimates
 
     costs = [data.train.cost_curve(i) for i in range(len(data.train.samples))]
     mats = [mask_estimates(m, cfg.seed + i) for i, m in enumerate(data.train.matrices)]

@@ -193,7 +193,7 @@ def simulate(
     trace did not give; more than 5% left out is a warning (an error with --strict).
     """
     from mirage.sim.calibrate import compare, prepare_trace, replay, sim_waits
-    from mirage.sim.engine import SimError
+    from mirage.sim.errors import SimError
     from mirage.sim.report import summarize, wait_stats
 
     prof = _load_profile(profile_name, nodes, backfill)

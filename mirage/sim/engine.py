@@ -167,6 +167,7 @@ from itertools import islice
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
+from mirage.sim.errors import SimError
 from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.select import eval_nodes
@@ -187,17 +188,6 @@ PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
 # Scheduling order key: -priority * KEY_SHIFT + job index (job indices stay below 2**32).
 KEY_SHIFT = 1 << 32
 KEY_MASK = KEY_SHIFT - 1
-
-
-class SimError(ValueError):
-    """A request the simulated controller refuses (unknown job, bad dependency, ...).
-
-    ``reason`` is a short key for counting refusals (``Simulation.skipped``).
-    """
-
-    def __init__(self, message: str, reason: str = "invalid") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from mirage.profile.schema import LIMIT_TRES, Association, ClusterProfile, Qos, parse_tres
+from mirage.sim.errors import SimError
 from mirage.sim.workload import JobSpec
 
 # Slurm's job_reason_string for each TRES (cpu, node, gres) of a limit kind.
@@ -186,8 +187,6 @@ class Limits:
             name = (assoc.default_qos if assoc else "") or self.default_qos
         job = self.qos.get(name) if name else None
         if name and job is None:
-            from mirage.sim.engine import SimError
-
             raise SimError(f"invalid QOS {name!r} (Invalid qos specification)", "invalid qos")
         part_name = self.part_qos.get(spec.partition, "")
         part = self.qos.get(part_name) if part_name else None
@@ -203,7 +202,6 @@ class Limits:
         Returns the time limit to use when the job has none and a MaxWall applies
         (``_set_time_limit``), else None.
         """
-        from mirage.sim.engine import SimError
 
         made = (spec.user, spec.qos, spec.partition, spec.time_limit, spec.nodes,
                 spec.whole_nodes, spec.per_node())  # fmt: skip

@@ -15,8 +15,8 @@ from mirage.daemon.config import Config, ConfigError, PolicySection, config_from
 from mirage.daemon.core import Daemon
 from mirage.daemon.status import status
 from mirage.learn.artifacts import ModelCompatibilityError, ModelMeta
-from mirage.learn.decision import DECISION_NAMES
 from mirage.learn.forecast import ForecastPolicy, ForestForecaster, quantile_levels
+from mirage.policy.decision import DECISION_NAMES
 from mirage.policy.guard import EstimateGuard
 from mirage.profile.schema import profile_to_toml
 from mirage.sim.scenario import toy_profile

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from mirage.cli import main
 from mirage.evaluate.lookahead import LOOKAHEAD_VERSION
-from mirage.evaluate.rolling import Block, blocks, past_samples
+from mirage.learn.rolling import Block, blocks, past_samples
 
 H = 3600
 REPO = Path(__file__).resolve().parents[2]

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from mirage.cli import main
+from mirage.evaluate.features import generate_features
 from mirage.evaluate.harness import Walker
 from mirage.evaluate.probes import generate
 from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
 from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, AgentPolicy, ChainEnv
 from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
-from mirage.learn.dataset import Dataset, generate_features
-from mirage.learn.decision import DECISION_NAMES, decision_features
+from mirage.learn.dataset import Dataset
 from mirage.learn.forecast import (
     ForecastPolicy,
     ForestForecaster,
@@ -29,6 +29,7 @@ from mirage.learn.forecast import (
     widen,
 )
 from mirage.policy.base import DecisionContext, PendingTransition
+from mirage.policy.decision import DECISION_NAMES, decision_features
 from mirage.policy.features import FEATURE_NAMES, features, queue_features
 from mirage.profile.schema import load_profile
 from mirage.sim import JobSpec, Simulation

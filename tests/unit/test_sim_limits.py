@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mirage.profile.schema import Association, ClusterProfile, Qos
 from mirage.sim import JobSpec, Simulation
-from mirage.sim.engine import SimError
+from mirage.sim.errors import SimError
 from mirage.sim.limits import is_limit_reason
 from mirage.sim.scenario import job, toy_profile
 from mirage.slurm.types import JobState
