@@ -47,7 +47,7 @@ slurm-down:
 # The cluster is stopped whatever the outcome; the exit status is pytest's. The fidelity
 # check (tests/slurm/test_fidelity.py: one live run of the suite's smallest workload against
 # its recorded fixtures and the simulator, ~3 min, the whole cluster to itself) runs in the same session on the same cluster start, in module order (after the
-# cluster and daemon tests, before test_zz_unreachable; it drains the queue first).
+# cluster and daemon tests, before test_unreachable, marked slurm_last; it drains the queue first).
 slurm-tests: venv slurm-up
 	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m slurm -q; rc=$$?; \
 	  scripts/slurm-testbed/stop.sh; exit $$rc

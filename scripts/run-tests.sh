@@ -19,7 +19,7 @@ scripts/slurm-testbed/start.sh || { scripts/slurm-testbed/stop.sh; exit 1; }
 
 set -m  # the background half gets its own process group, so that it can be stopped whole
 (
-  nice -n 15 "$MAKE" --no-print-directory lint unit >"$logdir/quick.log" 2>&1
+  MIRAGE_REQUIRE_POSTGRES=1 nice -n 15 "$MAKE" --no-print-directory lint unit >"$logdir/quick.log" 2>&1
   rc=$?
   echo "$rc" >"$logdir/quick.rc"
   printf '\n===== lint and unit tests (beside the Slurm tests): %s =====\n' \

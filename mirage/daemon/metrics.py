@@ -172,6 +172,17 @@ class DaemonMetrics:
         start_http_server(port, addr=address, registry=self.registry)
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """A sample's current value (tests)."""
+        """A sample's current value (tests); 0 for a labelled series not yet seen, and a
+        KeyError for a name no metric has (a misspelt name must not read as 0)."""
         got = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if got is None else got
+        if got is not None:
+            return got
+        known = self.sample_names()
+        if name not in known:
+            raise KeyError(f"no metric sample {name!r}; known: {', '.join(sorted(known))}")
+        return 0.0
+
+    def sample_names(self) -> set[str]:
+        """Every sample name the registry's metrics can have (``_total``, ``_bucket``, ...)."""
+        suffixes = ("", "_total", "_count", "_sum", "_bucket", "_created", "_info")
+        return {f.name + s for f in self.registry.collect() for s in suffixes}

@@ -214,8 +214,8 @@ def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon) -> None:
     unreachable, and the successor is pre-submitted at the first good poll after slurmctld
     is back.
     """
+    from tests.slurm.cluster_control import restart_cluster, stop_daemon
     from tests.slurm.conftest import LAB
-    from tests.slurm.test_zz_unreachable import restart_cluster, stop_daemon
 
     since = int(time.time()) - 60
     client = CliSlurmClient(timeout=60.0)

@@ -21,8 +21,8 @@ both fixture runs, the cut and the whole workload start those jobs at the same s
 The live run is opt-in (``MIRAGE_FIDELITY=1``, set by ``make test`` and ``make fidelity``);
 the check of the captured model always runs. It needs the whole cluster to itself: marked
 ``slurm_serial`` (skipped under xdist), it cancels leftover ``mirage-t-`` jobs and waits for
-the queue to drain first. The module name sorts before ``test_zz_unreachable.py``, which
-stops the daemons.
+the queue to drain first. ``test_unreachable.py``, which stops the daemons, runs after it
+(marked ``slurm_last``).
 """
 
 from __future__ import annotations

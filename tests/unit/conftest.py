@@ -10,7 +10,7 @@ import pytest
 
 from mirage.daemon.api import Api, ApiServer
 from mirage.daemon.config import Config, DaemonSection
-from tests.unit.test_daemon_support import make_store
+from tests.unit.daemon_support import make_store
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from mirage.policy.simple import FixedLeadPolicy
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
 from mirage.slurm.types import SubmitRequest
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     FaultySim,
     chain_state,
     make_chain,

@@ -33,7 +33,7 @@ from mirage.daemon.api import (
 )
 from mirage.daemon.chains import ChainSpecError, split_options
 from mirage.daemon.config import Config, DaemonSection
-from tests.unit.test_daemon_support import make_store
+from tests.unit.daemon_support import make_store
 
 SCRIPT = b"#!/bin/bash\n#SBATCH --time=10\ntrue\n"
 NOBODY = 65534

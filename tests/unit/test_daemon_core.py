@@ -17,7 +17,7 @@ from mirage.policy.base import Decision, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
 from mirage.slurm.parse import parse_sacct_json
 from mirage.slurm.types import SlurmJob, SlurmTimeoutError, SubmitRequest
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     Crash,
     FaultySim,
     chain_state,
@@ -520,3 +520,7 @@ def test_guard_lets_a_presubmission_go_when_slurm_expects_a_wait(tmp_path: Path)
     segs = segments_of(store, chain.id)
     assert segs[1].presubmitted and segs[1].submitted_at == 3000
     assert segs[1].start == 3600 + 3 * 3600  # after the other user's job, as Slurm said
+
+
+def test_token_counter_on_empty_sim() -> None:
+    assert make_sim().tokens() == {}

@@ -21,7 +21,7 @@ from mirage.daemon.core import HANDOFF_INTENT, Daemon
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.sim.engine import Simulation
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     Crash,
     FaultySim,
     chain_state,

@@ -25,7 +25,7 @@ from mirage.slurm.types import (
     StartEstimate,
     SubmitRequest,
 )
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     FaultySim,
     chain_state,
     make_chain,

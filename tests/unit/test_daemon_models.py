@@ -20,7 +20,7 @@ from mirage.policy.decision import DECISION_NAMES
 from mirage.policy.guard import EstimateGuard
 from mirage.profile.schema import profile_to_toml
 from mirage.sim.scenario import toy_profile
-from tests.unit.test_daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
+from tests.unit.daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
 
 REPO = Path(__file__).resolve().parents[2]
 

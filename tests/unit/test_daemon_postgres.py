@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -21,7 +22,7 @@ from alembic.migration import MigrationContext
 
 from mirage.daemon.core import Daemon
 from mirage.daemon.store import Base, ChainState, Store
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     chain_state,
     make_chain,
     make_config,
@@ -41,6 +42,14 @@ def _bin(name: str) -> str | None:
     return str(PG_BIN / name) if (PG_BIN / name).exists() else None
 
 
+def unavailable(reason: str) -> NoReturn:
+    """Skip, with the reason; under ``make test`` (``MIRAGE_REQUIRE_POSTGRES=1``) fail: the
+    PostgreSQL tests must not pass there by not running."""
+    if os.environ.get("MIRAGE_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"MIRAGE_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
     url = os.environ.get("MIRAGE_TEST_POSTGRES_URL")
@@ -49,11 +58,11 @@ def pg_url() -> Iterator[str]:
         return
     initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
     if initdb is None or pg_ctl is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl)")
+        unavailable("no PostgreSQL server binaries (initdb, pg_ctl)")
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        pytest.skip("psycopg is not installed (pip install 'psycopg[binary]')")
+        unavailable("psycopg is not installed (pip install 'psycopg[binary]')")
     root = Path(tempfile.mkdtemp(prefix="mirage-pg-"))
     user = pwd.getpwuid(os.geteuid()).pw_name
     kw: dict[str, object] = {}
@@ -76,7 +85,7 @@ def pg_url() -> Iterator[str]:
         )  # fmt: skip
     except (subprocess.SubprocessError, OSError) as exc:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"cannot start a PostgreSQL server: {exc}")
+        unavailable(f"cannot start a PostgreSQL server: {exc}")
     try:
         yield f"postgresql+psycopg://{user}@/postgres?host={sock}&port=55432"
     finally:

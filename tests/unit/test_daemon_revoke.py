@@ -19,7 +19,7 @@ from mirage.policy.base import MAX_REVOCATIONS, DecisionContext, PendingTransiti
 from mirage.policy.simple import FixedLeadPolicy
 from mirage.sim import Simulation
 from mirage.slurm.types import JobState, QueueSnapshot, SubmitRequest
-from tests.unit.test_daemon_support import (
+from tests.unit.daemon_support import (
     Crash,
     FaultySim,
     chain_state,

@@ -23,8 +23,8 @@ import pytest
 from mirage.daemon.config import Config, DaemonSection
 from mirage.daemon.core import Daemon
 from mirage.daemon.store import LeaseInfo, Store, holder_alive
+from tests.unit.daemon_support import chain_state, make_chain, make_sim
 from tests.unit.test_daemon_postgres import pg_store, pg_url  # noqa: F401  (fixtures)
-from tests.unit.test_daemon_support import chain_state, make_chain, make_sim
 
 HOST = socket.gethostname()
 TTL = 180

@@ -2,7 +2,8 @@
 works again once start.sh has brought the daemon back.
 
 Stops daemons, so it must not run beside the other Slurm tests: it is skipped under
-pytest-xdist, and sorts last in a plain ``pytest -m slurm`` run. Run it alone with
+pytest-xdist, and marked ``slurm_last`` so that a plain ``pytest -m slurm`` run takes it
+after every other test (tests/conftest.py). Run it alone with
 ``pytest -m slurm_serial -p no:xdist``.
 """
 
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,9 +18,10 @@ import pytest
 
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import SlurmUnreachableError, SubmitRequest
-from tests.slurm.conftest import LAB, START_SCRIPT
+from tests.slurm.cluster_control import restart_cluster, stop_daemon
+from tests.slurm.conftest import LAB
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_serial]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_serial, pytest.mark.slurm_last]
 
 TRUE_JOB = SubmitRequest(script=b"#!/bin/sh\ntrue\n", time_limit=60, chdir="/tmp")
 
@@ -30,26 +30,6 @@ TRUE_JOB = SubmitRequest(script=b"#!/bin/sh\ntrue\n", time_limit=60, chdir="/tmp
 def _not_under_xdist() -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("stops Slurm daemons: run alone with `pytest -m slurm_serial -p no:xdist`")
-
-
-def stop_daemon(pidfile: Path, comm: str) -> None:
-    pid = int(pidfile.read_text().strip())
-    assert Path(f"/proc/{pid}/comm").read_text().strip() == comm
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        except FileNotFoundError:
-            return
-        if state == "Z":
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{comm} ({pid}) did not stop")
-
-
-def restart_cluster() -> None:
-    subprocess.run([str(START_SCRIPT)], check=True, capture_output=True, timeout=180)
 
 
 def test_slurmctld_down_then_back(tmp_path: Path) -> None:

@@ -200,7 +200,3 @@ def chain_state(store: Store, chain_id: str) -> Chain:
         chain = s.get(Chain, chain_id)
         assert chain is not None
         return chain
-
-
-def test_token_counter_on_empty_sim() -> None:
-    assert make_sim().tokens() == Counter()
