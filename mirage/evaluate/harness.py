@@ -352,14 +352,12 @@ METHODS = (*BASELINES, SHIPPED_METHOD, *EXTRA_REFERENCES, *LEARNED, *MODEL_BASED
 
 
 def shipped_policy() -> Policy:
-    """The daemon's default policy with its default constants (``[policy]`` defaults)."""
-    inner: Policy
-    if SHIPPED.policy == "qbets":
-        inner = Qbets(SHIPPED.qbets_quantile)
-    elif SHIPPED.policy == "running-average":
-        inner = RunningAverage(SHIPPED.average_factor)
-    else:
-        raise ValueError(f"the shipped policy {SHIPPED.policy!r} is not a baseline")
+    """The daemon's default policy with its default constants (``[policy]`` defaults),
+    built by the daemon's own :func:`~mirage.policy.simple.make_policy`."""
+    from mirage.policy.simple import make_policy
+
+    inner = make_policy(SHIPPED.policy, qbets_quantile=SHIPPED.qbets_quantile,
+                        average_factor=SHIPPED.average_factor)  # fmt: skip
     return EstimateGuard(inner, SHIPPED.guard_margin_s)
 
 
