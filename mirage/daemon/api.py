@@ -47,8 +47,8 @@ from sqlalchemy import func, select
 
 from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
 from mirage.daemon.config import Config
-from mirage.daemon.core import register_chain
 from mirage.daemon.identity import runs_as_owner
+from mirage.daemon.ledger import register_chain
 from mirage.daemon.status import list_chains, show_chain, status
 from mirage.daemon.store import Chain, ChainState, Store, event_row
 from mirage.profile.schema import Partition

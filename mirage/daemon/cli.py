@@ -162,8 +162,9 @@ def chain_submit(
     `mirage chain submit job.sbatch --segments 6 -- --time=2-00:00:00 -p gpu --gres=gpu:4`.
     """
     from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
-    from mirage.daemon.core import perform_submission, register_chain
     from mirage.daemon.identity import action_clients
+    from mirage.daemon.ledger import perform_submission, register_chain
+    from mirage.daemon.outcomes import SubmitOutcome
     from mirage.daemon.store import Chain, ChainState
 
     cfg = config_or_fail(config_path)
@@ -212,14 +213,14 @@ def chain_submit(
     store = _store(cfg)
     now = int(time.time())
     sub = register_chain(store, new, now, first_intent=not no_submit)
-    outcome = "registered"
+    outcome: str = "registered"
     if sub is not None:
         with store.sessions() as s:
             c = s.get(Chain, new.id)
             x = s.merge(sub)
             assert c is not None
             outcome = perform_submission(s, c, x, action_clients(cfg)(c), now)
-            if outcome == "rejected":  # the user fixes the request and registers again
+            if outcome is SubmitOutcome.REJECTED:  # the user fixes the request and registers again
                 c.state = ChainState.FAILED
                 c.reason = f"sbatch refused segment 1: {x.error}"
             s.commit()
@@ -227,16 +228,18 @@ def chain_submit(
             error = x.error
     else:
         job_id, error = None, ""
-    result = {"chain_id": new.id, "first_segment": outcome, "job_id": job_id, "error": error}
+    result = {"chain_id": new.id, "first_segment": str(outcome), "job_id": job_id, "error": error}
     if as_json:
         echo_json(result)
-    elif outcome == "rejected":
+    elif outcome == SubmitOutcome.REJECTED:
         raise click.ClickException(f"sbatch refused segment 1 (chain {new.id} FAILED): {error}")
     else:
         tail = {
             "submitted": f", segment 1 is job {job_id}",
             "registered": "; the daemon submits segment 1",
             "unknown": "; sbatch did not answer: the daemon will find the job by its token",
+            "unreachable": "; the controller could not be reached: the daemon will find the job "
+            "by its token, or submit it",
             "unanswered": "; sbatch's answer was unreadable: the daemon will find the job by its "
             "token",
         }[outcome]

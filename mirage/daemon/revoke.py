@@ -23,7 +23,7 @@ Never cancel a job that has started, never lose one, never submit twice:
    and it is a normal successor again.
 3. **Settled by Slurm's word.** The segment is finished as ``REVOKED`` only once squeue or
    sacct shows the job CANCELLED; until then the chain has two live segments and gets no
-   new submission (:meth:`mirage.daemon.core.Daemon._next_want`).
+   new submission (:meth:`mirage.daemon.advance.Advancer.advance`).
 4. **Predecessor ended first.** If the predecessor ends while a marked successor still
    pends (a crash between hold and cancel, or a failed scancel), the successor is released
    and kept: it has queued longer than any new submission would.
@@ -37,24 +37,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from mirage.daemon.context import StepContext
+from mirage.daemon.outcomes import CycleReport, SegmentOutcome
+from mirage.daemon.routing import PolicyRouter
 from mirage.daemon.store import Chain, Segment, event_row
 from mirage.policy.base import MAX_REVOCATIONS, DecisionContext, PendingTransition, Policy
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmError
-
-if TYPE_CHECKING:
-    from mirage.daemon.core import CycleReport, Daemon
 
 log = logging.getLogger(__name__)
 
 #: The event committed before the hold and scancel of a revocation.
 REVOKE_INTENT = "revoke.intent"
 #: A revoked segment's outcome.
-REVOKED = "REVOKED"
+REVOKED = SegmentOutcome.REVOKED
 #: Slurm's reasons for a held job (squeue %r).
 HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
 
@@ -68,13 +67,13 @@ class Revocable:
     pending: PendingTransition  # the transition, as the policy saw it when submitting
 
 
-def settle(d: Daemon, s: Session, seg: Segment, now: int) -> bool:
+def settle(ctx: StepContext, s: Session, seg: Segment, now: int) -> bool:
     """After a poll, a segment marked for revocation: finished as REVOKED once Slurm shows
     it cancelled (True); released and unmarked if it started first. Pending or unknown:
     unchanged."""
     state = JobState(seg.job_state) if seg.missing_since is None and seg.job_state else None
     if state is JobState.CANCELLED:
-        d.metrics.revocations.inc()
+        ctx.metrics.revocations.inc()
         seg.finished = True
         seg.outcome = REVOKED
         seg.transition_recorded = True  # no transition: it never ran for the chain
@@ -91,7 +90,7 @@ def settle(d: Daemon, s: Session, seg: Segment, now: int) -> bool:
         chain = s.get(Chain, seg.chain_id)
         if state is JobState.RUNNING and seg.reason in HELD_REASONS and chain is not None:
             try:
-                d.action_clients(chain).release([seg.job_id])
+                ctx.clients(chain).release([seg.job_id])
             except SlurmError as exc:  # still marked: tried again next cycle
                 s.add(event_row(now, "release.failed", seg.chain_id, str(exc), job_id=seg.job_id))
                 return False
@@ -112,7 +111,8 @@ def revocations(s: Session, chain_id: str, index: int) -> int:
 
 
 def act(
-    d: Daemon,
+    ctx: StepContext,
+    router: PolicyRouter,
     s: Session,
     *,
     now: int,
@@ -128,36 +128,37 @@ def act(
         try:
             if c.succ.revoke_at is not None:
                 why = "an interrupted revocation"
-                cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
+                cancel(ctx, s, c.chain, c.succ, now=now, report=report, why=why)
                 continue
-            choice = d.policy_for(c.chain)
-            if not d.cfg.revoke or not choice.policy.revocable:
+            choice = router.policy_for(c.chain)
+            if not ctx.cfg.revoke or not choice.policy.revocable:
                 continue
             if revocations(s, c.chain.id, c.succ.index) >= MAX_REVOCATIONS:
                 continue
         except Exception as exc:  # this chain's, and only its own
-            d.chain_failed(s, chain_id, "revoke", exc, now=now, report=report)
+            ctx.chain_failed(s, chain_id, "revoke", exc, now=now, report=report)
             continue
         ask.setdefault(choice.label, (choice.policy, []))[1].append(c)
     for label, (policy, group) in ask.items():
         # as for decide: Slurm's estimate where the cycle's --test-only budget allows
-        ctx = DecisionContext(now=now, snapshot=snapshot, profile=d.profile,  # type: ignore[arg-type]
-                              estimate_start=d.estimate)  # fmt: skip
-        for c, yes in _answers(d, s, ctx=ctx, policy=policy, group=group, now=now, report=report):
+        dctx = DecisionContext(now=now, snapshot=snapshot, profile=router.profile,  # type: ignore[arg-type]
+                               estimate_start=router.estimate)  # fmt: skip
+        answers = _answers(ctx, s, dctx=dctx, policy=policy, group=group, now=now, report=report)
+        for c, yes in answers:
             if not yes:
                 continue
             why = f"{label}: too early, {c.pending.remaining(now) / 3600:.2f} h left"
             try:
-                cancel(d, s, c.chain, c.succ, now=now, report=report, why=why)
+                cancel(ctx, s, c.chain, c.succ, now=now, report=report, why=why)
             except Exception as exc:  # this chain's, and only its own
-                d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
+                ctx.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
 
 
 def _answers(
-    d: Daemon,
+    ctx: StepContext,
     s: Session,
     *,
-    ctx: DecisionContext,
+    dctx: DecisionContext,
     policy: Policy,
     group: list[Revocable],
     now: int,
@@ -167,29 +168,36 @@ def _answers(
     chain at a time, and a chain whose answer fails keeps its successor (its error
     recorded on it)."""
     try:
-        return list(zip(group, policy.revoke(ctx, [c.pending for c in group]), strict=True))
+        return list(zip(group, policy.revoke(dctx, [c.pending for c in group]), strict=True))
     except Exception:  # some chain's: ask again one at a time to find which
         pass
     out: list[tuple[Revocable, bool]] = []
     for c in group:
         try:
-            (yes,) = policy.revoke(ctx, [c.pending])
+            (yes,) = policy.revoke(dctx, [c.pending])
         except Exception as exc:  # this chain's answer, and only its own, failed
-            d.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
+            ctx.chain_failed(s, c.chain.id, "revoke", exc, now=now, report=report)
             continue
         out.append((c, yes))
     return out
 
 
 def cancel(
-    d: Daemon, s: Session, chain: Chain, succ: Segment, *, now: int, report: CycleReport, why: str
+    ctx: StepContext,
+    s: Session,
+    chain: Chain,
+    succ: Segment,
+    *,
+    now: int,
+    report: CycleReport,
+    why: str,
 ) -> None:
     """Record the intent (committed), hold the job, cancel it if it still pends."""
     if succ.revoke_at is None:
         succ.revoke_at = now
         s.add(event_row(now, REVOKE_INTENT, chain.id, why, job_id=succ.job_id, index=succ.index))
         s.commit()
-    client = d.action_clients(chain)
+    client = ctx.clients(chain)
     try:
         client.hold([succ.job_id])
     except SlurmError as exc:  # the next cycle tries again while it pends
@@ -207,12 +215,12 @@ def cancel(
     s.add(event_row(now, "revoke", chain.id, why, job_id=succ.job_id, index=succ.index))
 
 
-def keep(d: Daemon, s: Session, chain: Chain, succ: Segment, now: int) -> None:
+def keep(ctx: StepContext, s: Session, chain: Chain, succ: Segment, now: int) -> None:
     """The predecessor ended while its successor, marked for revocation, still pends:
     keep the successor (release it if held: it has queued longer than a new one would)."""
     if succ.reason in HELD_REASONS:
         try:
-            d.action_clients(chain).release([succ.job_id])
+            ctx.clients(chain).release([succ.job_id])
         except SlurmError as exc:  # still marked and held: tried again next cycle
             log.warning("release of %s failed: %s", succ.job_id, exc)
             s.add(event_row(now, "release.failed", chain.id, str(exc), job_id=succ.job_id))

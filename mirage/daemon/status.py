@@ -96,7 +96,7 @@ def chain_summary(chain: Chain) -> dict[str, Any]:
         "time_limit_s": chain.time_limit_s,
         "trained_s": chain.trained_s,
         "partition": chain.partition,
-        "policy": chain.policy,
+        "policy": policy_label(chain),
         "script_sha256": chain.script_sha256,
         "created_at": chain.created_at,
         "updated_at": chain.updated_at,
@@ -189,21 +189,17 @@ def show_chain(store: Store, chain_id: str, uid: int | None) -> dict[str, Any] |
         return out
 
 
-def policy_parts(label: str) -> tuple[str, str]:
-    """A chain's policy label split into the policy used and, for a fallback, what the label
-    says of it: ``"reactive (fallback: xgb)"`` -> ("reactive", "xgb"). Why the configured
-    policy was set aside is the chain's ``note``."""
-    name, _, rest = label.partition(" ")
-    rest = rest.strip()
-    if rest.startswith("(fallback:") and rest.endswith(")"):
-        return name, rest.removeprefix("(fallback:").removesuffix(")").strip()
-    return name, ""
+def policy_label(chain: Chain) -> str:
+    """The chain's policy as shown: ``"reactive (fallback: xgb)"`` when the fallback stands
+    in for the configured one (why: the chain's ``note``)."""
+    if chain.fallback_for:
+        return f"{chain.policy} (fallback: {chain.fallback_for})"
+    return chain.policy
 
 
 def _model_age(store: Store, policy: str, now: int) -> int | None:
-    """Age of the trained model behind a chain's policy label (None for a baseline)."""
-    name = policy.split(" ", 1)[0]
-    created = store.get_value(model_key(name)) if name else None
+    """Age of the trained model of the chain's deciding policy (None for a baseline)."""
+    created = store.get_value(model_key(policy)) if policy else None
     return max(0, now - int(created)) if created else None
 
 
@@ -216,12 +212,11 @@ def _slurm_estimate(c: Chain, succ: Segment | None) -> int | None:
 
 
 def _policy_fields(store: Store, c: Chain, now: int) -> dict[str, Any]:
-    used, fallback = policy_parts(c.policy)
     return {
-        "policy": c.policy,
-        "policy_used": used,
-        "policy_fallback": bool(fallback),
-        "fallback": fallback,
+        "policy": policy_label(c),
+        "policy_used": c.policy,
+        "policy_fallback": bool(c.fallback_for),
+        "fallback": c.fallback_for,
         "model_age_s": _model_age(store, c.policy, now),
     }
 

@@ -140,7 +140,10 @@ class Chain(Base):
     until_file: Mapped[str | None] = mapped_column(Text, nullable=True)
     trained_s: Mapped[int] = mapped_column(Integer, default=0)
     next_index: Mapped[int] = mapped_column(Integer, default=0)  # the next segment's k
+    # the policy that decides it, and the configured one it stands in for when that one
+    # is set aside ("" when the configured one decides; why: ``note``)
     policy: Mapped[str] = mapped_column(String(64), default="")
+    fallback_for: Mapped[str] = mapped_column(String(64), default="")
     rejections: Mapped[int] = mapped_column(Integer, default=0)
     # the policy's latest answer for the pending transition (for `mirage status`)
     decided_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

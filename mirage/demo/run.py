@@ -36,7 +36,8 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from mirage.daemon.config import Config, PolicySection
-from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.core import Daemon
+from mirage.daemon.ledger import register_chain
 from mirage.daemon.metrics import interval_outcome
 from mirage.daemon.revoke import REVOKED
 from mirage.daemon.store import (

@@ -105,6 +105,12 @@ class Policy(abc.ABC):
     """Decides, for a batch of pending transitions, which successors to submit now."""
 
     name: str = "policy"
+    #: Seconds of accounting history the policy wants before its first decision: the
+    #: daemon reads them once, in one extra sacct, and passes them to :meth:`observe`.
+    warmup_s: int = 0
+    #: Whether its decisions need every user's jobs in the queue (a daemon that sees only
+    #: its own user's, ``sees_all_jobs = false``, uses its fallback instead).
+    needs_queue: bool = True
 
     @abc.abstractmethod
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:

@@ -58,8 +58,8 @@ class EstimateGuard(Policy):
         self.inner = inner
         self.margin_s = margin_s
         self.name = inner.name
-        self.warmup_s = int(getattr(inner, "warmup_s", 0))
-        self.needs_queue = bool(getattr(inner, "needs_queue", True))
+        self.warmup_s = inner.warmup_s
+        self.needs_queue = inner.needs_queue
 
     def observe(self, ctx: DecisionContext) -> None:
         self.inner.observe(ctx)

@@ -41,7 +41,8 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mirage.daemon.config import Config, DaemonSection, PolicySection
-from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.core import Daemon
+from mirage.daemon.ledger import register_chain
 from mirage.daemon.store import Chain, ChainState, Store, new_chain_id
 from mirage.sim import JobSpec, Simulation
 from mirage.sim.backend import SimSlurmClient

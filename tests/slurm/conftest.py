@@ -459,7 +459,7 @@ def jobs_by_token(
 ) -> dict[str, list[SlurmJob]]:
     """This daemon's Slurm jobs by their token: sacct's records, one per job id, updated
     by squeue's (``queue``, the controller is current) or not (sacct alone)."""
-    from mirage.daemon.core import find_token
+    from mirage.daemon.ledger import find_token
 
     prefixes = tuple(f"{n}." for n in d.chain_names())
     jobs = {j.job_id: j for j in client.accounting(since)}

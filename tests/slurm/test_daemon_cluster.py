@@ -18,8 +18,9 @@ import pytest
 from sqlalchemy import select
 
 from mirage.daemon.config import Config, DaemonSection, PolicySection, SlurmSection
-from mirage.daemon.core import Daemon, register_chain
+from mirage.daemon.core import Daemon
 from mirage.daemon.identity import action_clients
+from mirage.daemon.ledger import register_chain
 from mirage.daemon.store import Chain, ChainState, Event, Segment, Store, new_chain_id
 from mirage.policy.base import DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from mirage.daemon.config import Config, DaemonSection, PolicySection
-from mirage.daemon.core import TOKEN_RE, Daemon, register_chain
+from mirage.daemon.core import Daemon
+from mirage.daemon.ledger import TOKEN_RE, register_chain
 from mirage.daemon.store import Chain, ChainState, Store, new_chain_id
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient

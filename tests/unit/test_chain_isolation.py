@@ -23,7 +23,8 @@ from sqlalchemy import select
 
 from mirage.daemon import health
 from mirage.daemon.config import Config, DaemonSection, PolicySection
-from mirage.daemon.core import Daemon, build_request, signal_lead
+from mirage.daemon.core import Daemon
+from mirage.daemon.ledger import build_request, signal_lead
 from mirage.daemon.store import Chain, ChainState, Event, Segment, Store, event_row
 from mirage.policy.base import Decision, DecisionContext, PendingTransition
 from mirage.policy.simple import FixedLeadPolicy
@@ -97,14 +98,14 @@ def _run(
     policy = FaultyLead(600, bad, step if step in ("decide", "revoke") else "")
     d = Daemon(store, sim, config=make_config("fixed-lead"), policies={"fixed-lead": policy})
     if bad and step == "reconcile":
-        real = d._advance_chain
+        real = d.advancer.advance
 
         def advance(s, chain, segs, **kw):  # type: ignore[no-untyped-def]
             if chain.id == bad and kw["now"] >= 3600:
                 raise Boom("bookkeeping failed")
             return real(s, chain, segs, **kw)
 
-        d._advance_chain = advance  # type: ignore[method-assign]
+        d.advancer.advance = advance  # type: ignore[method-assign]
     run_cycles([d], sim, 0, 3540)
     if bad and step == "submit":
         sim.bad_name = f"c{bad_index}"
@@ -212,7 +213,7 @@ def test_no_partition_with_a_foreign_model_falls_back_per_chain(tmp_path: Path) 
     assert report.submitted  # the other chain's first segment
     run_cycles([d], sim, 300, 3600)
     c = chain_state(store, first.id)
-    assert c.policy == "reactive (fallback: xgb)"
+    assert (c.policy, c.fallback_for) == ("reactive", "xgb")
     assert "no partition 'gpu'" in c.note  # resolved to the live default partition
     assert d.metrics.value("mirage_policy_fallback_chains", {"why": "partition"}) >= 1
     assert chain_state(store, second.id).state is ChainState.ACTIVE
@@ -229,7 +230,7 @@ def test_a_model_on_its_own_cluster_shape_is_used(tmp_path: Path) -> None:
     assert d.partitions(0) and d.policy_summary()["fallback"] == ""
     run_cycles([d], sim, 0, 6000)
     c = chain_state(store, chain.id)
-    assert c.policy == "xgb" and c.note == ""
+    assert (c.policy, c.fallback_for, c.note) == ("xgb", "", "")
 
 
 def test_a_model_on_a_cluster_of_another_size_is_set_aside(tmp_path: Path) -> None:
@@ -247,7 +248,7 @@ def test_a_model_on_a_cluster_of_another_size_is_set_aside(tmp_path: Path) -> No
     assert "waited 13.1 h on average there" in summary and "recalibrate" in summary
     run_cycles([d], sim, 0, 7200)
     c = chain_state(store, chain.id)
-    assert c.policy == "reactive (fallback: xgb)" and c.note.startswith("xgb (ls6)")
+    assert (c.policy, c.fallback_for) == ("reactive", "xgb") and c.note.startswith("xgb (ls6)")
     with store.sessions() as s:  # reactive: the successor was never pre-submitted
         segs = list(s.scalars(select(Segment).where(Segment.chain_id == chain.id)))
     assert not any(g.presubmitted for g in segs)
@@ -268,7 +269,7 @@ def test_a_model_beside_another_clusters_profile_is_set_aside(tmp_path: Path) ->
     assert "tuned for cluster 'ls6'" in d.policy_summary()["fallback"]
     run_cycles([d], sim, 0, 3600)
     c = chain_state(store, chain.id)
-    assert c.policy == "reactive (fallback: xgb)" and "recalibrate" in c.note
+    assert (c.policy, c.fallback_for) == ("reactive", "xgb") and "recalibrate" in c.note
     assert d.metrics.value("mirage_policy_fallback_chains", {"why": "cluster"}) == 1
 
 
@@ -293,7 +294,7 @@ def test_lost_coverage_sets_a_forecaster_aside(tmp_path: Path) -> None:
             s.add(event_row(t0 + i, "transition", chain.id, "", interval=where))
     run_cycles([d], sim, t0, t0 + 3 * 3600)
     c = chain_state(store, chain.id)
-    assert c.policy == "reactive (fallback: xgb)" and "11 of the last 20" in c.note
+    assert (c.policy, c.fallback_for) == ("reactive", "xgb") and "11 of the last 20" in c.note
     with store.session() as s:  # one more inside: 12 of the last 20, 60%: used again
         s.add(event_row(t0 + 99, "transition", chain.id, "", interval="inside"))
     d.cycle(t0 + 3 * 3600 + 60)
@@ -364,7 +365,7 @@ def test_a_cycle_failing_as_a_whole_is_counted_and_recorded(tmp_path: Path) -> N
     def broken(*_a: object) -> None:
         raise Boom("observe failed")
 
-    d._observe = broken  # type: ignore[method-assign,assignment]
+    d.router.observe = broken  # type: ignore[method-assign,assignment]
     report = d.cycle(60)
     assert report.failed and "Boom" in report.error
     assert d.metrics.value("mirage_cycle_failures_total") == 1

@@ -423,7 +423,7 @@ def test_policy_needing_the_queue_falls_back_when_queue_is_private(tmp_path: Pat
     d = Daemon(store, sim, config=cfg, policies={"fixed-lead": QueuePolicy(600)})
     run_cycles([d], sim, 0, 3000)
     c = chain_state(store, chain.id)
-    assert c.policy.startswith("reactive (fallback")  # and `mirage status` says so
+    assert (c.policy, c.fallback_for) == ("reactive", "fixed-lead")  # `mirage status` says so
     assert len(segments_of(store, chain.id)) == 1  # reactive: nothing pre-submitted
 
 

@@ -12,12 +12,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from mirage.daemon import handoff
-from mirage.daemon.core import HANDOFF_INTENT, Daemon
+from mirage.daemon.advance import HANDOFF_INTENT
+from mirage.daemon.core import Daemon
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.sim.engine import Simulation
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
@@ -171,7 +173,12 @@ class FailsOnSignal(FaultySim):
 class CrashAfterSignal(Daemon):
     """Stands for MIRAGE_FAULT=during-handoff's SIGKILL (after the signal, before its record)."""
 
-    def _fault_point(self, point: str) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ctx.fault_point = self._crash  # type: ignore[method-assign]
+
+    @staticmethod
+    def _crash(point: str) -> None:
         if point == "during-handoff":
             raise Crash("killed after the handoff signal, before its record")
 

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import select, update
 
 from mirage.daemon.config import Config, DaemonSection
-from mirage.daemon.core import TEST_ONLY_SCRIPT, Daemon
+from mirage.daemon.core import Daemon
+from mirage.daemon.routing import TEST_ONLY_SCRIPT
 from mirage.daemon.service import Wakeups, open_store
 from mirage.daemon.store import Chain, ChainState, Submission, SubmissionState
 from mirage.sim import Simulation
@@ -68,7 +69,7 @@ def test_a_chains_test_only_estimate_runs_as_its_owner(tmp_path: Path) -> None:
         action_clients=lambda _c: owner_client,
     )
     own = SubmitRequest(job_name="train.x", time_limit=3600, script=b"#!/bin/sh\n")
-    d._test_only_left = 2
+    d.router.test_only_left = 2
     d.estimate(own, chain)
     d.estimate(SubmitRequest(job_name="policy", time_limit=3600))  # a policy's: no script
     assert [w for w, _ in owner_client.asked] == ["owner"]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirage.daemon.core import Daemon, merge_records
+from mirage.daemon.core import Daemon
+from mirage.daemon.reconcile import merge_records
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.sim import Simulation
 from mirage.sim.scenario import toy_profile

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirage.daemon.core import CycleReport, Daemon
+from mirage.daemon.core import Daemon
+from mirage.daemon.outcomes import CycleReport
 from mirage.daemon.revoke import REVOKED, cancel
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.policy.base import MAX_REVOCATIONS, DecisionContext, PendingTransition
@@ -173,7 +174,7 @@ def test_a_started_successor_is_never_cancelled(tmp_path: Path) -> None:
     with store.sessions() as s:
         seg = s.get(Segment, succ.id)
         assert seg is not None
-        cancel(d, s, chain_state(store, chain.id), seg, now=3010, report=CycleReport(3010),
+        cancel(d.ctx, s, chain_state(store, chain.id), seg, now=3010, report=CycleReport(3010),
                why="test")  # fmt: skip
         s.commit()
     assert sim.sim.view(succ.job_id).state is JobState.RUNNING

@@ -24,7 +24,7 @@ def test_migrations_create_exactly_the_models(tmp_path: Path) -> None:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
     migrate(engine)  # idempotent at every start
     migrate(engine, "base", downgrade=True)  # and reversible
     assert inspect(engine).get_table_names() == ["alembic_version"]
@@ -32,6 +32,31 @@ def test_migrations_create_exactly_the_models(tmp_path: Path) -> None:
     assert {"chains", "segments", "submissions", "events", "leases"} <= set(
         inspect(engine).get_table_names()
     )
+
+
+def test_migration_0005_splits_fallback_labels_and_back(tmp_path: Path) -> None:
+    """A chain stored as ``"reactive (fallback: xgb)"`` (before 0005) reads as policy
+    "reactive" standing in for "xgb"; a downgrade writes the label back."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'f.sqlite'}")
+    migrate(engine, "0004")
+    cols = "id, name, cluster, owner, uid, gid, groups, state, reason, script, script_sha256, script_path, chdir, export, sbatch_args, environment, time_limit_s, nodes, gpus_per_node, trained_s, next_index, policy, rejections, created_at, updated_at"  # noqa: E501
+    with engine.begin() as conn:
+        for cid, policy in (("a", "reactive (fallback: xgb)"), ("b", "qbets"), ("c", "")):
+            conn.execute(
+                text(f"INSERT INTO chains ({cols}) VALUES (:id, 'n', '', 'u', 1, 1, '[]', "
+                     "'ACTIVE', '', x'00', '', '', '/', '', '[]', '{}', 60, 1, 0, 0, 0, :p, "
+                     "0, 0, 0)"),
+                {"id": cid, "p": policy},
+            )  # fmt: skip
+    migrate(engine)
+    query = text("SELECT id, policy, fallback_for FROM chains ORDER BY id")
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(query)]
+    assert rows == [("a", "reactive", "xgb"), ("b", "qbets", ""), ("c", "", "")]
+    migrate(engine, "0004", downgrade=True)
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(text("SELECT id, policy FROM chains ORDER BY id"))]
+    assert rows == [("a", "reactive (fallback: xgb)"), ("b", "qbets"), ("c", "")]
 
 
 def test_lease_one_holder_until_expiry(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ class Spec:
     segments: int | None = 3
     until_file: str | None = None
     policy: str = ""
+    fallback_for: str = ""
     reason: str = ""
     error: str = ""
     error_at: int | None = None
@@ -88,7 +89,8 @@ SPECS = [
         "broken",
         segments=None,
         until_file="done",
-        policy="reactive (fallback: xgb)",
+        policy="reactive",
+        fallback_for="xgb",
         error="sbatch timed out after 60 s",
         error_at=NOW - 125,
         errors=3,
@@ -173,6 +175,7 @@ def _chain_row(cid: str, spec: Spec) -> Chain:
         reason=spec.reason, script=b"#!/bin/sh\n", script_sha256="0" * 64, chdir="/home/alice",
         sbatch_args=[], time_limit_s=3600, segments_target=spec.segments,
         until_file=spec.until_file, trained_s=0, next_index=len(spec.segs), policy=spec.policy,
+        fallback_for=spec.fallback_for,
         rejections=0, error=spec.error, error_at=spec.error_at, errors=spec.errors,
         note=spec.note, created_at=NOW - 6000 + len(spec.name), updated_at=NOW - 60,
     )  # fmt: skip

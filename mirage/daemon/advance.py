@@ -1,0 +1,331 @@
+"""Advancing a chain: its segments' Slurm states through the state table, to what comes next.
+
+For each active chain, once its segments are reconciled with Slurm's records: a finished
+segment continues or stops the chain (:func:`mirage.daemon.states.segment_action`); a
+successor that starts while its predecessor runs gets the predecessor signalled (the
+handoff, intent recorded first); a chain that ends has its live segments cancelled. What
+is left is what to submit (:class:`mirage.daemon.outcomes.Want`) and the pending
+pre-submission a policy may revoke (:class:`mirage.daemon.revoke.Revocable`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mirage.daemon import revoke
+from mirage.daemon.context import StepContext, set_note
+from mirage.daemon.outcomes import CycleReport, SegmentOutcome, Want
+from mirage.daemon.routing import PolicyRouter
+from mirage.daemon.states import Action, segment_action
+from mirage.daemon.store import Chain, ChainState, Event, Segment, event_row
+from mirage.policy.base import PendingTransition
+from mirage.slurm.types import JobState, SlurmError
+
+log = logging.getLogger(__name__)
+
+#: The event committed before a handoff signal is sent (the "handoff" event follows it).
+HANDOFF_INTENT = "handoff.intent"
+
+
+class Advancer:
+    """Applies the state table to chains; acts (handoff, cancel) as each chain's owner."""
+
+    def __init__(self, ctx: StepContext, router: PolicyRouter) -> None:
+        self.ctx = ctx
+        self.router = router
+
+    def advance(
+        self,
+        s: Session,
+        chain: Chain,
+        segs: list[Segment],
+        *,
+        has_unresolved: bool,
+        now: int,
+        report: CycleReport,
+    ) -> Want | None:
+        """Apply the state table to the chain's oldest live segment(s); what to submit."""
+        while segs:
+            cur = segs[0]
+            state = JobState(cur.job_state) if cur.missing_since is None else None
+            marker = None
+            if chain.until_file and state is JobState.COMPLETED:
+                marker = self.ctx.marker_check(chain)
+            verdict = segment_action(
+                state,
+                cur.reason,
+                until_file=bool(chain.until_file),
+                marker=marker,
+                by_mirage=(
+                    cur.signalled_at is not None
+                    or cur.cancelled_by_mirage
+                    # a crash may have cut the handoff after its durable intent: the
+                    # job may have had the signal, so its end is the handoff's
+                    or (
+                        state in (JobState.CANCELLED, JobState.FAILED)
+                        and self._handoff_intent(s, cur) is not None
+                    )
+                ),
+            )
+            if verdict.action is Action.WAIT:
+                self._maybe_handoff(s, chain, segs, now, report)
+                break
+            cur.finished = True
+            cur.outcome = SegmentOutcome(verdict.action.value)
+            if cur.start is not None and cur.end is not None:
+                chain.trained_s += max(0, cur.end - cur.start)
+            chain.updated_at = now
+            s.add(
+                event_row(
+                    now,
+                    "segment.end",
+                    chain.id,
+                    verdict.reason,
+                    job_id=cur.job_id,
+                    index=cur.index,
+                    state=cur.job_state,
+                    action=verdict.action.value,
+                    trained_s=chain.trained_s,
+                )
+            )
+            segs = segs[1:]
+            if verdict.action is Action.STOP:
+                final = ChainState.COMPLETED if verdict.completed else ChainState.STOPPED
+                self.end_chain(
+                    s, chain, final, reason=verdict.reason, rest=segs, now=now, report=report
+                )
+                return None
+            if not segs and segments_done(chain):
+                reason = f"ran its {chain.segments_target} segments"
+                self.end_chain(
+                    s, chain, ChainState.COMPLETED, reason=reason, rest=[], now=now, report=report
+                )
+                return None
+        if has_unresolved:
+            set_note(chain, "a submission's outcome is not known yet: no new one until then")
+            return None  # never a new submission while one may exist
+        return self._next_want(chain, segs, now)
+
+    def _next_want(self, chain: Chain, segs: list[Segment], now: int) -> Want | None:
+        """No live segment: submit now. One running: ask the policy. Else nothing.
+
+        ``--segments N`` is N jobs: the N-th segment gets no successor. Every segment gets
+        the chain's time limit.
+        """
+        limit = chain.time_limit_s
+        if not segs:
+            set_note(chain, self.router.policy_for(chain).note)
+            return Want(chain, chain.next_index, limit, presubmit=False)
+        pred = segs[0]
+        if (
+            len(segs) > 1
+            or pred.job_state != JobState.RUNNING.value
+            or pred.start is None
+            or pred.missing_since is not None  # unseen this poll: its state is a memory
+        ):
+            if len(segs) == 1 and pred.job_state == JobState.PENDING.value:
+                set_note(chain, self.router.policy_for(chain).note)
+            return None
+        if segments_done(chain):
+            set_note(
+                chain,
+                f"segment {pred.index + 1} of {chain.segments_target} is the last: "
+                "no successor to pre-submit",
+            )
+            return None
+        pending = self.transition(chain, pred, limit, self.router.resolve_partition(chain))
+        return Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
+
+    @staticmethod
+    def transition(
+        chain: Chain, pred: Segment, limit: int, partition: str | None
+    ) -> PendingTransition:
+        """The transition from the running segment ``pred`` to a successor of ``limit``."""
+        assert pred.start is not None
+        return PendingTransition(
+            chain_id=chain.id,
+            pred_job_id=pred.job_id,
+            pred_start=pred.start,
+            pred_time_limit=pred.time_limit_s or chain.time_limit_s,
+            succ_nodes=chain.nodes,
+            succ_gpus=chain.nodes * chain.gpus_per_node,
+            succ_time_limit=limit,
+            partition=partition or "",
+            user=chain.owner,
+            segment_index=pred.index,
+        )
+
+    def _maybe_handoff(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
+    ) -> None:
+        if len(segs) < 2 or any(g.missing_since is not None for g in segs[:2]):
+            return  # act only on what this poll saw
+        pred, succ = segs[0], segs[1]
+        running = JobState.RUNNING.value
+        if pred.requeued and pred.job_state == JobState.PENDING.value and succ.job_state == running:
+            # Slurm requeued the predecessor (node failure, preemption) and the successor
+            # already resumes from its checkpoint: running the predecessor again would train
+            # the same steps twice. Cancel it (by Mirage: the chain continues).
+            self._cancel_requeued(s, chain, pred, succ, now=now, report=report)
+            return
+        if (
+            not self.ctx.cfg.handoff
+            or pred.job_state != running
+            or succ.job_state != running
+            or pred.signalled_at
+        ):
+            return
+        # The intent is committed before the signal: a crash between the two must not
+        # leave a signalled job that Mirage has no record of (its non-zero exit would
+        # then stop the chain). An intent without a recorded signal is sent again while
+        # the predecessor runs: at least once, since "checkpoint and exit" is idempotent
+        # and a lost signal would keep the successor waiting on the predecessor's limit.
+        if self._handoff_intent(s, pred) is None:
+            s.add(
+                event_row(
+                    now,
+                    HANDOFF_INTENT,
+                    chain.id,
+                    f"successor {succ.job_id} started while {pred.job_id} runs",
+                    job_id=pred.job_id,
+                    succ_job_id=succ.job_id,
+                    signal=self.ctx.cfg.handoff_signal,
+                )
+            )
+            s.commit()
+        try:
+            self.ctx.clients(chain).signal(pred.job_id, self.ctx.cfg.handoff_signal, True)
+        except SlurmError as exc:
+            log.warning("handoff signal to %s failed: %s", pred.job_id, exc)
+            s.add(event_row(now, "handoff.failed", chain.id, str(exc), job_id=pred.job_id))
+            return
+        self.ctx.fault_point("during-handoff")  # signal sent, not yet recorded
+        pred.signalled_at = now
+        report.signalled.append(pred.job_id)
+        self.ctx.metrics.handoffs.inc()
+        s.add(
+            event_row(
+                now,
+                "handoff",
+                chain.id,
+                f"successor {succ.job_id} started while {pred.job_id} runs",
+                pred_job_id=pred.job_id,
+                succ_job_id=succ.job_id,
+                signal=self.ctx.cfg.handoff_signal,
+            )
+        )
+
+    @staticmethod
+    def _handoff_intent(s: Session, seg: Segment) -> Event | None:
+        """The recorded handoff intent for this segment's job, if any.
+
+        Looked up only for a segment not yet marked signalled (a crash cut its handoff,
+        or it is about to start), among its chain's few intents (events are indexed by
+        chain; their JSON data is not, portably, so the job id is matched here).
+        """
+        rows = s.scalars(
+            select(Event).where(Event.chain_id == seg.chain_id, Event.kind == HANDOFF_INTENT)
+        )
+        return next((e for e in rows if e.data.get("job_id") == seg.job_id), None)
+
+    def _cancel_requeued(
+        self,
+        s: Session,
+        chain: Chain,
+        pred: Segment,
+        succ: Segment,
+        *,
+        now: int,
+        report: CycleReport,
+    ) -> None:
+        try:
+            self.ctx.clients(chain).cancel([pred.job_id])
+        except SlurmError as exc:
+            s.add(event_row(now, "cancel.failed", chain.id, str(exc), job_ids=[pred.job_id]))
+            return
+        pred.cancelled_by_mirage = True
+        report.cancelled.append(pred.job_id)
+        s.add(
+            event_row(
+                now,
+                "cancel.requeued",
+                chain.id,
+                f"{pred.job_id} was requeued after {succ.job_id} started",
+                job_id=pred.job_id,
+            )
+        )
+
+    def end_chain(
+        self,
+        s: Session,
+        chain: Chain,
+        state: ChainState,
+        *,
+        reason: str,
+        rest: list[Segment],
+        now: int,
+        report: CycleReport,
+    ) -> None:
+        chain.state = state
+        chain.reason = reason
+        chain.updated_at = now
+        report.ended.append(chain.id)
+        s.add(event_row(now, "chain.end", chain.id, reason, state=state.value))
+        self.stop_segments(s, chain, rest, now, report)
+        # The environment snapshot may hold secrets and is needed only to submit: an ended
+        # chain submits nothing more (a cancel runs with the minimal environment).
+        chain.environment = {}
+
+    def stop_segments(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int, report: CycleReport
+    ) -> None:
+        ids = [g.job_id for g in segs if not g.finished]
+        if not ids:
+            return
+        try:
+            self.ctx.clients(chain).cancel(ids)
+        except SlurmError as exc:
+            log.warning("cancel %s failed: %s", ids, exc)
+            s.add(event_row(now, "cancel.failed", chain.id, str(exc), job_ids=ids))
+            return  # live segments stay unfinished: retried next cycle
+        for g in segs:
+            g.cancelled_by_mirage = True
+            g.finished = True
+            g.outcome = SegmentOutcome.CANCELLED
+        report.cancelled.extend(ids)
+        s.add(event_row(now, "cancel", chain.id, "chain ended", job_ids=ids))
+
+    def revocable(
+        self, s: Session, chain: Chain, segs: list[Segment], now: int
+    ) -> revoke.Revocable | None:
+        """The chain's pre-submitted successor, if it pends while its predecessor runs (a
+        policy may revoke it). A successor marked for revocation whose predecessor ended
+        first is kept (:func:`mirage.daemon.revoke.keep`)."""
+        pending = JobState.PENDING.value
+        if (
+            len(segs) == 2
+            and segs[0].job_state == JobState.RUNNING.value
+            and segs[0].start is not None
+            and segs[0].missing_since is None
+            and segs[1].job_state == pending
+            and segs[1].missing_since is None
+            and segs[1].presubmitted
+            and not segs[1].requeued
+        ):
+            limit = segs[1].time_limit_s or chain.time_limit_s
+            move = self.transition(chain, segs[0], limit, self.router.resolve_partition(chain))
+            return revoke.Revocable(chain, segs[1], move)
+        for g in segs:
+            if g.revoke_at is not None and g.job_state == pending and g is segs[0]:
+                revoke.keep(self.ctx, s, chain, g, now)
+        return None
+
+
+def segments_done(chain: Chain) -> bool:
+    """Whether the chain has had all its ``--segments N`` (each submitted segment counts;
+    a revoked pre-submission gives its index back)."""
+    target = chain.segments_target
+    return target is not None and chain.next_index >= target
