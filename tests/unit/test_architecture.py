@@ -38,6 +38,12 @@ def test_the_contracts_hold() -> None:
         ("slurm/types.py", "import mirage.sim.engine", "Mirage's layers"),
         # the simulator's engine imported by the limits it applies: a cycle
         ("sim/limits.py", "import mirage.sim.engine", "No import cycles"),
+        # the daemon and the synthetic traces are independent of each other
+        ("daemon/store.py", "import mirage.synth.model", "Mirage's layers"),
+        # the judge must not know how the models it judges are built
+        ("evaluate/stats.py", "import mirage.learn.train", "Mirage's layers"),
+        # a step of the daemon's cycle reaching back to the daemon that orchestrates it
+        ("daemon/ledger.py", "import mirage.daemon.core", "No import cycles"),
     ],
 )
 def test_a_new_import_against_a_contract_fails_with_its_name(
