@@ -64,7 +64,7 @@ from mirage.policy.base import Decision, DecisionContext, PendingTransition, Pol
 from mirage.policy.cost import Transition
 from mirage.profile.schema import ClusterProfile, Partition, ProfileError
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.parse import digits
+from mirage.slurm.syntax import digits
 from mirage.slurm.types import (
     JobState,
     QueueSnapshot,

@@ -20,12 +20,12 @@ from mirage.evaluate.protocol import (
     Setting,
     Split,
     default_splits,
-    parse_when,
     sample_times,
     scaled_nodes,
     spread,
 )
 from mirage.paths import models_root, trace_roots
+from mirage.slurm.syntax import parse_when
 
 if TYPE_CHECKING:
     import pandas as pd

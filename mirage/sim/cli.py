@@ -258,7 +258,7 @@ def _isnan(x: Any) -> Any:
 def _cutoff(before: str | None, tz: str) -> int | None:
     if before is None:
         return None
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     try:
         return parse_when(before, tz)
@@ -472,7 +472,7 @@ def sim() -> None:
 
 def _when(text: str, tz: str, hint: str) -> int:
     """``now``, epoch seconds, or an ISO date/time (naive: zone ``tz``)."""
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     text = text.strip()
     if text.lower() == "now":

@@ -63,7 +63,7 @@ def _profile(name: str, nodes: int | None) -> ClusterProfile:
 def _when(text: str | None, tz: str, hint: str) -> int | None:
     if text is None:
         return None
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     try:
         return parse_when(text, tz)

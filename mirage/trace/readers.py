@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mirage.slurm.parse import digits
+from mirage.slurm.syntax import digits
 from mirage.trace.checks import COUNT_MAX, LIMIT_MAX, TIME_MAX, Acc, check_times, drop_non_jobs
 from mirage.trace.csvmap import CSV_FORMAT, ColumnMap
 from mirage.trace.load import TraceFormatError, TraceLoad, log_skipped
