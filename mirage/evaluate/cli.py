@@ -577,10 +577,6 @@ def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) 
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
-
-        def progress(done: int, total: int) -> None:
-            bars.update(f"probes {setting.split.name}", done, total)
-
         return record_all(
             setting,
             times,
@@ -588,7 +584,7 @@ def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) 
             cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"],
             dask_address=kw["dask_address"],
-            progress=progress,
+            progress=bars.counter(f"probes {setting.split.name}"),
         )
 
 
