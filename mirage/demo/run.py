@@ -55,7 +55,6 @@ from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.workload import JobSpec
-from mirage.slurm.types import SlurmJob
 from mirage.trace.load import SkippedRow
 
 SCRIPT = (
@@ -97,29 +96,6 @@ class HandoffSimClient(SimSlurmClient):
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
         super().signal(job_id, signal, batch_only)
         self.cancel([job_id])
-
-    def accounting(
-        self, start: int, end: int | None = None, every_state: bool = False
-    ) -> list[SlurmJob]:
-        """``SimSlurmClient.accounting``'s answer, without a view of every job ever run.
-
-        A replay holds months of finished trace jobs; building each one's view every
-        cycle was most of the demo's time. The filter is the parent's, applied first.
-        """
-        self._sync()
-        sim = self.sim
-        upto = sim.now if end is None else end
-        live = {v.job_id: v for v in sim.pending_jobs() + sim.running_jobs()}
-        out = []
-        for i, spec in enumerate(sim.specs):
-            state, ended = sim.state[i], sim.end[i]
-            if state is None or spec.submit > upto:
-                continue
-            if state.is_finished and ended is not None and ended < start:
-                continue
-            job_id = str(i + sim.first_id)
-            out.append(self._record(live.get(job_id) or sim.view(job_id)))
-        return out
 
 
 # ---- the replayed cluster ----------------------------------------------------------------

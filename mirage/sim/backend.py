@@ -117,17 +117,23 @@ class SimSlurmClient(SlurmClient):
         self, start: int, end: int | None = None, every_state: bool = False
     ) -> list[SlurmJob]:
         """Jobs submitted by ``end`` that had not finished before ``start`` (as sacct -S -E;
-        held or not: the simulator's answer is always ``every_state``'s)."""
+        held or not: the simulator's answer is always ``every_state``'s).
+
+        The window is chosen before any job's view is built: a replay holds months of
+        finished jobs, and viewing each one every poll was most of a replay's time."""
         self._sync()
-        upto = self.sim.now if end is None else end
-        out = []
-        for v in self.sim.all_jobs():
-            if v.state is None or v.spec.submit > upto:
-                continue
-            if v.state.is_finished and v.end is not None and v.end < start:
-                continue
-            out.append(self._record(v))
-        return out
+        sim = self.sim
+        upto = sim.now if end is None else end
+        inside = [
+            i
+            for i, (spec, state, ended) in enumerate(
+                zip(sim.specs, sim.state, sim.end, strict=True)
+            )
+            if state is not None
+            and spec.submit <= upto
+            and not (state.is_finished and ended is not None and ended < start)
+        ]
+        return [self._record(v) for v in sim.views(inside)]
 
     def start_estimates(self) -> dict[str, StartEstimate]:
         self._sync()
