@@ -45,6 +45,7 @@ from mirage.slurm.parse import map_state
 from mirage.slurm.syntax import SlurmSyntaxError, gres_gpus, parse_limit, parse_tres, tres_gpus
 from mirage.slurm.types import JobState
 from mirage.trace.checks import COUNT_MAX, Acc, check_times
+from mirage.trace.finish import finish
 from mirage.trace.load import TraceFormatError, TraceLoad
 from mirage.trace.schema import COLUMNS
 from mirage.trace.tz import local_to_epoch, zone
@@ -453,8 +454,6 @@ def _frame(acc: Acc, rows: list[_Row], lines: list[int], tz: str) -> tuple[pd.Da
 
 def read_csv_mapped(path: str, raw: bytes, cmap: ColumnMap, tz: str | None = None) -> TraceLoad:
     """A CSV job export read through ``cmap`` into the canonical table."""
-    from mirage.trace.readers import _finish
-
     tz = tz or "UTC"
     zone(tz)
     header, records = _records(path, raw, cmap.delimiter)
@@ -483,4 +482,4 @@ def read_csv_mapped(path: str, raw: bytes, cmap: ColumnMap, tz: str | None = Non
         df = check_times(acc, df)
     if cmap.gpu_tres_id is None and any(k in cmap.columns for k in ("tres_alloc", "tres_req")):
         notes.append("no gpu_tres_id: numeric TRES ids >= 1000 (gres) are not read as GPUs")
-    return _finish(acc, df, CSV_FORMAT, tz, notes, amb, miss)
+    return finish(acc, df, CSV_FORMAT, tz, notes, amb, miss)
