@@ -47,7 +47,7 @@ from mirage.sim.fidelity import (
     default_model,
 )
 from mirage.sim.workload import JobSpec
-from mirage.slurm.syntax import SlurmSyntaxError, parse_slurm_time
+from mirage.slurm.syntax import SlurmSyntaxError, parse_limit, parse_slurm_time
 
 #: The sacct fields of sacct.txt, in order.
 SACCT_FIELDS = (
@@ -324,11 +324,7 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
         if not re.match(r"^\d+(_(\d+|\[[^\]]*\]))?$", f["JobID"]):
             raise ValueError(f"{where}: bad JobID {f['JobID']!r}")
         try:
-            limit = (
-                None
-                if f["TimelimitRaw"] in ("", "UNLIMITED", "Partition_Limit")
-                else int(f["TimelimitRaw"])
-            )
+            limit_s = parse_limit(f["TimelimitRaw"])  # whole minutes, or UNLIMITED
             nodes = int(f["NNodes"])
         except ValueError:
             raise ValueError(f"{where}: bad TimelimitRaw or NNodes") from None
@@ -344,7 +340,7 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
                 eligible=_sacct_time(f["Eligible"], where),
                 start=_sacct_time(f["Start"], where),
                 end=_sacct_time(f["End"], where),
-                limit_min=limit,
+                limit_min=None if limit_s is None else limit_s // 60,
                 nodes=nodes,
                 req_tres=f["ReqTRES"],
                 alloc_tres=f["AllocTRES"],

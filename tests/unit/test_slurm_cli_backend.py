@@ -24,6 +24,17 @@ from mirage.slurm.types import (
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 NOW = 1_795_649_100
+#: sacct over every job up to NOW, as the client asks it.
+SACCT_ALL = [
+    "sacct",
+    "--json",
+    "-a",
+    "-X",
+    "-S",
+    format_slurm_time(0),
+    "-E",
+    format_slurm_time(NOW),
+]
 
 
 def recorded(name: str) -> str:
@@ -123,16 +134,7 @@ def test_accounting_window_and_flags() -> None:
 def test_accounting_slurmdbd_down() -> None:
     conv = Conversation(
         Step(
-            [
-                "sacct",
-                "--json",
-                "-a",
-                "-X",
-                "-S",
-                format_slurm_time(0),
-                "-E",
-                format_slurm_time(NOW),
-            ],
+            SACCT_ALL,
             returncode=1,
             stderr=recorded("sacct-slurmdbd-down.stderr"),
         )
@@ -368,19 +370,9 @@ def test_sbatch_time_limit() -> None:
 
 def test_parse_errors_carry_the_command() -> None:
     """Parsers know no command; the client re-raises with the real argv, rc and stderr."""
-    sacct = [
-        "sacct",
-        "--json",
-        "-a",
-        "-X",
-        "-S",
-        format_slurm_time(0),
-        "-E",
-        format_slurm_time(NOW),
-    ]
     conv = Conversation(
         Step(["sbatch", "--parsable", "job.sh"], stdout="garbage\n", stderr="sbatch: note\n"),
-        Step(sacct, stdout="{truncated", stderr="sacct: warning: slow\n"),
+        Step(SACCT_ALL, stdout="{truncated", stderr="sacct: warning: slow\n"),
         Step(["squeue", "--json"], stdout=recorded("squeue-slurmctld-down.json")),
         Step(["scontrol", "-o", "show", "partition"], stdout="not Key=value\n"),
         Step(["sbatch", "--test-only", "job.sh"], stderr="sbatch: odd\n"),
@@ -395,7 +387,7 @@ def test_parse_errors_carry_the_command() -> None:
     assert submit.value.__cause__.argv == []
     with pytest.raises(SlurmParseError) as acct:
         c.accounting(0)
-    assert acct.value.argv == sacct and acct.value.stderr == "sacct: warning: slow\n"
+    assert acct.value.argv == SACCT_ALL and acct.value.stderr == "sacct: warning: slow\n"
     assert "not JSON" in str(acct.value)
     with pytest.raises(SlurmUnreachableError) as down:  # exit 0, "errors" in the JSON
         c.queue()
