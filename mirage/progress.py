@@ -13,6 +13,7 @@ cached ones, done at once, would make a slow task look fast).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -20,16 +21,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from mirage.fmt import duration
+
 log = logging.getLogger(__name__)
 
 #: Plain lines: at most one per task this often (seconds).
 EVERY_S = 30.0
-
-
-def _elapsed(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
 class Bars:
@@ -61,7 +58,11 @@ class Bars:
             self._last[label] = -1.0 if finished else now
             spent = now - self._start[label]
             pace = _pace(done - self._first[label], total - done, spent) if total != 1.0 else ""
-            log.info("%s: %s after %s%s", label, _amount(done, total), _elapsed(spent), pace)
+            log.info("%s: %s after %s%s", label, _amount(done, total), duration(spent), pace)
+
+    def counter(self, label: str) -> Callable[[float, float], None]:
+        """An updater of one task by items done of a total."""
+        return functools.partial(self.update, label)
 
     def fraction(self, label: str) -> Callable[[float], None]:
         """An updater of one task by the fraction done (0 to 1)."""
@@ -74,7 +75,7 @@ def _pace(done: float, left: float, spent: float) -> str:
     if done <= 0 or spent <= 0:
         return ""
     each = spent / done
-    rest = f", about {_elapsed(each * left)} left" if left > 0 else ""
+    rest = f", about {duration(each * left)} left" if left > 0 else ""
     return f", {each:.1f} s each{rest}"
 
 
@@ -120,3 +121,14 @@ def progress_bars(
         transient=True,
     ) as bar:
         yield Bars(bar, every_s, clock)
+
+
+@contextmanager
+def fraction_done(label: str, *, enabled: bool = True) -> Iterator[Callable[[float], None] | None]:
+    """One task, updated by the fraction done (a replay): as :func:`progress_bars` shows
+    it; None when not ``enabled`` (e.g. under --json, whose output must stay clean)."""
+    if not enabled:
+        yield None
+        return
+    with progress_bars() as bars:
+        yield bars.fraction(label)

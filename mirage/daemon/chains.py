@@ -34,8 +34,13 @@ from pathlib import Path
 
 from mirage.daemon.store import Chain, ChainState, new_chain_id
 from mirage.profile.schema import Partition
-from mirage.sim.backend import gres_gpus, slurm_duration
-from mirage.slurm.parse import digits
+from mirage.slurm.syntax import (
+    SlurmSyntaxError,
+    digits,
+    format_duration,
+    gres_gpus,
+    parse_duration,
+)
 
 
 class ChainSpecError(ValueError):
@@ -89,28 +94,11 @@ MAX_GPUS_PER_NODE = 1024
 
 
 def parse_time_limit(text: str) -> int:
-    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S -> seconds."""
-    t = text.strip()
-    days = 0
-    if "-" in t:
-        d, _, t = t.partition("-")
-        if not digits(d):
-            raise ChainSpecError(f"invalid time limit {text!r}")
-        days = int(d)
-        parts = t.split(":")
-        if not all(digits(p) for p in parts) or len(parts) > 3:
-            raise ChainSpecError(f"invalid time limit {text!r}")
-        nums = [int(p) for p in parts] + [0] * (3 - len(parts))
-        return days * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
-    parts = t.split(":")
-    if not t or not all(digits(p) for p in parts) or len(parts) > 3:
-        raise ChainSpecError(f"invalid time limit {text!r} (use e.g. 2-00:00:00 or 240)")
-    nums = [int(p) for p in parts]
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    return nums[0] * 3600 + nums[1] * 60 + nums[2]
+    """A chain's ``--time`` in seconds, read as sbatch reads it (a bare number: minutes)."""
+    try:
+        return parse_duration(text)
+    except SlurmSyntaxError:
+        raise ChainSpecError(f"invalid time limit {text!r} (use e.g. 2-00:00:00 or 240)") from None
 
 
 @dataclass
@@ -298,8 +286,8 @@ def check_limits(chain: Chain, partitions: Sequence[Partition]) -> None:
             )
         if part.max_time_s is not None and chain.time_limit_s > part.max_time_s:
             raise ChainSpecError(
-                f"time limit {slurm_duration(chain.time_limit_s)} is over partition {name}'s "
-                f"MaxTime {slurm_duration(part.max_time_s)}: the jobs would pend forever "
+                f"time limit {format_duration(chain.time_limit_s)} is over partition {name}'s "
+                f"MaxTime {format_duration(part.max_time_s)}: the jobs would pend forever "
                 "(PartitionTimeLimit); ask for at most that"
             )
 
@@ -357,7 +345,8 @@ def build_chain(
     gid = os.getgid() if gid is None else gid
     owner = pwd.getpwuid(uid).pw_name
     gres = managed.get("gres")
-    if gres_gpus(gres) > MAX_GPUS_PER_NODE:
+    gpus = gres_gpus(gres) or 0
+    if gpus > MAX_GPUS_PER_NODE:
         raise ChainSpecError(f"--gres {gres!r}: more than {MAX_GPUS_PER_NODE} GPUs per node")
     return Chain(
         id=new_chain_id(),
@@ -379,7 +368,7 @@ def build_chain(
         partition=managed.get("partition"),
         time_limit_s=limit,
         nodes=int(nodes_text),
-        gpus_per_node=gres_gpus(gres),
+        gpus_per_node=gpus,
         gres=gres,
         segments_target=segments,
         until_file=until_file,

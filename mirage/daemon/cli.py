@@ -28,6 +28,7 @@ from mirage.daemon.config import (
     ConfigError,
     load_config,
 )
+from mirage.fmt import duration
 
 if TYPE_CHECKING:
     from mirage.daemon.core import Daemon
@@ -98,24 +99,10 @@ def _when(t: int | None, now: int) -> str:
         return "-"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
     delta = t - now
-    rel = "now" if delta == 0 else f"in {_dur(delta)}" if delta > 0 else f"{_dur(-delta)} ago"
+    rel = (
+        "now" if delta == 0 else f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+    )
     return f"{stamp}Z ({rel})"
-
-
-def _dur(s: int | None) -> str:
-    """A span, to the second while it is short: "42s", "3m05s", "1h02m", "2d03h04m"."""
-    if s is None:
-        return "-"
-    s = int(s)
-    if s < 0:
-        return f"-{_dur(-s)}"
-    if s < 3600:
-        m, sec = divmod(s, 60)
-        return f"{m}m{sec:02d}s" if m else f"{sec}s"
-    d, rest = divmod(s, 86400)
-    h, rest = divmod(rest, 3600)
-    m = rest // 60
-    return f"{d}d{h:02d}h{m:02d}m" if d else f"{h}h{m:02d}m"
 
 
 def echo_json(data: Any) -> None:
@@ -305,7 +292,7 @@ def _trouble_lines(r: dict[str, Any], now: int) -> list[str]:
     out = []
     if r.get("error"):
         at = r.get("error_at")
-        when = f", last {_dur(now - at)} ago" if at is not None else ""
+        when = f", last {duration(now - at)} ago" if at is not None else ""
         out.append(f"    error ({r.get('errors') or 1} so far{when}): {r['error']}")
     if r.get("note"):
         out.append(f"    note: {r['note']}")
@@ -554,7 +541,7 @@ def _start_policy(start: dict[str, Any], now: int) -> str:
     text = f"policy {start.get('policy') or '-'}"
     if start.get("model"):
         created = start.get("model_created_at")
-        age = f", age {_dur(now - created)}" if isinstance(created, int) else ""
+        age = f", age {duration(now - created)}" if isinstance(created, int) else ""
         text += f" [model {start['model']}{age}]"
     if start.get("fallback"):
         text += f" [fallback: {start['fallback']}]"
@@ -612,7 +599,7 @@ def _slurm_line(slurm: dict[str, Any], now: int) -> str:
 def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
     """One chain of ``mirage status``: where it stands, its successor, and for an ACTIVE one
     the forecast and the policy; its error and note."""
-    left = f", {_dur(r['time_left_s'])} left" if r.get("time_left_s") is not None else ""
+    left = f", {duration(r['time_left_s'])} left" if r.get("time_left_s") is not None else ""
     lines = [
         f"{_owner_cell(r, owner)}{r['id']} {r['name']} [{r['state']}] {_current_job(r, now)}{left}"
     ]
@@ -654,7 +641,7 @@ def _policy_text(r: dict[str, Any]) -> str:
     used = r.get("policy_used") or label.split(" ", 1)[0]
     text = used + (f" (fallback: {r['fallback']})" if r.get("fallback") else "")
     age = r.get("model_age_s")
-    return text + (f", model age {_dur(age)}" if age is not None else ", no trained model")
+    return text + (f", model age {duration(age)}" if age is not None else ", no trained model")
 
 
 # ---- mirage daemon ---------------------------------------------------------------------

@@ -261,7 +261,7 @@ def _check_daemon(d: DaemonSection, source: str) -> None:
 
 def valid_signal(name: str) -> bool:
     """What ``scancel --signal`` takes: a name with or without SIG, or a number."""
-    from mirage.slurm.parse import digits
+    from mirage.slurm.syntax import digits
 
     if digits(name):
         return 0 < int(name) < signal.NSIG

@@ -36,7 +36,7 @@ from mirage.daemon.store import (
 )
 from mirage.policy.base import Decision, PendingTransition
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.parse import digits
+from mirage.slurm.syntax import digits
 from mirage.slurm.types import (
     SlurmError,
     SlurmJob,

@@ -22,6 +22,7 @@ segment than the reactive run: its extra transition has no reactive counterpart 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import hashlib
 import os
@@ -48,18 +49,20 @@ from mirage.daemon.store import (
     Submission,
     new_chain_id,
 )
+from mirage.fmt import duration
 from mirage.learn.artifacts import POLICIES as LEARNED
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
 from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.workload import JobSpec
-from mirage.slurm.types import SlurmJob
 from mirage.trace.load import SkippedRow
 
 SCRIPT = (
     b"#!/bin/bash\n# mirage demo segment: simulated, never executed\npython train.py --resume\n"
 )
+#: Spans in the demo's views and table: to the minute ("0m", "1h34m").
+_span = functools.partial(duration, minutes=True)
 HOUR = 3600
 METRICS = ("gap", "interruption", "overlap", "cost")
 
@@ -94,29 +97,6 @@ class HandoffSimClient(SimSlurmClient):
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
         super().signal(job_id, signal, batch_only)
         self.cancel([job_id])
-
-    def accounting(
-        self, start: int, end: int | None = None, every_state: bool = False
-    ) -> list[SlurmJob]:
-        """``SimSlurmClient.accounting``'s answer, without a view of every job ever run.
-
-        A replay holds months of finished trace jobs; building each one's view every
-        cycle was most of the demo's time. The filter is the parent's, applied first.
-        """
-        self._sync()
-        sim = self.sim
-        upto = sim.now if end is None else end
-        live = {v.job_id: v for v in sim.pending_jobs() + sim.running_jobs()}
-        out = []
-        for i, spec in enumerate(sim.specs):
-            state, ended = sim.state[i], sim.end[i]
-            if state is None or spec.submit > upto:
-                continue
-            if state.is_finished and ended is not None and ended < start:
-                continue
-            job_id = str(i + sim.first_id)
-            out.append(self._record(live.get(job_id) or sim.view(job_id)))
-        return out
 
 
 # ---- the replayed cluster ----------------------------------------------------------------
@@ -404,15 +384,6 @@ def compare(spec: DemoSpec, policy: RunResult, reactive: RunResult) -> dict[str,
 # ---- views -----------------------------------------------------------------------------------
 
 
-def _dur(s: float | None, signed: bool = False) -> str:
-    if s is None:
-        return "-"
-    sign = "-" if s < 0 else ("+" if signed and s > 0 else "")
-    m = round(abs(s) / 60)
-    h, m = divmod(m, 60)
-    return f"{sign}{h}h{m:02d}m" if h else f"{sign}{m}m"
-
-
 def _stamp(t: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) + "Z"
 
@@ -427,7 +398,7 @@ def _status_rows(store: Store, now: int) -> list[dict[str, Any]]:
 def _headline(label: str, now: int, start: int, sim: Simulation) -> str:
     q = queue_load(sim)
     return (
-        f"{label}: simulated {_stamp(now)} (+{_dur(now - start)}); queue {q['pending']} "
+        f"{label}: simulated {_stamp(now)} (+{_span(now - start)}); queue {q['pending']} "
         f"pending, {q['busy_nodes']}/{q['nodes']} nodes busy"
     )
 
@@ -436,15 +407,15 @@ def _chain_cells(r: dict[str, Any], now: int) -> list[str]:
     succ, at = r["successor_job_id"], r["successor_submitted_at"]
     successor = "-"
     if succ and at is not None:
-        successor = f"{succ} {r['successor_state'] or ''} (pre-submitted {_dur(now - at)} ago)"
+        successor = f"{succ} {r['successor_state'] or ''} (pre-submitted {_span(now - at)} ago)"
     return [
         r["name"],
         f"{r['segment'] or '-'} of {r['segments']}",
         str(r["job_id"] or "-"),
         r["job_state"] or "-" if r["state"] == "ACTIVE" else r["state"],
-        _dur(r["time_left_s"]),
+        _span(r["time_left_s"]),
         successor,
-        _dur(r["trained_s"]),
+        _span(r["trained_s"]),
     ]
 
 
@@ -515,7 +486,7 @@ def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
     runs: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="mirage-demo-") as tmp:
         for policy in (spec.policy, "reactive"):
-            label = policy if policy != "fixed-lead" else f"fixed-lead (lead {_dur(spec.lead_s)})"
+            label = policy if policy != "fixed-lead" else f"fixed-lead (lead {_span(spec.lead_s)})"
             with make_view(console, label, start) as view:
                 runs.append(run_chains(spec, warm, policy, base, view=view, workdir=Path(tmp)))
     out = compare(spec, runs[0], runs[1])
@@ -576,7 +547,7 @@ def render(out: dict[str, Any], console: Any) -> None:
         f"replay: {setup['trace']} on {setup['profile']} ({setup['nodes']} nodes of "
         f"{setup['partition']}), chains registered at {setup['start_utc']} with "
         f"{q['pending']} jobs pending; {setup['chains']} chains x {setup['segments']} "
-        f"segments of {_dur(setup['time_limit_s'])}, 1 node each; daemon polls every "
+        f"segments of {_span(setup['time_limit_s'])}, 1 node each; daemon polls every "
         f"{setup['poll_interval_s']} s",
         highlight=False,
     )
@@ -587,10 +558,10 @@ def _cells(v: dict[str, Any] | None) -> list[str]:
         return ["-"] * 4
     star = "*" if v.get("presubmitted") else ""
     return [
-        _dur(v["gap"], signed=True) + star,
-        _dur(v["interruption"]),
-        _dur(v["overlap"]),
-        _dur(v["cost"]),
+        _span(v["gap"], signed=True) + star,
+        _span(v["interruption"]),
+        _span(v["overlap"]),
+        _span(v["cost"]),
     ]
 
 
@@ -608,7 +579,7 @@ def verdict(out: dict[str, Any]) -> str:
         how = "the same as reactive"
     revoked = out["runs"]["policy"].get("revoked", 0)
     return (
-        f"mean J per transition: {name} {_dur(a)} ({pol['transitions']} transitions), "
-        f"reactive {_dur(b)} ({base['transitions']}): {how}"
+        f"mean J per transition: {name} {_span(a)} ({pol['transitions']} transitions), "
+        f"reactive {_span(b)} ({base['transitions']}): {how}"
         + (f"; {revoked} pre-submission(s) revoked while pending" if revoked else "")
     )

@@ -20,12 +20,12 @@ from mirage.evaluate.protocol import (
     Setting,
     Split,
     default_splits,
-    parse_when,
     sample_times,
     scaled_nodes,
     spread,
 )
 from mirage.paths import models_root, trace_roots
+from mirage.slurm.syntax import parse_when
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -577,10 +577,6 @@ def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) 
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
-
-        def progress(done: int, total: int) -> None:
-            bars.update(f"probes {setting.split.name}", done, total)
-
         return record_all(
             setting,
             times,
@@ -588,7 +584,7 @@ def _generate(rec: Any, setting: Setting, times: list[int], kw: dict[str, Any]) 
             cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"],
             dask_address=kw["dask_address"],
-            progress=progress,
+            progress=bars.counter(f"probes {setting.split.name}"),
         )
 
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import pandas as pd
+from mirage.slurm.syntax import parse_when
 
 HOUR = 3600
 DAY = 86400
@@ -121,21 +121,6 @@ def _identity(path_or_name: str) -> str:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         return f"{path.name}:{digest}"
     return path_or_name
-
-
-def parse_when(text: str, tz: str) -> int:
-    """An ISO date/time as epoch seconds; naive ones are read in zone ``tz``.
-
-    Raises ValueError, naming the text, for anything else."""
-    try:
-        when = pd.Timestamp(text)
-    except ValueError as exc:
-        raise ValueError(f"not an ISO date or time: {text!r}") from exc
-    if pd.isna(when):
-        raise ValueError(f"not an ISO date or time: {text!r}")
-    if when.tzinfo is None:
-        when = when.tz_localize(tz)
-    return int(when.timestamp())
 
 
 #: Mirage's splits for ls6 (site-local dates, America/Chicago). Training uses the three

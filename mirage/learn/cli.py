@@ -232,16 +232,12 @@ def _run(
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
-
-        def progress(tag: str, done: int, total: int) -> None:
-            bars.update(f"probes {tag}", done, total)
-
         if source:
             recal: dict[str, dict[str, Any]] = recalibrate(
-                cfg, policies, Path(source), root, progress
+                cfg, policies, Path(source), root, bars.update
             )
             return recal
-        out: dict[str, dict[str, Any]] = train(cfg, policies, root, progress)
+        out: dict[str, dict[str, Any]] = train(cfg, policies, root, bars.update)
         return out
 
 

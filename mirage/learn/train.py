@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -43,7 +44,8 @@ HOUR = 3600.0
 BANDS_H = (-48.0, -24.0, -12.0, -6.0, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0,
            16.0, 24.0, 48.0)  # fmt: skip
 
-Progress = Callable[[str, int, int], None]
+#: (task label, items done, total), as :meth:`mirage.progress.Bars.update` takes them.
+Progress = Callable[[str, float, float], None]
 
 
 @dataclass
@@ -111,12 +113,8 @@ def _split_data(
     for load in loads:
         setting = _setting(cfg, profile, load, cfg.splits[name])
         times = sample_times(setting.split, setting.protocol, cfg.first_submit)
-        tag = f"{name} load {load:g}"
-
-        def bar(done: int, total: int, tag: str = tag) -> None:
-            if progress is not None:
-                progress(tag, done, total)
-
+        label = f"probes {name} load {load:g}"
+        bar = None if progress is None else functools.partial(progress, label)
         samples = generate(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
         curves = generate_features(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
         ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -19,61 +18,19 @@ from mirage.profile.schema import (
 )
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.hostlist import compress as compress_hostlist
+from mirage.slurm.syntax import NO_LIMIT, parse_gres, parse_limit
 
 log = logging.getLogger(__name__)
 
 #: slurmctld checks time limits every PERIODIC_TIMEOUT (30 s, src/slurmctld/controller.c).
 PERIODIC_TIMEOUT_S = 30
 
-_UNLIMITED = {"UNLIMITED", "INFINITE", "NONE", "N/A", ""}
-
-
-def parse_slurm_duration(text: str, bare_unit_s: int = 60) -> int | None:
-    """Slurm duration text to seconds; None for UNLIMITED/INFINITE.
-
-    Accepts Slurm's forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. A bare number counts in
-    ``bare_unit_s`` (minutes for time limits, as in sbatch's --time).
-    Values with a trailing unit word, as scontrol prints ("30 sec"), are accepted too.
-    """
-    text = text.strip()
-    if text.upper() in _UNLIMITED:
-        return None
-    m = re.fullmatch(r"(\d+)\s*(sec|min)", text)
-    if m:
-        return int(m[1]) * (1 if m[2] == "sec" else 60)
-    days = 0
-    if "-" in text:
-        day_text, text = text.split("-", 1)
-        if not day_text.isdigit():
-            raise ValueError(f"not a Slurm duration: {text!r}")
-        days = int(day_text)
-        parts = [int(p) for p in text.split(":")]
-        parts += [0] * (3 - len(parts))  # D-H, D-H:M
-        hours, minutes, seconds = parts[:3]
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 1:
-        return parts[0] * bare_unit_s
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    if len(parts) == 3:
-        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
-    raise ValueError(f"not a Slurm duration: {text!r}")
-
 
 def gpus_in_gres(gres: str) -> tuple[int, str]:
-    """Count GPUs in a node's Gres string, e.g. ``gpu:a100:4(S:0-1),shard:8`` -> (4, "a100")."""
-    count, kind = 0, ""
-    for raw in re.split(r",(?![^(]*\))", gres):
-        fields = re.sub(r"\(.*\)$", "", raw.strip()).split(":")
-        if not fields or fields[0] != "gpu":
-            continue
-        if len(fields) >= 3:
-            kind = kind or fields[1]
-        tail = fields[-1]
-        if tail.isdigit():
-            count += int(tail)
-    return count, kind
+    """A node's GPUs and the first GPU type its Gres names: ``gpu:a100:4(S:0-1),shard:8``
+    -> (4, "a100")."""
+    gpus = [g for g in parse_gres(gres) if g.name == "gpu"]
+    return sum(g.count for g in gpus), next((g.kind for g in gpus if g.kind), "")
 
 
 def _merge(records: Sequence[Mapping[str, str]]) -> dict[str, str]:
@@ -106,9 +63,9 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
         value = params.get(key, "")
         return int(value) * unit if value.isdigit() else default
 
-    max_age = parse_slurm_duration(config.get("PriorityMaxAge", "7-00:00:00"))
+    max_age = parse_limit(config.get("PriorityMaxAge", "7-00:00:00"))
     try:  # PriorityCalcPeriod: minutes when bare (slurm.conf); scontrol prints "00:05:00"
-        calc_period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
+        calc_period = parse_limit(config.get("PriorityCalcPeriod", "00:05:00")) or 300
     except ValueError:
         calc_period = 300
     # Fair-share: the simulator models Slurm's classic algorithm (PriorityFlags=
@@ -121,7 +78,7 @@ def scheduler_from_config(config: Mapping[str, str]) -> SchedulerSettings:
     assoc = bool(enforce & {"associations", "limits", "qos", "safe"})
     fs_weight = num("PriorityWeightFairShare", 0)
     try:
-        half_life = parse_slurm_duration(config.get("PriorityDecayHalfLife", "7-00:00:00"))
+        half_life = parse_limit(config.get("PriorityDecayHalfLife", "7-00:00:00"))
     except ValueError:
         half_life = defaults.priority_decay_half_life_s
     # A captured cluster runs Slurm's own code: the engine's Slurm details are on.
@@ -201,7 +158,7 @@ def partitions_from(
                 memory_mb_per_node=mem,
                 gpus_per_node=gpus,
                 gpu_type=kind,
-                max_time_s=parse_slurm_duration(part.get("MaxTime", "UNLIMITED")),
+                max_time_s=parse_limit(part.get("MaxTime", "UNLIMITED")),
                 default=part.get("Default", "NO").upper() == "YES",
                 qos=_none_if_na(part.get("QoS", part.get("QOS", ""))),
                 node_list=compress_hostlist(n.get("NodeName", "") for n in its),
@@ -211,7 +168,7 @@ def partitions_from(
 
 
 def _none_if_na(text: str) -> str:
-    return "" if text.strip().upper() in _UNLIMITED else text.strip()
+    return "" if text.strip().upper() in NO_LIMIT else text.strip()
 
 
 def limit_tres(text: str, where: str) -> str:
@@ -232,11 +189,6 @@ def limit_tres(text: str, where: str) -> str:
 def _count(text: str) -> int | None:
     text = text.strip()
     return int(text) if text.isdigit() else None
-
-
-def _wall(text: str) -> int | None:
-    text = text.strip()
-    return parse_slurm_duration(text) if text else None
 
 
 def qos_from(rows: Sequence[Mapping[str, str]]) -> tuple[Qos, ...]:
@@ -264,7 +216,7 @@ def qos_from(rows: Sequence[Mapping[str, str]]) -> tuple[Qos, ...]:
                 max_tres_per_user=limit_tres(row.get("MaxTRESPU", ""), f"QOS {name} MaxTRESPU"),
                 grp_tres=limit_tres(row.get("GrpTRES", ""), f"QOS {name} GrpTRES"),
                 grp_jobs=_count(row.get("GrpJobs", "")),
-                max_wall_s=_wall(row.get("MaxWall", "")),
+                max_wall_s=parse_limit(row.get("MaxWall", "")),
                 over_part_qos="overpartqos" in row.get("Flags", "").lower(),
             )
         )
@@ -292,7 +244,7 @@ def associations_from(
             max_submit_jobs=_count(row.get("MaxSubmit", "")),
             grp_tres=limit_tres(row.get("GrpTRES", ""), f"association {user} GrpTRES"),
             grp_jobs=_count(row.get("GrpJobs", "")),
-            max_wall_s=_wall(row.get("MaxWall", "")),
+            max_wall_s=parse_limit(row.get("MaxWall", "")),
             default_qos=dq if dq in qos else "",
         )
         if not a.has_limits and not a.default_qos:

@@ -99,6 +99,7 @@ from typing import Any, Literal
 
 from mirage.slurm.hostlist import HostlistError
 from mirage.slurm.hostlist import expand as expand_hostlist
+from mirage.slurm.syntax import digits, parse_tres
 from mirage.typedtoml import SchemaError, build, read_toml
 
 
@@ -156,19 +157,19 @@ class Partition:
 LIMIT_TRES = ("cpu", "node", "gres/gpu")
 
 
-def parse_tres(text: str, where: str = "<tres>") -> dict[str, int]:
-    """ "cpu=64,gres/gpu=8" -> {"cpu": 64, "gres/gpu": 8}; unknown TRES are an error."""
-    out: dict[str, int] = {}
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        key, eq, value = item.partition("=")
+def limit_tres(text: str, where: str = "<tres>") -> dict[str, int]:
+    """A TRES limit, "cpu=64,gres/gpu=8" -> {"cpu": 64, "gres/gpu": 8}: a TRES the
+    simulator does not model, or an item that is no TRES=count, is an error."""
+    bare = [x.strip() for x in text.split(",") if x.strip() and "=" not in x]
+    items = {**parse_tres(text), **dict.fromkeys(bare, "")}  # "cpu" alone: no count
+    for key, value in items.items():
         if key not in LIMIT_TRES:
             raise ProfileError(
                 f"{where}: unknown TRES {key!r} in {text!r}; valid: {', '.join(LIMIT_TRES)}"
             )
-        if not eq or not value.isdigit():
-            raise ProfileError(f"{where}: {item!r} in {text!r} is not TRES=count")
-        out[key] = int(value)
-    return out
+        if not digits(value):
+            raise ProfileError(f"{where}: {f'{key}={value}'!r} in {text!r} is not TRES=count")
+    return {key: int(value) for key, value in items.items()}
 
 
 @dataclass(frozen=True)
@@ -357,10 +358,10 @@ def _check_limits(profile: ClusterProfile, source: str) -> None:
                 f"{source}: association {a.user!r} names default_qos {a.default_qos!r}; "
                 f"[[qos]] defines: {valid}"
             )
-        parse_tres(a.grp_tres, f"{source} association {a.user!r} grp_tres")
+        limit_tres(a.grp_tres, f"{source} association {a.user!r} grp_tres")
     for q in profile.qos:
-        parse_tres(q.grp_tres, f"{source} QOS {q.name!r} grp_tres")
-        parse_tres(q.max_tres_per_user, f"{source} QOS {q.name!r} max_tres_per_user")
+        limit_tres(q.grp_tres, f"{source} QOS {q.name!r} grp_tres")
+        limit_tres(q.max_tres_per_user, f"{source} QOS {q.name!r} max_tres_per_user")
 
 
 def _check_timezone(zone: str, source: str) -> None:

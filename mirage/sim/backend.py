@@ -14,7 +14,7 @@ from mirage.sim.engine import JobView, Simulation
 from mirage.sim.errors import SimError
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.parse import digits
+from mirage.slurm.syntax import digits, format_duration, gres_gpus
 from mirage.slurm.types import (
     JobState,
     QueueSnapshot,
@@ -25,18 +25,6 @@ from mirage.slurm.types import (
 )
 
 Runtime = Callable[[SubmitRequest], int | None]
-
-
-def gres_gpus(gres: str | None) -> int:
-    """ "gpu:4" / "gpu:a100:4" -> 4; "gpu" -> 1; None -> 0."""
-    if not gres:
-        return 0
-    total = 0
-    for item in gres.split(","):
-        fields = item.split(":")
-        if fields[0] == "gpu":
-            total += int(fields[-1]) if digits(fields[-1]) else 1
-    return total
 
 
 def qos_request(args: Sequence[str]) -> str:
@@ -80,14 +68,6 @@ def cpu_request(args: Sequence[str]) -> tuple[int, bool]:
     if not (per_task or tasks):
         return 0, exclusive
     return max(1, per_task) * max(1, tasks), exclusive
-
-
-def slurm_duration(seconds: int | None) -> str:
-    """Seconds -> Slurm's "D-HH:MM:SS" ("UNLIMITED" for None)."""
-    if seconds is None:
-        return "UNLIMITED"
-    days, rest = divmod(seconds, 86400)
-    return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
 
 
 class SimSlurmClient(SlurmClient):
@@ -137,17 +117,23 @@ class SimSlurmClient(SlurmClient):
         self, start: int, end: int | None = None, every_state: bool = False
     ) -> list[SlurmJob]:
         """Jobs submitted by ``end`` that had not finished before ``start`` (as sacct -S -E;
-        held or not: the simulator's answer is always ``every_state``'s)."""
+        held or not: the simulator's answer is always ``every_state``'s).
+
+        The window is chosen before any job's view is built: a replay holds months of
+        finished jobs, and viewing each one every poll was most of a replay's time."""
         self._sync()
-        upto = self.sim.now if end is None else end
-        out = []
-        for v in self.sim.all_jobs():
-            if v.state is None or v.spec.submit > upto:
-                continue
-            if v.state.is_finished and v.end is not None and v.end < start:
-                continue
-            out.append(self._record(v))
-        return out
+        sim = self.sim
+        upto = sim.now if end is None else end
+        inside = [
+            i
+            for i, (spec, state, ended) in enumerate(
+                zip(sim.specs, sim.state, sim.end, strict=True)
+            )
+            if state is not None
+            and spec.submit <= upto
+            and not (state.is_finished and ended is not None and ended < start)
+        ]
+        return [self._record(v) for v in sim.views(inside)]
 
     def start_estimates(self) -> dict[str, StartEstimate]:
         self._sync()
@@ -205,7 +191,7 @@ class SimSlurmClient(SlurmClient):
             part = profile.partition(request.partition)
         except ValueError as exc:
             raise SubmitError(["sbatch"], 1, str(exc)) from exc
-        gpus = gres_gpus(request.gres)  # per node, as sbatch --gres means it
+        gpus = gres_gpus(request.gres) or 0  # per node, as sbatch --gres means it
         cpus, exclusive = cpu_request(request.extra_args)
         nodes = request.nodes or 1
         if (
@@ -301,7 +287,7 @@ class SimSlurmClient(SlurmClient):
             "PartitionName": name,
             "TotalNodes": str(len(members)),
             "TotalCPUs": str(sum(self.sim.node_cpus[n] for n in members)),
-            "MaxTime": slurm_duration(p.max_time_s),
+            "MaxTime": format_duration(p.max_time_s),
             "Default": "YES" if p.default else "NO",
             "State": "UP",
         }
@@ -350,6 +336,6 @@ class SimSlurmClient(SlurmClient):
             "PriorityWeightJobSize": str(s.priority_weight_job_size),
             "PriorityWeightFairShare": str(s.priority_weight_fairshare),
             "PriorityWeightPartition": str(s.priority_weight_partition),
-            "PriorityMaxAge": slurm_duration(s.priority_max_age_s),
+            "PriorityMaxAge": format_duration(s.priority_max_age_s),
             "PriorityFavorSmall": "Yes" if s.priority_favor_small else "No",
         }

@@ -729,14 +729,6 @@ def write_profile(cal: Calibration, path: str | Path, trace: str = "", tz: str =
     out.write_text(calibrated_toml(cal, trace, tz), encoding="utf-8")
 
 
-def parse_when(text: str, tz: str) -> int:
-    """An ISO date/time as epoch seconds; naive ones are read in zone ``tz``."""
-    when = pd.Timestamp(text)
-    if when.tzinfo is None:
-        when = when.tz_localize(tz)
-    return int(when.timestamp())
-
-
 def hours(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
 

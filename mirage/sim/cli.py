@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from mirage.extras import require
+from mirage.fmt import duration
+from mirage.progress import fraction_done
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from mirage.profile.schema import ClusterProfile
-    from mirage.sim.calibrate import Candidate, Progress
+    from mirage.sim.calibrate import Candidate
     from mirage.trace.load import TraceLoad
 
 _FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
@@ -59,31 +58,6 @@ def _load_profile(name: str, nodes: int | None, backfill: str | None) -> Cluster
             " (or calibrate one: mirage calibrate)"
         )
     return prof
-
-
-@contextmanager
-def _progress(enabled: bool, label: str) -> Iterator[Progress | None]:
-    """Progress by fraction done: a bar on a terminal, plain log lines otherwise
-    (mirage.progress); None when disabled."""
-    if not enabled:
-        yield None
-        return
-    from mirage.progress import progress_bars
-
-    with progress_bars() as bars:
-        yield bars.fraction(label)
-
-
-def _dur(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 4 * 86400:
-        return f"{seconds / 3600:.2f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 _TRACE = click.option(
@@ -211,7 +185,7 @@ def simulate(
         raise click.ClickException(f"{trace_path}: no job to replay (none ran, or all too big)")
     show = not as_json and len(prep.jobs) >= PROGRESS_MIN_JOBS
     try:
-        with _progress(show, f"replaying {len(prep.jobs)} jobs") as progress:
+        with fraction_done(f"replaying {len(prep.jobs)} jobs", enabled=show) as progress:
             rep = replay(prep, prof, n, progress=progress)
     except SimError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -258,7 +232,7 @@ def _isnan(x: Any) -> Any:
 def _cutoff(before: str | None, tz: str) -> int | None:
     if before is None:
         return None
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     try:
         return parse_when(before, tz)
@@ -296,8 +270,8 @@ def _render_summary(out: dict[str, Any]) -> None:
     info.add_row(
         "dependency holds",
         f"{h['source']}: {h['held']} jobs held ({h['dependencies']} afterany, "
-        f"{h['begin_fallback']} begin); real mean wait {_dur(h['real_mean_wait_submit_s'])} "
-        f"from submit, {_dur(h['real_mean_wait_eligible_s'])} from eligible",
+        f"{h['begin_fallback']} begin); real mean wait {duration(h['real_mean_wait_submit_s'])} "
+        f"from submit, {duration(h['real_mean_wait_eligible_s'])} from eligible",
     )
     we = out["wait_from_eligible_s"]
     waits = Table(
@@ -315,7 +289,7 @@ def _render_summary(out: dict[str, Any]) -> None:
         ("real*", we["real"]),
     ):
         keys = ("mean", "p50", "p75", "p90", "p99", "max")
-        waits.add_row(label, *(_dur(stats.get(k)) for k in keys))
+        waits.add_row(label, *(duration(stats.get(k)) for k in keys))
     console = Console()
     console.print(info)
     console.print(waits)
@@ -439,8 +413,8 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
     h = result.holds
     console.print(
         f"dependency holds ({h.source}): {h.held} jobs held; real mean wait "
-        f"{_dur(h.real_mean_wait_submit_s)} from submit -> "
-        f"{_dur(h.real_mean_wait_eligible_s)} from eligible"
+        f"{duration(h.real_mean_wait_submit_s)} from submit -> "
+        f"{duration(h.real_mean_wait_eligible_s)} from eligible"
     )
     for note in result.notes:
         console.print(note)
@@ -454,7 +428,7 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
     if h is not None:
         console.print(
             f"after the cut-off (held out, {h.jobs} jobs): KS {h.ks:.3f}, mean wait "
-            f"{_dur(h.sim_mean_s)} simulated against {_dur(h.real_mean_s)} real"
+            f"{duration(h.sim_mean_s)} simulated against {duration(h.real_mean_s)} real"
         )
     if out:
         console.print(f"wrote {out}")
@@ -472,7 +446,7 @@ def sim() -> None:
 
 def _when(text: str, tz: str, hint: str) -> int:
     """``now``, epoch seconds, or an ISO date/time (naive: zone ``tz``)."""
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     text = text.strip()
     if text.lower() == "now":

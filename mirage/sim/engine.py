@@ -1866,8 +1866,12 @@ class Simulation:
         return [self._view(i, top) for i in sorted(self.running)]
 
     def all_jobs(self) -> list[JobView]:
+        return self.views(range(len(self.specs)))
+
+    def views(self, indices: Iterable[int]) -> list[JobView]:
+        """The jobs at these positions (job id minus ``first_id``), in their order."""
         top = self._top_jobs()
-        return [self._view(i, top) for i in range(len(self.specs))]
+        return [self._view(i, top) for i in indices]
 
     def start_estimate(self, job_id: str) -> int | None:
         """The planned start from the last backfill pass (None if not planned or not pending)."""

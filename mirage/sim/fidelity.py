@@ -49,7 +49,6 @@ Jobs share nodes (cons_tres: GPUs and CPUs per node) unless run with ``exclusive
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import random
 import re
@@ -62,11 +61,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from mirage.profile.capture import capture_profile, parse_slurm_duration, slurm_details
+from mirage.profile.capture import capture_profile, slurm_details
 from mirage.profile.schema import ClusterProfile, Partition, SchedulerSettings
 from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec
 from mirage.slurm.client import SlurmClient
+from mirage.slurm.syntax import parse_limit, parse_slurm_time
 from mirage.slurm.types import SlurmError, SlurmJob, SubmitRequest
 
 #: The pass mark's tolerance: a simulated start within this many seconds of the real one.
@@ -341,7 +341,7 @@ def testbed_model(client: SlurmClient, exclusive: bool = False) -> SimModel:
     profile = capture_profile(client, "testbed")
     nodes = client.show("node")
     (config,) = client.show("config") or [{}]
-    period = parse_slurm_duration(config.get("PriorityCalcPeriod", "00:05:00")) or 300
+    period = parse_limit(config.get("PriorityCalcPeriod", "00:05:00")) or 300
     part = profile.partition(PARTITION)
     # the partitions on nodes outside the workload's (the test cluster's cpu): the engine
     # then counts the whole cluster's nodes and CPUs for the job size factor
@@ -441,9 +441,9 @@ def clock_from_log(lines: Iterable[str]) -> ClusterClock | None:
     check: int | None = None
     for line in lines:
         m = _LOG_TIME.match(line)
-        if not m:
+        t = parse_slurm_time(m[1]) if m else None
+        if m is None or t is None:
             continue
-        t = calendar.timegm(time.strptime(m[1], "%Y-%m-%dT%H:%M:%S"))
         if "slurmctld version" in m[2] and "started" in m[2]:
             start, check = t, None
         elif m[2].startswith("Time limit exhausted"):

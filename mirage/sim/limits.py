@@ -58,7 +58,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from mirage.profile.schema import LIMIT_TRES, Association, ClusterProfile, Qos, parse_tres
+from mirage.profile.schema import LIMIT_TRES, Association, ClusterProfile, Qos, limit_tres
 from mirage.sim.errors import SimError
 from mirage.sim.workload import JobSpec
 
@@ -129,7 +129,7 @@ class Limits:
         self.max_time = {p.name: p.max_time_s for p in profile.partitions}
         self.profile = profile
         self.default_qos = "normal" if "normal" in self.qos else ""
-        self._tres: dict[str, dict[str, int]] = {}  # parse_tres, cached
+        self._tres: dict[str, dict[str, int]] = {}  # limit_tres, cached
         self.used: dict[Key, int] = {}
         # Limits.add's rules by spec key: a pure function of the spec and the profile,
         # so forks share it (not copied)
@@ -326,7 +326,7 @@ class Limits:
     def _parsed(self, text: str) -> dict[str, int]:
         got = self._tres.get(text)
         if got is None:
-            got = self._tres[text] = parse_tres(text)
+            got = self._tres[text] = limit_tres(text)
         return got
 
     def _over_submit(self, subs: Sequence[tuple[Key, int, str]]) -> str:

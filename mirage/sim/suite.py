@@ -27,13 +27,11 @@ Formats shared with the recorder (the real driver):
 
 from __future__ import annotations
 
-import calendar
 import json
 import math
 import random
 import re
 import statistics
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -49,6 +47,7 @@ from mirage.sim.fidelity import (
     default_model,
 )
 from mirage.sim.workload import JobSpec
+from mirage.slurm.syntax import SlurmSyntaxError, parse_limit, parse_slurm_time
 
 #: The sacct fields of sacct.txt, in order.
 SACCT_FIELDS = (
@@ -304,15 +303,11 @@ class RecordedRun:
         return sorted(self.by_key)
 
 
-_SACCT_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$")
-
-
 def _sacct_time(text: str, where: str) -> int | None:
-    if text in ("Unknown", "None", ""):
-        return None
-    if not _SACCT_TIME.match(text):
-        raise ValueError(f"{where}: bad time {text!r}")
-    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    try:
+        return parse_slurm_time(text)
+    except SlurmSyntaxError:
+        raise ValueError(f"{where}: bad time {text!r}") from None
 
 
 def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
@@ -329,11 +324,7 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
         if not re.match(r"^\d+(_(\d+|\[[^\]]*\]))?$", f["JobID"]):
             raise ValueError(f"{where}: bad JobID {f['JobID']!r}")
         try:
-            limit = (
-                None
-                if f["TimelimitRaw"] in ("", "UNLIMITED", "Partition_Limit")
-                else int(f["TimelimitRaw"])
-            )
+            limit_s = parse_limit(f["TimelimitRaw"])  # whole minutes, or UNLIMITED
             nodes = int(f["NNodes"])
         except ValueError:
             raise ValueError(f"{where}: bad TimelimitRaw or NNodes") from None
@@ -349,7 +340,7 @@ def parse_sacct(text: str, source: str = "sacct.txt") -> list[SacctRecord]:
                 eligible=_sacct_time(f["Eligible"], where),
                 start=_sacct_time(f["Start"], where),
                 end=_sacct_time(f["End"], where),
-                limit_min=limit,
+                limit_min=None if limit_s is None else limit_s // 60,
                 nodes=nodes,
                 req_tres=f["ReqTRES"],
                 alloc_tres=f["AllocTRES"],

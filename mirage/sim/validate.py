@@ -45,20 +45,27 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 
-from mirage.profile.capture import parse_slurm_duration
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.sim.calibrate import ks_distance
 from mirage.sim.engine import Simulation
 from mirage.sim.suite import SACCT_FIELDS
 from mirage.sim.workload import INFINITE, JobSpec
-from mirage.slurm.parse import digits, map_state, parse_sacct_json, parse_tres
+from mirage.slurm.parse import map_state, parse_sacct_json
+from mirage.slurm.syntax import (
+    SlurmSyntaxError,
+    digits,
+    parse_limit,
+    parse_slurm_time,
+    parse_tres,
+    tres_count,
+    tres_gpus,
+)
 from mirage.slurm.types import SlurmError, SlurmJob
 
 #: ``sacct -X -P --noheader -a --format=...`` of the recorded fidelity runs
@@ -82,8 +89,6 @@ NODE_BUCKETS = (
     ("65+", 65, 1 << 62),
 )
 GPU_BUCKETS = (("0", 0, 0), *NODE_BUCKETS)
-_NO_TIME = {"", "N/A", "UNKNOWN", "NONE", "(NULL)"}
-_UNLIMITED = {"UNLIMITED", "INFINITE", "PARTITION_LIMIT"}
 
 
 class ValidateError(ValueError):
@@ -181,43 +186,19 @@ def _fields(line: str) -> list[str]:
 
 
 def _time(value: str, zone: ZoneInfo) -> int | None:
-    if value.upper() in _NO_TIME:
-        return None
     try:
-        when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S")
-    except ValueError:
+        return parse_slurm_time(value, zone)
+    except SlurmSyntaxError:
         raise ValueError("unreadable time") from None
-    return int(when.replace(tzinfo=zone).timestamp())
 
 
 def _limit(row: Mapping[str, str]) -> int | None:
+    """TimelimitRaw (minutes) where exported, else Timelimit."""
     raw = row.get("timelimitraw", "")
-    if raw:
-        if raw.upper() in _UNLIMITED:
-            return None
-        if not digits(raw):
-            raise ValueError("unreadable time limit")
-        return int(raw) * 60
-    text = row.get("timelimit", "")
-    if not text or text.upper() in _UNLIMITED:
-        return None
     try:
-        return parse_slurm_duration(text)
-    except ValueError:
+        return parse_limit(raw or row.get("timelimit", ""))
+    except SlurmSyntaxError:
         raise ValueError("unreadable time limit") from None
-
-
-def _tres_count(tres: Mapping[str, str], key: str) -> int | None:
-    value = tres.get(key, "")
-    return int(value) if digits(value) else None
-
-
-def _tres_gpus(tres: Mapping[str, str]) -> int | None:
-    total = _tres_count(tres, "gres/gpu")
-    if total is not None:
-        return total
-    typed = [int(v) for k, v in tres.items() if k.startswith("gres/gpu:") and digits(v)]
-    return sum(typed) if typed else None
 
 
 def _text_job(row: Mapping[str, str], zone: ZoneInfo) -> SlurmJob:
@@ -226,11 +207,11 @@ def _text_job(row: Mapping[str, str], zone: ZoneInfo) -> SlurmJob:
     nnodes = row.get("nnodes", "")
     nodes = int(nnodes) if digits(nnodes) else None
     if nodes is None or nodes == 0:
-        nodes = _tres_count(alloc, "node") or _tres_count(req, "node") or 0
-    gpus = _tres_gpus(alloc)
+        nodes = tres_count(alloc, "node") or tres_count(req, "node") or 0
+    gpus = tres_gpus(alloc)
     if gpus is None:
-        gpus = _tres_gpus(req) or 0
-    cpus = _tres_count(alloc, "cpu") or _tres_count(req, "cpu")
+        gpus = tres_gpus(req) or 0
+    cpus = tres_count(alloc, "cpu") or tres_count(req, "cpu")
     if cpus is None:
         for key in ("alloccpus", "ncpus", "reqcpus"):
             if digits(row.get(key, "")):

@@ -1,6 +1,6 @@
 """Slurm access: typed records, the client interface, the CLI backend and its parsers."""
 
-from mirage.slurm.cli_backend import CliSlurmClient, format_time_limit, sbatch_options
+from mirage.slurm.cli_backend import CliSlurmClient, sbatch_options
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import (
     detect_shape,
@@ -53,7 +53,6 @@ __all__ = [
     "check_result",
     "clean_environment",
     "detect_shape",
-    "format_time_limit",
     "is_unreachable",
     "map_state",
     "parse_sacct_json",

@@ -39,6 +39,7 @@ from mirage.slurm.parse import (
     parse_test_only,
 )
 from mirage.slurm.run import CommandResult, Runner, SubprocessRunner, check_result
+from mirage.slurm.syntax import format_duration, format_slurm_time
 from mirage.slurm.types import (
     QueueSnapshot,
     SlurmError,
@@ -65,25 +66,17 @@ _CANCEL_HARMLESS = (
 )
 
 
-def format_time_limit(seconds: int) -> str:
-    """Seconds -> sbatch/scontrol ``D-HH:MM:SS`` (Slurm rounds up to whole minutes)."""
+def _time_limit(seconds: int) -> str:
+    """A time limit for sbatch or scontrol: 0 would mean none at all, so it is refused."""
     if seconds <= 0:
         raise ValueError(f"time limit must be positive, not {seconds}")
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-
-
-def format_time(epoch: int) -> str:
-    """Epoch seconds -> the ISO form sacct's -S/-E accept, in UTC."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+    return format_duration(seconds)
 
 
 # SubmitRequest field -> sbatch option; a field left at None is not passed at all.
 _SBATCH_OPTIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("job_name", "--job-name", str),
-    ("time_limit", "--time", format_time_limit),
+    ("time_limit", "--time", _time_limit),
     ("nodes", "--nodes", str),
     ("gres", "--gres", str),
     ("partition", "--partition", str),
@@ -191,7 +184,7 @@ class CliSlurmClient(SlurmClient):
         self, start: int, end: int | None = None, every_state: bool = False
     ) -> list[SlurmJob]:
         stop = int(self._clock()) if end is None else end
-        args = ["--json", "-a", "-X", "-S", format_time(start), "-E", format_time(stop)]
+        args = ["--json", "-a", "-X", "-S", format_slurm_time(start), "-E", format_slurm_time(stop)]
         if every_state:
             args += ["-s", ACCOUNTED_STATES]
         result = self._run("sacct", args, timeout=self.accounting_timeout)
@@ -204,7 +197,7 @@ class CliSlurmClient(SlurmClient):
         times in UTC (for recorded fixtures that keep what sacct printed, unparsed)."""
         stop = int(self._clock()) if end is None else end
         args = ["-X", "-P", "--noheader", "-a", "--format=" + ",".join(fields)]
-        args += ["-S", format_time(start), "-E", format_time(stop)]
+        args += ["-S", format_slurm_time(start), "-E", format_slurm_time(stop)]
         args += ["-j", ",".join(str(j) for j in job_ids)]
         return self._run("sacct", args, timeout=self.accounting_timeout).stdout
 
@@ -284,5 +277,5 @@ class CliSlurmClient(SlurmClient):
     def update_time_limit(self, job_id: str, seconds: int) -> None:
         self._run(
             "scontrol",
-            ["update", f"JobId={job_id}", f"TimeLimit={format_time_limit(seconds)}"],
+            ["update", f"JobId={job_id}", f"TimeLimit={_time_limit(seconds)}"],
         )

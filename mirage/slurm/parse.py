@@ -15,7 +15,6 @@ unrecognised ``meta`` raises :class:`SlurmParseError` rather than guessing.
 
 from __future__ import annotations
 
-import calendar
 import json
 import logging
 import math
@@ -24,6 +23,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from mirage.slurm.syntax import (
+    SlurmSyntaxError,
+    digits,
+    gres_gpus,
+    parse_slurm_time,
+    parse_tres,
+    tres_gpus,
+)
 from mirage.slurm.types import (
     JobState,
     QueueSnapshot,
@@ -203,64 +210,6 @@ def _warn_unknown_state(key: str, raw_text: str) -> None:
     log.warning("unknown Slurm job state %r: mapped to UNKNOWN (logged once)", raw_text)
 
 
-def _tres_gpus(tres: str) -> int | None:
-    """GPUs in a TRES string: ``cpu=1,gres/gpu=4`` or ``gres/gpu:a100=4`` (typed summed
-    only when no untyped total is present). None when the string names no GPU."""
-    total: int | None = None
-    typed = 0
-    seen_typed = False
-    for part in tres.split(","):
-        key, sep, val = part.strip().partition("=")
-        if not sep:
-            continue
-        key = key.strip()
-        val = val.strip()
-        if not digits(val):
-            continue
-        if key == "gres/gpu":
-            total = int(val)
-        elif key.startswith("gres/gpu:"):
-            typed += int(val)
-            seen_typed = True
-    if total is not None:
-        return total
-    return typed if seen_typed else None
-
-
-def digits(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
-    return text.isascii() and text.isdigit()
-
-
-def _gres_gpus(spec: str) -> int | None:
-    """GPUs in a gres spec list: ``gres:gpu:4``, ``gres/gpu:a100:4``, ``gpu:a100:4``,
-    ``gpu`` (= 1), possibly comma separated. None when no GPU is named."""
-    found = False
-    count = 0
-    for raw_item in spec.split(","):
-        item = re.sub(r"^gres[:/]", "", raw_item.strip())
-        item = re.sub(r"\(.*\)$", "", item)  # "gpu:a100:4(IDX:0-3)"
-        if not item:
-            continue
-        fields = item.split(":")
-        if fields[0] != "gpu":
-            continue
-        found = True
-        last = fields[-1] if len(fields) > 1 else "1"
-        count += int(last) if digits(last) else 1
-    return count if found else None
-
-
-def parse_tres(tres: str) -> dict[str, str]:
-    """``cpu=1,mem=1000M,gres/gpu=4`` -> {"cpu": "1", "mem": "1000M", "gres/gpu": "4"}."""
-    out: dict[str, str] = {}
-    for part in tres.split(","):
-        key, sep, val = part.partition("=")
-        if sep and key.strip():
-            out[key.strip()] = val.strip()
-    return out
-
-
 # ---------------------------------------------------------------------------- JSON shape
 
 
@@ -417,12 +366,12 @@ def _squeue_job(job: Mapping[str, Any]) -> SlurmJob:
     raw_state = job.get("job_state")
     state, raw = map_state(raw_state if isinstance(raw_state, list) else _text(raw_state))
     nodes = _number(job.get("node_count")) or 0
-    gpus = _tres_gpus(_text(job.get("tres_alloc_str")))
+    gpus = tres_gpus(parse_tres(_text(job.get("tres_alloc_str"))))
     if gpus is None:
-        gpus = _tres_gpus(_text(job.get("tres_req_str")))
+        gpus = tres_gpus(parse_tres(_text(job.get("tres_req_str"))))
     if gpus is None:
-        per_node = _gres_gpus(_text(job.get("tres_per_node")))
-        per_job = _gres_gpus(_text(job.get("tres_per_job")))
+        per_node = gres_gpus(_text(job.get("tres_per_node")))
+        per_job = gres_gpus(_text(job.get("tres_per_job")))
         gpus = per_job if per_job is not None else (per_node or 0) * max(nodes, 1)
     exit_code = job.get("exit_code")
     return SlurmJob(
@@ -495,7 +444,7 @@ def _exit_code(value: Any) -> int | None:
 def _sacct_gpus(tres: Any) -> int:
     """GPUs in sacct's TRES lists (allocated, else requested). Slurm accounts a typed GPU
     request twice, as ``gpu`` (the total) and ``gpu:<type>``: typed entries are summed
-    only when no untyped total exists, as :func:`_tres_gpus` does for squeue's strings."""
+    only when no untyped total exists, as :func:`~mirage.slurm.syntax.tres_gpus` does."""
     if not isinstance(tres, Mapping):
         return 0
     for key in ("allocated", "requested"):
@@ -605,17 +554,12 @@ def parse_sacct_json(text: str | bytes) -> list[SlurmJob]:
 # ----------------------------------------------------------------- text outputs
 
 
-def parse_slurm_time(value: str) -> int | None:
-    """``2026-11-26T23:21:03`` (UTC: the runner sets TZ=UTC) -> epoch; N/A, Unknown,
-    None, (null) -> None."""
-    value = value.strip()
-    if not value or value in {"N/A", "Unknown", "None", "(null)", "NONE"}:
-        return None
+def _start_time(value: str) -> int | None:
+    """A start time in squeue's or sbatch's answer (UTC: the runner sets TZ=UTC)."""
     try:
-        tm = time.strptime(value, "%Y-%m-%dT%H:%M:%S")
-    except ValueError as exc:
-        raise _perr(f"unrecognised Slurm time {value!r}", value) from exc
-    return calendar.timegm(tm)
+        return parse_slurm_time(value)
+    except SlurmSyntaxError as exc:
+        raise _perr(f"unrecognised Slurm time {value.strip()!r}", value) from exc
 
 
 #: Output format Mirage asks of ``squeue --start`` (see :func:`parse_start_estimates`).
@@ -636,7 +580,7 @@ def parse_start_estimates(text: str) -> dict[str, StartEstimate]:
         job_id = fields[0].strip()
         out[job_id] = StartEstimate(
             job_id=job_id,
-            start=parse_slurm_time(fields[1]),
+            start=_start_time(fields[1]),
             nodes=fields[2].strip(),
             partition=fields[3].strip(),
         )
@@ -656,7 +600,7 @@ def parse_test_only(stderr: str) -> StartEstimate:
         raise _perr("sbatch --test-only gave no start estimate", stderr)
     return StartEstimate(
         job_id=m.group("id"),
-        start=parse_slurm_time(m.group("start")),
+        start=_start_time(m.group("start")),
         nodes=m.group("nodes"),
         partition=m.group("part") or "",
     )

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from mirage.progress import fraction_done
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -63,7 +65,7 @@ def _profile(name: str, nodes: int | None) -> ClusterProfile:
 def _when(text: str | None, tz: str, hint: str) -> int | None:
     if text is None:
         return None
-    from mirage.sim.calibrate import parse_when
+    from mirage.slurm.syntax import parse_when
 
     try:
         return parse_when(text, tz)
@@ -80,19 +82,6 @@ def _sdv_errors() -> Iterator[None]:
         yield
     except (SynthUnavailable, ModelDirError) as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-@contextmanager
-def _bar(enabled: bool, label: str) -> Iterator[Any]:
-    """Progress by fraction done: a bar on a terminal, plain log lines otherwise
-    (mirage.progress); None when disabled (--json)."""
-    if not enabled:
-        yield None
-        return
-    from mirage.progress import progress_bars
-
-    with progress_bars() as bars:
-        yield bars.fraction(label)
 
 
 @synth.command("fit")
@@ -281,7 +270,9 @@ def report_cmd(
     if queueing and n is None:
         raise click.ClickException(f"profile {prof.name!r} has no node count: pass --nodes N "
                                    "or a calibrated profile (models/ls6/profile.toml)")  # fmt: skip
-    with _bar(not as_json and queueing, "replaying real and synthetic") as progress:
+    with fraction_done(
+        "replaying real and synthetic", enabled=not as_json and queueing
+    ) as progress:
         rep = build_report(real, _load(synth_path), Path(out),
                            profile=prof if queueing else None, nodes=n, holds=holds,
                            progress=progress)  # fmt: skip

@@ -6,7 +6,7 @@ this reader is never chosen by detection: it needs a :class:`ColumnMap` (canonic
 -> the file's column), given as ``--columns submit=Submit,start=Start,...`` or as a TOML
 file with a ``[columns]`` table (see docs/trace-csv.md).
 
-Values understood (Slurm's own parsers from :mod:`mirage.slurm.parse` where they exist):
+Values understood (Slurm's own syntax from :mod:`mirage.slurm.syntax` where it applies):
 
 - times (submit, eligible, start, end): epoch seconds (slurmdbd's ``time_*``; 0 = unset)
   or ISO ``YYYY-MM-DD[T ]HH:MM:SS`` (site-local in ``tz``, default UTC; an explicit
@@ -41,10 +41,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mirage.profile.capture import parse_slurm_duration
-from mirage.slurm.parse import _gres_gpus, _minutes, _tres_gpus, map_state, parse_tres
+from mirage.slurm.parse import map_state
+from mirage.slurm.syntax import SlurmSyntaxError, gres_gpus, parse_limit, parse_tres, tres_gpus
 from mirage.slurm.types import JobState
 from mirage.trace.checks import COUNT_MAX, Acc, check_times
+from mirage.trace.finish import finish
 from mirage.trace.load import TraceFormatError, TraceLoad
 from mirage.trace.schema import COLUMNS
 from mirage.trace.tz import local_to_epoch, zone
@@ -209,10 +210,10 @@ def _limit(text: str) -> tuple[bool, int | None]:
         return True, None
     if _INT.match(text):
         n = int(text)
-        return (True, None) if n in _LIMIT_SENTINELS else (n >= 0, _minutes(n))
+        return (True, None) if n in _LIMIT_SENTINELS else (n >= 0, n * 60 if n >= 0 else None)
     try:
-        return True, parse_slurm_duration(text)
-    except ValueError:
+        return True, parse_limit(text)
+    except SlurmSyntaxError:
         return False, None
 
 
@@ -220,8 +221,8 @@ def _elapsed(text: str) -> tuple[bool, int | None]:
     if text in _UNKNOWN:
         return True, None
     try:
-        return True, parse_slurm_duration(text, bare_unit_s=1)
-    except ValueError:
+        return True, parse_limit(text, bare_unit_s=1)
+    except SlurmSyntaxError:
         return False, None
 
 
@@ -376,8 +377,7 @@ def _read_tres(rec: Mapping[str, str], row: _Row, gpu_tres_id: int | None) -> No
         if items is None:
             row.problem = f"bad {key} {rec[key]!r}"
             return
-        text = ",".join(f"{k}={v}" for k, v in items.items())
-        gpus = _tres_gpus(text)
+        gpus = tres_gpus(items)
         numeric = any(_INT.match(k) for k in parse_tres(rec[key]))
         if gpus is not None or not numeric or gpu_tres_id is not None:
             found["gpus"] = gpus or 0  # a TRES list without GPUs: none
@@ -386,7 +386,7 @@ def _read_tres(rec: Mapping[str, str], row: _Row, gpu_tres_id: int | None) -> No
             if _INT.match(value):
                 found[out] = int(value)
     if "gpus" not in found and rec.get("gres", "").strip():
-        found["gpus"] = _gres_gpus(rec["gres"]) or 0
+        found["gpus"] = gres_gpus(rec["gres"]) or 0
     for out_key, count in found.items():
         # a job runs on one node at least: 0 nodes is slurmdbd's nodes_alloc of a job that
         # never started, whose request (tres_req) says how many it asked for
@@ -454,8 +454,6 @@ def _frame(acc: Acc, rows: list[_Row], lines: list[int], tz: str) -> tuple[pd.Da
 
 def read_csv_mapped(path: str, raw: bytes, cmap: ColumnMap, tz: str | None = None) -> TraceLoad:
     """A CSV job export read through ``cmap`` into the canonical table."""
-    from mirage.trace.readers import _finish
-
     tz = tz or "UTC"
     zone(tz)
     header, records = _records(path, raw, cmap.delimiter)
@@ -484,4 +482,4 @@ def read_csv_mapped(path: str, raw: bytes, cmap: ColumnMap, tz: str | None = Non
         df = check_times(acc, df)
     if cmap.gpu_tres_id is None and any(k in cmap.columns for k in ("tres_alloc", "tres_req")):
         notes.append("no gpu_tres_id: numeric TRES ids >= 1000 (gres) are not read as GPUs")
-    return _finish(acc, df, CSV_FORMAT, tz, notes, amb, miss)
+    return finish(acc, df, CSV_FORMAT, tz, notes, amb, miss)

@@ -51,11 +51,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mirage.slurm.parse import digits
-from mirage.trace.checks import COUNT_MAX, LIMIT_MAX, TIME_MAX, Acc, check_times, drop_non_jobs
+from mirage.slurm.syntax import digits
+from mirage.trace.checks import COUNT_MAX, LIMIT_MAX, TIME_MAX, Acc, check_times
 from mirage.trace.csvmap import CSV_FORMAT, ColumnMap
-from mirage.trace.load import TraceFormatError, TraceLoad, log_skipped
-from mirage.trace.schema import conform
+from mirage.trace.finish import finish
+from mirage.trace.load import TraceFormatError, TraceLoad
 from mirage.trace.tz import local_to_epoch, zone
 
 FORMATS: tuple[str, ...] = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")
@@ -181,40 +181,6 @@ def _local_times_to_utc(
         miss += conv.missing
     df = acc.drop(df, bad, "invalid date")
     return check_times(acc, df), amb, miss
-
-
-def _finish(  # noqa: PLR0917
-    acc: Acc, df: pd.DataFrame, fmt: str, tz: str, notes: list[str], amb: int = 0, miss: int = 0
-) -> TraceLoad:
-    if not df.empty:
-        # Eagle's sample gives every task of a job array the array's id (452 rows of job
-        # 532939, 41 of them identical to another to the second), so there a repeated id
-        # is no sign of a job read twice.
-        df = drop_non_jobs(acc, df, unique_ids=fmt != "eagle")
-    if acc.rows_read and df.empty:
-        first = acc.skipped[0] if acc.skipped else None
-        detail = f"; first problem: line {first.line}: {first.reason}" if first else ""
-        raise TraceFormatError(
-            acc.path, f"none of {acc.rows_read} rows is a valid {fmt} row{detail}"
-        )
-    acc.skipped.sort(key=lambda s: (s.file, s.line))
-    log_skipped(acc.skipped)
-    if amb or miss:
-        notes.append(
-            f"{amb} ambiguous local times (fall-back hour) read as the first (DST) occurrence; "
-            f"{miss} non-existent local times (spring-forward gap) shifted forward by the gap"
-        )
-    return TraceLoad(
-        jobs=conform(df),
-        source=acc.path,
-        format=fmt,
-        tz=tz,
-        rows_read=acc.rows_read,
-        skipped=acc.skipped,
-        ambiguous_times=amb,
-        missing_times=miss,
-        notes=notes,
-    )
 
 
 def _number(text: str) -> float | None:
@@ -345,7 +311,7 @@ def read_ls6(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
         "state derived (no state column): TIMEOUT if end-start >= limit, else COMPLETED "
         "for exit 0:0, else FAILED; GPUs and partition not in the file (<NA>/'')"
     )
-    return _finish(acc, df, "ls6", tz, notes, amb, miss)
+    return finish(acc, df, "ls6", tz, notes, amb, miss)
 
 
 # --------------------------------------------------------------------------- Eagle CSV
@@ -458,7 +424,7 @@ def read_eagle(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
         differ = int((ran != run).fillna(False).sum())
         if differ:
             notes.append(f"run_time differs from end-start (UTC) on {differ} rows")
-    return _finish(acc, df, "eagle", tz, notes, amb, miss)
+    return finish(acc, df, "eagle", tz, notes, amb, miss)
 
 
 # --------------------------------------------------------------------------- SWF family
@@ -659,7 +625,7 @@ def read_swf(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     df = check_times(acc, df)
     if header.get("MaxJobs") and header["MaxJobs"] != str(acc.rows_read):
         notes.append(f"header MaxJobs {header['MaxJobs']} but {acc.rows_read} rows in the file")
-    return _finish(acc, df, "swf", tz, notes)
+    return finish(acc, df, "swf", tz, notes)
 
 
 def read_swf_ext(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
@@ -679,7 +645,7 @@ def read_swf_ext(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     huge = np.array([g is not None and n is None for g, n in zip(specs, nodes, strict=True)])
     df = acc.drop(df, huge, "nodes count out of range")
     df = check_times(acc, df)
-    return _finish(acc, df, "swf-ext", tz or "", notes)
+    return finish(acc, df, "swf-ext", tz or "", notes)
 
 
 def _kept_mask(m: np.ndarray, lines: list[int], df: pd.DataFrame) -> np.ndarray:
@@ -799,7 +765,7 @@ def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | N
     sub = df["submit"].to_numpy(dtype=float)
     if len(sub) > 1 and bool((np.diff(sub) < 0).any()):
         notes.append("rows are not sorted by submit (kept in file order)")
-    return _finish(acc, df, "theta", tz or "", notes)
+    return finish(acc, df, "theta", tz or "", notes)
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mirage.fmt import duration
 from mirage.trace.chains import ChainParams, find_chains
 from mirage.trace.load import TraceLoad
 from mirage.trace.stats import quantile_summary
@@ -71,18 +72,6 @@ def summarize(load: TraceLoad, params: ChainParams | None = None) -> dict[str, A
     }
 
 
-def _fmt_s(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 86400:
-        return f"{value / 86400:.2f} d"
-    if abs(value) >= 3600:
-        return f"{value / 3600:.2f} h"
-    if abs(value) >= 60:
-        return f"{value / 60:.1f} min"
-    return f"{value:.0f} s"
-
-
 def render(summary: dict[str, Any], console: Console | None = None) -> None:
     """Print ``summary`` (from :func:`summarize`) as rich tables.
 
@@ -113,7 +102,9 @@ def render(summary: dict[str, Any], console: Console | None = None) -> None:
     for label, key in (("start - submit", "wait_s"), ("start - eligible", "wait_from_eligible_s")):
         st = summary[key]
         waits.add_row(
-            label, str(st["count"]), *(_fmt_s(st[k]) for k in ("p10", "p50", "p90", "mean", "max"))
+            label,
+            str(st["count"]),
+            *(duration(st[k]) for k in ("p10", "p50", "p90", "mean", "max")),
         )
     con.print(waits)
 
@@ -123,7 +114,7 @@ def render(summary: dict[str, Any], console: Console | None = None) -> None:
     dist.add_column("GPUs")
     dist.add_column("state")
     cols = [
-        [f"{_fmt_s(float(v))} x{c}" for v, c in summary["time_limit_s"]],
+        [f"{duration(float(v))} x{c}" for v, c in summary["time_limit_s"]],
         [f"{v} x{c}" for v, c in summary["nodes"]],
         [f"{v} x{c}" for v, c in summary["gpus"]],
         [escape(f"{v} x{c}") for v, c in summary["states"]],
@@ -143,8 +134,8 @@ def render(summary: dict[str, Any], console: Console | None = None) -> None:
     chains.add_row("length: count", lengths or "-")
     chains.add_row(
         "gap start(k+1)-end(k)",
-        f"p10 {_fmt_s(gap['p10'])}, p50 {_fmt_s(gap['p50'])}, p90 {_fmt_s(gap['p90'])}, "
-        f"mean {_fmt_s(gap['mean'])}, max {_fmt_s(gap['max'])}",
+        f"p10 {duration(gap['p10'])}, p50 {duration(gap['p50'])}, p90 {duration(gap['p90'])}, "
+        f"mean {duration(gap['mean'])}, max {duration(gap['max'])}",
     )
     chains.add_row(
         f"interrupted (gap > {ch['interruption_threshold_s']} s)",

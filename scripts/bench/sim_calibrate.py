@@ -29,10 +29,10 @@ from mirage.sim.calibrate import (
     Candidate,
     calibrate,
     calibrated_toml,
-    parse_when,
     table_rows,
     write_profile,
 )
+from mirage.slurm.syntax import parse_when
 from mirage.trace.readers import load_trace
 
 

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import LS6
 
 from mirage.profile.schema import ClusterProfile, Qos, load_profile
-from mirage.sim.calibrate import compare, parse_when, prepare_trace, replay
+from mirage.sim.calibrate import compare, prepare_trace, replay
+from mirage.slurm.syntax import parse_when
 from mirage.trace.readers import load_trace
 
 

@@ -10,10 +10,11 @@ import pytest
 from mirage.evaluate import probes
 from mirage.evaluate.harness import BASELINES, ORACLE, Walker, curve_cost, evaluate, tune
 from mirage.evaluate.probes import SampleResult, generate, probe_sample
-from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
+from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times
 from mirage.evaluate.stats import MIN_N, ceiling, head_to_head, load_levels, table
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.sim import JobSpec, Simulation
+from mirage.slurm.syntax import parse_when
 
 H = 3600
 REPO = Path(__file__).resolve().parents[2]

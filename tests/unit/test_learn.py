@@ -14,7 +14,7 @@ from mirage.cli import main
 from mirage.evaluate.features import generate_features
 from mirage.evaluate.harness import Walker
 from mirage.evaluate.probes import generate
-from mirage.evaluate.protocol import Protocol, Setting, Split, parse_when, sample_times
+from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times
 from mirage.learn.agents import REWARD_SCALE, SUBMIT, WAIT, AgentPolicy, ChainEnv
 from mirage.learn.artifacts import METADATA, ModelCompatibilityError, load_policy
 from mirage.learn.dataset import Dataset
@@ -35,6 +35,7 @@ from mirage.profile.schema import load_profile
 from mirage.sim import JobSpec, Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.scenario import toy_profile
+from mirage.slurm.syntax import parse_when
 from mirage.trace.readers import load_trace
 
 H = 3600

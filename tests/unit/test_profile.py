@@ -13,7 +13,6 @@ from mirage.cli import main
 from mirage.profile.capture import (
     capture_profile,
     gpus_in_gres,
-    parse_slurm_duration,
     scheduler_from_config,
 )
 from mirage.profile.schema import (
@@ -122,29 +121,12 @@ def test_load_errors(tmp_path: Path) -> None:
         load_profile(bad)
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("2-00:00:00", 172800),
-        ("01:00:00", 3600),
-        ("30", 1800),
-        ("5:30", 330),
-        ("1-0", 86400),
-        ("7-12", 7 * 86400 + 12 * 3600),
-        ("1-02:03", 93780),
-        ("UNLIMITED", None),
-        ("30 sec", 30),
-    ],
-)
-def test_parse_slurm_duration(text: str, seconds: int | None) -> None:
-    assert parse_slurm_duration(text) == seconds
-
-
 def test_gpus_in_gres() -> None:
     assert gpus_in_gres("gpu:a100:4(S:0-1)") == (4, "a100")
     assert gpus_in_gres("gpu:2,shard:8") == (2, "")
     assert gpus_in_gres("(null)") == (0, "")
     assert gpus_in_gres("gpu:v100:2(S:0),gpu:a100:1(S:1)") == (3, "v100")
+    assert gpus_in_gres("gpu:2,gpu:a100:1") == (3, "a100")  # the first type named
 
 
 def test_scheduler_from_config_converts_units() -> None:

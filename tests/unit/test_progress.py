@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from mirage.progress import progress_bars
+from mirage.progress import fraction_done, progress_bars
 
 
 def test_plain_lines_start_every_interval_and_end(caplog: pytest.LogCaptureFixture) -> None:
@@ -22,11 +22,11 @@ def test_plain_lines_start_every_interval_and_end(caplog: pytest.LogCaptureFixtu
         frac(1.0)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "probes test: 0/100 (0%) after 0m00s",
-        "probes test: 50/100 (50%) after 0m30s, 0.6 s each, about 0m30s left",
+        "probes test: 0/100 (0%) after 0s",
+        "probes test: 50/100 (50%) after 30s, 0.6 s each, about 30s left",
         "probes test: 100/100 (100%) after 1m00s, 0.6 s each",
-        "replaying 24776 jobs: 0% after 0m00s",
-        "replaying 24776 jobs: 100% after 0m00s",
+        "replaying 24776 jobs: 0% after 0s",
+        "replaying 24776 jobs: 100% after 0s",
     ]
 
 
@@ -40,7 +40,7 @@ def test_time_per_item_counts_only_the_items_done_here(caplog: pytest.LogCapture
         now[0] = 400.0
         bars.update("probes test", 60, 100)
     assert [r.getMessage() for r in caplog.records] == [
-        "probes test: 40/100 (40%) after 0m00s",
+        "probes test: 40/100 (40%) after 0s",
         "probes test: 60/100 (60%) after 6m40s, 20.0 s each, about 13m20s left",
     ]
 
@@ -56,3 +56,28 @@ def test_terminal_bars_one_task_per_label(caplog: pytest.LogCaptureFixture) -> N
         tasks = {t.description: (t.completed, t.total) for t in bar.tasks}
     assert tasks == {"probes train": (10, 10), "probes tune": (1, 4)}
     assert not caplog.records  # no log lines beside the bars
+
+
+def test_counter_updates_one_task_by_items(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mirage.progress")
+    with progress_bars(terminal=False, clock=lambda: 0.0) as bars:
+        count = bars.counter("probes tune")
+        count(0, 8)
+        count(8, 8)
+    assert [r.getMessage() for r in caplog.records] == [
+        "probes tune: 0/8 (0%) after 0s",
+        "probes tune: 8/8 (100%) after 0s",
+    ]
+
+
+def test_fraction_done_logs_off_a_terminal_and_is_none_when_off(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    caplog.set_level(logging.INFO, logger="mirage.progress")
+    with fraction_done("replaying 10 jobs") as update:
+        assert update is not None
+        update(1.0)
+    with fraction_done("replaying 10 jobs", enabled=False) as off:
+        assert off is None
+    assert [r.getMessage() for r in caplog.records] == ["replaying 10 jobs: 100% after 0s"]

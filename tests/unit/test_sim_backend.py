@@ -8,7 +8,7 @@ import pytest
 
 from mirage.profile.capture import capture_profile
 from mirage.sim import Simulation
-from mirage.sim.backend import SimSlurmClient, gres_gpus
+from mirage.sim.backend import SimSlurmClient
 from mirage.sim.scenario import job, toy_profile
 from mirage.slurm.types import JobState, SubmitError, SubmitRequest
 
@@ -119,7 +119,3 @@ def test_show_round_trips_through_capture() -> None:
         o.bf_interval_s,
         o.priority_max_age_s,
     )
-
-
-def test_gres_gpus() -> None:
-    assert [gres_gpus(g) for g in (None, "gpu", "gpu:4", "gpu:a100:3")] == [0, 1, 4, 3]

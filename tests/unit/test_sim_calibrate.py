@@ -17,12 +17,12 @@ from mirage.sim.calibrate import (
     calibrated_toml,
     compare,
     ks_distance,
-    parse_when,
     prepare_trace,
     replay,
     restrict,
 )
 from mirage.sim.scenario import toy_profile
+from mirage.slurm.syntax import parse_when
 from mirage.trace.chains import find_chains
 from mirage.trace.schema import conform
 

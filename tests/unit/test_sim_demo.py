@@ -15,7 +15,6 @@ from mirage.cli import main
 from mirage.daemon.config import Config, PolicySection
 from mirage.demo.run import (
     DemoSpec,
-    HandoffSimClient,
     load_jobs,
     render,
     replay_to,
@@ -136,17 +135,30 @@ def test_idle_replay_with_the_shipped_guard_waits_for_the_end() -> None:
     assert first["policy"]["interruption"] <= 60
 
 
-def test_demo_accounting_matches_the_backend() -> None:
-    """The demo client's faster sacct answers what SimSlurmClient's answers."""
+def test_replay_accounting_is_sacct_window() -> None:
+    """SimSlurmClient.accounting, which the demo polls, chooses its window before it views
+    a job: the jobs of sacct -S -E (submitted by the end, not finished before the start),
+    each as squeue shows it while it is live."""
     profile = with_settings(load_profile(PROFILE), 70)
     spec = DemoSpec(profile=profile, jobs=load_jobs(TRACE, None, profile))
     sim = replay_to(spec, spec.jobs[0].submit + 3700 * 3600)
-    fast, slow = HandoffSimClient(sim), SimSlurmClient(sim)
-    for since in (0, sim.now - 86400, sim.now - 600, sim.now):
-        assert fast.accounting(since) == slow.accounting(since)
-    assert fast.accounting(sim.now - 3600, sim.now - 1800) == slow.accounting(
-        sim.now - 3600, sim.now - 1800
-    )
+    client = SimSlurmClient(sim)
+    live = client.queue().by_id()
+
+    def window(start: int, end: int) -> list[str]:
+        return [
+            v.job_id
+            for v in sim.all_jobs()
+            if v.state is not None
+            and v.spec.submit <= end
+            and not (v.state.is_finished and v.end is not None and v.end < start)
+        ]
+
+    for start, end in ((0, sim.now), (sim.now - 86400, sim.now), (sim.now - 3600, sim.now - 1800)):
+        got = client.accounting(start, end)
+        assert [j.job_id for j in got] == window(start, end)
+        assert all(j == live[j.job_id] for j in got if j.job_id in live)
+    assert live and len(client.accounting(0)) > len(live)  # finished jobs counted too
 
 
 def test_demo_needs_a_trace_and_the_daemon_has_no_demo_options() -> None:

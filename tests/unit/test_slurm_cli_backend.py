@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mirage.slurm.cli_backend import (
-    ACCOUNTED_STATES,
-    CliSlurmClient,
-    format_time,
-    format_time_limit,
-)
+from mirage.slurm.cli_backend import ACCOUNTED_STATES, CliSlurmClient, sbatch_options
 from mirage.slurm.run import CommandResult, SubprocessRunner
+from mirage.slurm.syntax import format_slurm_time
 from mirage.slurm.types import (
     JobState,
     SlurmError,
@@ -28,6 +24,17 @@ from mirage.slurm.types import (
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 NOW = 1_795_649_100
+#: sacct over every job up to NOW, as the client asks it.
+SACCT_ALL = [
+    "sacct",
+    "--json",
+    "-a",
+    "-X",
+    "-S",
+    format_slurm_time(0),
+    "-E",
+    format_slurm_time(NOW),
+]
 
 
 def recorded(name: str) -> str:
@@ -106,11 +113,13 @@ def test_accounting_window_and_flags() -> None:
     start = 1_795_648_964
     argv = ["sacct", "--json", "-a", "-X", "-S", "2026-11-25T23:22:44", "-E"]
     conv = Conversation(
-        Step([*argv, format_time(NOW)], stdout=recorded("sacct-X.json")),
+        Step([*argv, format_slurm_time(NOW)], stdout=recorded("sacct-X.json")),
         Step([*argv, "2026-11-25T23:24:17"], stdout=recorded("sacct-v0.0.41-synthetic.json")),
         # the daemon's poll: by every accounted state, so that a job that was never
         # eligible (held, then cancelled while pending) is not missed
-        Step([*argv, format_time(NOW), "-s", ACCOUNTED_STATES], stdout=recorded("sacct-X.json")),
+        Step(
+            [*argv, format_slurm_time(NOW), "-s", ACCOUNTED_STATES], stdout=recorded("sacct-X.json")
+        ),
     )
     c = client(conv, accounting_timeout=99.0)
     jobs = {j.job_id: j for j in c.accounting(start)}
@@ -125,7 +134,7 @@ def test_accounting_window_and_flags() -> None:
 def test_accounting_slurmdbd_down() -> None:
     conv = Conversation(
         Step(
-            ["sacct", "--json", "-a", "-X", "-S", format_time(0), "-E", format_time(NOW)],
+            SACCT_ALL,
             returncode=1,
             stderr=recorded("sacct-slurmdbd-down.stderr"),
         )
@@ -349,11 +358,11 @@ def test_show() -> None:
     conv.done()
 
 
-def test_format_time_limit() -> None:
-    assert format_time_limit(60) == "0-00:01:00"
-    assert format_time_limit(2 * 86400) == "2-00:00:00"
-    with pytest.raises(ValueError, match="positive"):
-        format_time_limit(0)
+def test_sbatch_time_limit() -> None:
+    request = SubmitRequest(script=b"#!/bin/sh\n", time_limit=2 * 86400)
+    assert sbatch_options(request) == ["--time=2-00:00:00"]
+    with pytest.raises(ValueError, match="positive"):  # --time=0 would mean no limit
+        sbatch_options(SubmitRequest(script=b"#!/bin/sh\n", time_limit=0))
 
 
 # ------------------------------------------------ errors name the command that failed
@@ -361,10 +370,9 @@ def test_format_time_limit() -> None:
 
 def test_parse_errors_carry_the_command() -> None:
     """Parsers know no command; the client re-raises with the real argv, rc and stderr."""
-    sacct = ["sacct", "--json", "-a", "-X", "-S", format_time(0), "-E", format_time(NOW)]
     conv = Conversation(
         Step(["sbatch", "--parsable", "job.sh"], stdout="garbage\n", stderr="sbatch: note\n"),
-        Step(sacct, stdout="{truncated", stderr="sacct: warning: slow\n"),
+        Step(SACCT_ALL, stdout="{truncated", stderr="sacct: warning: slow\n"),
         Step(["squeue", "--json"], stdout=recorded("squeue-slurmctld-down.json")),
         Step(["scontrol", "-o", "show", "partition"], stdout="not Key=value\n"),
         Step(["sbatch", "--test-only", "job.sh"], stderr="sbatch: odd\n"),
@@ -379,7 +387,7 @@ def test_parse_errors_carry_the_command() -> None:
     assert submit.value.__cause__.argv == []
     with pytest.raises(SlurmParseError) as acct:
         c.accounting(0)
-    assert acct.value.argv == sacct and acct.value.stderr == "sacct: warning: slow\n"
+    assert acct.value.argv == SACCT_ALL and acct.value.stderr == "sacct: warning: slow\n"
     assert "not JSON" in str(acct.value)
     with pytest.raises(SlurmUnreachableError) as down:  # exit 0, "errors" in the JSON
         c.queue()

@@ -23,7 +23,6 @@ from mirage.slurm.parse import (
     parse_squeue_json,
     parse_start_estimates,
     parse_test_only,
-    parse_tres,
     slurm_version,
 )
 from mirage.slurm.types import (
@@ -242,11 +241,6 @@ def test_tres_string_forms() -> None:
         job["node_count"] = {"set": True, "infinite": False, "number": nodes}
         (parsed, *_) = parse_squeue_json(json.dumps(doc)).jobs
         assert parsed.gpus == want, (alloc, per_node)
-    assert parse_tres("cpu=1,mem=1000M,gres/gpu=4") == {
-        "cpu": "1",
-        "mem": "1000M",
-        "gres/gpu": "4",
-    }
 
 
 # --------------------------------------------------------------------- states

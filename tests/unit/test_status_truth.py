@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import mirage.daemon.cli as cli_module
 from mirage.cli import main
 from mirage.daemon import health
-from mirage.daemon.cli import _dur, _when
+from mirage.daemon.cli import _when
 from mirage.daemon.config import load_config
 from mirage.daemon.policies import model_key
 from mirage.daemon.service import open_store
@@ -337,10 +337,7 @@ def test_an_ended_chain_claims_no_live_job(world: World) -> None:
     assert "RUNNING" not in shown and "job 401 CANCELLED" in shown
 
 
-def test_short_spans_show_seconds() -> None:
-    assert [_dur(s) for s in (0, 42, 185, 3599, 3720, 90061)] == [
-        "0s", "42s", "3m05s", "59m59s", "1h02m", "1d01h01m",
-    ]  # fmt: skip
+def test_times_show_how_far_from_now() -> None:
     assert _when(NOW - 42, NOW).endswith("Z (42s ago)")
     assert _when(NOW + 185, NOW).endswith("Z (in 3m05s)")
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", _when(NOW, NOW))

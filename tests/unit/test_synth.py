@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from mirage.cli import main
-from mirage.sim.calibrate import parse_when
+from mirage.slurm.syntax import parse_when
 from mirage.synth.arrivals import (
     HOUR,
     fit_arrivals,
