@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.harness import Walker, evaluate
+from mirage.evaluate.inputs import default_test_setting
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES, TrueRunTimes, _Finished
 from mirage.evaluate.probes import Recorder, base_world, generate, record_all, run_task
 from mirage.evaluate.protocol import Protocol, Setting

@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.features import FEATURES
 from mirage.evaluate.harness import Outcomes, Walker, evaluate, outcomes_at
+from mirage.evaluate.inputs import default_test_setting
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, SampleResult, record_all
 from mirage.evaluate.stats import head_to_head, load_levels

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.lookahead import TrueRunTimes
 from mirage.evaluate.probes import base_world, load_setting_jobs
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes

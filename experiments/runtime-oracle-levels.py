@@ -16,8 +16,8 @@ import sys
 
 import numpy as np
 
-from mirage.evaluate.cli import default_test_setting
 from mirage.evaluate.harness import GRIDS, ORACLE, RUNTIME_ORACLE, Outcomes, Walker, evaluate
+from mirage.evaluate.inputs import default_test_setting
 from mirage.evaluate.probes import generate, record_all
 from mirage.evaluate.stats import MIN_N, load_levels, table
 from mirage.evaluate.whatif import NO_ARRIVALS

@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from mirage.evaluate.cli import default_profile, default_trace
 from mirage.evaluate.harness import HOUR, Walker
+from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.probes import PROBES, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.shipping import candidates, choose

@@ -176,3 +176,22 @@ def scaled_nodes(base_nodes: int, load: float) -> int:
     if not 0 < load < float("inf"):
         raise ValueError(f"load must be positive, got {load}")
     return max(1, round(base_nodes / load))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of a rolling recalibration: its samples, and the window it is re-tuned on."""
+
+    start: int  # epoch s: the block's samples lie in [start, end)
+    end: int
+    tune_from: int  # its tuning samples lie in [tune_from, start), windows over by start
+
+
+def blocks(start: int, end: int, every_s: int, window_s: int) -> list[Block]:
+    if every_s <= 0 or window_s <= 0:
+        raise ValueError("the block length and the tuning window must be positive")
+    out, t = [], start
+    while t < end:
+        out.append(Block(t, min(end, t + every_s), t - window_s))
+        t += every_s
+    return out

@@ -123,11 +123,20 @@ def _import_history(cluster: str, days: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
-    from mirage.evaluate.cli import (
-        cli_protocol,
+    from mirage.evaluate.inputs import InputError
+
+    try:
+        _train(kw)
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _train(kw: dict[str, Any]) -> None:
+    from mirage.evaluate.inputs import (
         default_profile,
         default_trace,
         parse_split,
+        protocol_from,
         read_inputs,
     )
     from mirage.evaluate.protocol import Split, default_splits
@@ -143,8 +152,8 @@ def train_cmd(**kw: Any) -> None:
     first, last = int(jobs["submit"].min()), int(jobs["submit"].max())
     splits = default_splits(cluster, profile.timezone, first, last)
     splits = {
-        "train": parse_split(kw["train_split"], "train", profile.timezone, splits["train"]),
-        "tune": parse_split(kw["tune_split"], "tune", profile.timezone, splits["tune"]),
+        name: parse_split(kw[f"{name}_split"], name, profile.timezone, splits[name])
+        for name in ("train", "tune")
     }
     if kw["tune_last_days"]:
         end = last + 1
@@ -155,7 +164,7 @@ def train_cmd(**kw: Any) -> None:
         raise click.UsageError("the training split must end before the tuning split starts")
     schedule = [_load_spec(text) for text in kw["loads"]]
     extra = [_load_spec(text) for text in kw["train_only"]]
-    protocol = cli_protocol(kw)
+    protocol = protocol_from(kw)
     if not kw["every_h"] * HOUR >= 1 or (kw["train_step_min"] or 1) * 60 < 1:
         raise click.UsageError("--every-h and --train-step-min must be at least one second")
     cfg = TrainConfig(

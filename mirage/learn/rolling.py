@@ -27,6 +27,7 @@ from mirage.evaluate.harness import (
     select,
     tune,
 )
+from mirage.evaluate.protocol import Block
 
 if TYPE_CHECKING:
     from mirage.learn.dataset import Dataset
@@ -39,23 +40,6 @@ class Rolling:
     results: dict[str, Outcomes]  # per method, the test samples in block order
     blocks: list[dict[str, Any]]  # per block: its span, sample counts and tuned constants
     coverage: dict[str, float]  # forecaster -> share of true waits in its stated interval
-
-
-@dataclass(frozen=True)
-class Block:
-    start: int  # epoch s: the block's samples lie in [start, end)
-    end: int
-    tune_from: int  # its tuning samples lie in [tune_from, start), windows over by start
-
-
-def blocks(start: int, end: int, every_s: int, window_s: int) -> list[Block]:
-    if every_s <= 0 or window_s <= 0:
-        raise ValueError("the block length and the tuning window must be positive")
-    out, t = [], start
-    while t < end:
-        out.append(Block(t, min(end, t + every_s), t - window_s))
-        t += every_s
-    return out
 
 
 def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:

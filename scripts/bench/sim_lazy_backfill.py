@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mirage.evaluate.cli import default_test_setting
+from mirage.evaluate.inputs import default_test_setting
 from mirage.evaluate.probes import SampleResult, load_setting_jobs, probe_sample
 from mirage.sim import plan
 from mirage.sim.engine import Simulation

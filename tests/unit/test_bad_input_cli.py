@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import click
 import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
 from mirage.cli import main
 from mirage.daemon.config import ConfigError, config_from_dict, load_config, valid_signal
-from mirage.evaluate.cli import parse_split
+from mirage.evaluate.inputs import InputError, parse_split
 from mirage.evaluate.protocol import Protocol, Split
 from tests.fakes import cli_setup
 
@@ -232,7 +231,7 @@ def test_splits_with_times_of_day_and_protocol_bounds() -> None:
     split = parse_split("2023-02-01T12:00:2023-03-01", "tune", "UTC", default)
     assert (split.start, split.end) == (1675252800, 1677628800)
     assert parse_split("2023-02-01:2023-03-01", "tune", "UTC", default).start == 1675209600
-    with pytest.raises(click.BadParameter, match="ends before it starts"):
+    with pytest.raises(InputError, match="ends before it starts"):
         parse_split("2023-03-01:2023-02-01", "tune", "UTC", default)
     for bad in ({"every_s": 0}, {"step_s": 0}, {"nodes": 0}, {"gpus": -1}, {"alpha": -1.0}):
         with pytest.raises(ValueError, match="must"):

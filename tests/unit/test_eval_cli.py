@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from mirage.cli import main
 from mirage.evaluate.lookahead import LOOKAHEAD_VERSION
-from mirage.learn.rolling import Block, blocks, past_samples
+from mirage.evaluate.protocol import Block, blocks
+from mirage.learn.rolling import past_samples
 
 H = 3600
 REPO = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ def test_lookahead_runtime_settings_are_cached_apart_and_checked(tmp_path: Path)
 
 
 def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) -> None:
-    from mirage.evaluate import cli
+    from mirage.evaluate import inputs as cli
     from mirage.evaluate.protocol import scaled_nodes
 
     monkeypatch.setitem(cli.KNOWN_TRACES, "ls6", "ls6-a100-slice.log.gz")  # the bundled slice
@@ -183,9 +184,9 @@ def test_evaluate_and_train_say_how_much_of_the_trace_they_use(
     nodes: 10 ask more CPUs than a node has, 6 never ran)."""
     import logging
 
-    from mirage.evaluate.cli import read_inputs
+    from mirage.evaluate.inputs import read_inputs
 
-    caplog.set_level(logging.INFO, logger="mirage.evaluate.cli")
+    caplog.set_level(logging.INFO, logger="mirage.evaluate.inputs")
     slice_ = str(Path(__file__).resolve().parents[2] / "traces" / "hpc2n-head300.swf.gz")
     read_inputs(slice_, "pitzer")
     said = [(r.levelname, r.getMessage()) for r in caplog.records]

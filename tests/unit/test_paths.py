@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from mirage.cli import main
-from mirage.evaluate.cli import default_profile, default_trace
+from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.paths import models_root, trace_roots
 
 REPO = Path(__file__).resolve().parents[2]

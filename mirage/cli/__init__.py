@@ -50,9 +50,9 @@ def setup_logging(verbose: int) -> None:
 def _register() -> None:
     # Subcommand groups live beside their concept; imported here so that `mirage --help`
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
+    from mirage.cli.evaluate import evaluate
     from mirage.daemon.cli import chain, daemon_cmd, status_cmd
     from mirage.demo.cli import demo_cmd
-    from mirage.evaluate.cli import evaluate
     from mirage.learn.cli import train_cmd
     from mirage.profile.cli import profile
     from mirage.sim.cli import calibrate, sim, simulate

@@ -1,0 +1,152 @@
+"""``mirage evaluate``: the click command around :func:`mirage.evaluate.run.run`.
+
+It sits at the top layer because it loads the trained policies the evaluation judges and
+wires their rolling recalibration (``mirage.learn``), which the evaluation itself may not
+import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mirage.paths import models_root
+
+
+def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
+    """Load factors are positive and finite (a cluster of 1/load of its nodes)."""
+    bad = [v for v in values if not 0 < v < math.inf]
+    if bad:
+        raise click.BadParameter(f"a load must be a positive number, got {bad[0]}")
+    return values
+
+
+@click.command("evaluate")
+@click.option("--cluster", required=True, help="Cluster name (ls6, theta, cerit, ...).")
+@click.option("--trace", "trace_path", default=None, help="Trace file (default: known path).")
+@click.option("--profile", "profile_name", default=None, help="Profile (default: calibrated).")
+@click.option(
+    "--policies",
+    default="reactive,fixed-lead,slurm-estimate,running-average,qbets,shipped,oracle",
+    show_default=True,
+    help="Comma-separated methods (shipped: the daemon's default configuration); also rf, "
+    "xgb, dqn, pg (trained, --models), lookahead "
+    "(model-based), runtime-oracle (a reference) and selected.",
+)
+@click.option(
+    "--load",
+    "loads",
+    multiple=True,
+    type=float,
+    callback=lambda _ctx, _param, values: positive_loads(values),
+    help="Load factor(s) (default 1).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--out", "out_dir", default="out/eval", show_default=True, help="JSON and PNGs.")
+@click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
+@click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
+@click.option("--dask-address", default=None, help="Run probes on this Dask scheduler.")
+@click.option("--nodes", default=1, show_default=True, help="Chain request: nodes.")
+@click.option("--gpus", default=0, show_default=True, help="Chain request: GPUs (0: whole nodes).")
+@click.option("--time-limit-h", default=48.0, show_default=True)
+@click.option("--step-min", default=10.0, show_default=True, help="Decision step.")
+@click.option("--every-h", default=4.0, show_default=True, help="One sample every ...")
+@click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
+@click.option("--warmup-h", default=48.0, show_default=True)
+@click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@click.option("--tune-split", default=None, help="START:END of the tuning split.")
+@click.option("--test-split", default=None, help="START:END of the test split.")
+@click.option(
+    "--max-samples",
+    default=0,
+    help="Use at most this many samples per split, spread evenly over it (0: all).",
+)
+@click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option(
+    "--recalibrate-every-days",
+    "recal_every_days",
+    default=0.0,
+    show_default=True,
+    help="Rolling recalibration: cut the test split into blocks of this many days and "
+    "re-tune every constant (baselines' and forecasters') before each block on the "
+    "samples of the window before it (0: tune once, on the tuning split).",
+)
+@click.option(
+    "--recalibrate-window-days",
+    "recal_window_days",
+    default=28.0,
+    show_default=True,
+    help="Rolling recalibration: days of history each block is tuned on.",
+)
+@click.option(
+    "--lookahead-runtime",
+    "lookahead_stat",
+    default="median",
+    show_default=True,
+    help="lookahead: how a job's run time is predicted from its user's history "
+    "(median, mean, or a quantile such as q25).",
+)
+@click.option(
+    "--lookahead-draws",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),  # MAX_DRAWS
+    help="lookahead: the median start over this many simulations, each with every job's "
+    "run time drawn from its user's history (1: one simulation with --lookahead-runtime).",
+)
+@click.option(
+    "--models",
+    "models_dir",
+    default=None,
+    help="Trained models for rf/xgb/dqn/pg (default: models/CLUSTER).",
+)
+def evaluate(**kw: Any) -> None:
+    """Tune the baselines on the tuning split and report every method on the test split."""
+    from mirage.evaluate.inputs import InputError
+    from mirage.evaluate.run import run
+    from mirage.learn.rolling import run_rolling
+
+    methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
+    folder = Path(kw["models_dir"] or models_root() / kw["cluster"])
+    try:
+        ev = run(
+            kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"], policies=methods,
+            loads=kw["loads"] or (1.0,), learned=_load_learned(methods, folder),
+            rolling=run_rolling, out_dir=kw["out_dir"], cache=kw["cache"] or None,
+            n_jobs=kw["n_jobs"], dask_address=kw["dask_address"], nodes=kw["nodes"],
+            gpus=kw["gpus"], time_limit_h=kw["time_limit_h"], step_min=kw["step_min"],
+            every_h=kw["every_h"], window_h=kw["window_h"], warmup_h=kw["warmup_h"],
+            alpha=kw["alpha"], tune_split=kw["tune_split"], test_split=kw["test_split"],
+            max_samples=kw["max_samples"], boot=kw["boot"],
+            recalibrate_every_days=kw["recal_every_days"],
+            recalibrate_window_days=kw["recal_window_days"],
+            lookahead_runtime=kw["lookahead_stat"], lookahead_draws=kw["lookahead_draws"],
+        )  # fmt: skip
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if kw["as_json"]:
+        click.echo(json.dumps(ev.report, sort_keys=True))
+        return
+    click.echo(ev.text())
+    out_dir = kw["out_dir"]
+    click.echo(f"\nwrote {ev.path}" + (f" and plots in {out_dir}" if ev.plots else ""))
+
+
+def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:
+    """The trained policies among ``methods``, checked against this code (clear errors)."""
+    from mirage.evaluate.harness import LEARNED
+    from mirage.learn.artifacts import ModelError, load_policy
+
+    out = {}
+    for m in methods:
+        if m not in LEARNED:
+            continue
+        try:
+            out[m], _meta = load_policy(folder / m)
+        except ModelError as exc:
+            raise click.ClickException(str(exc)) from exc
+    return out
