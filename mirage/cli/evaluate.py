@@ -1,4 +1,4 @@
-"""``mirage evaluate``: the click command around :func:`mirage.evaluate.run.run`.
+"""``mirage evaluate``: the click command around :func:`mirage.evaluate.run`.
 
 It sits at the top layer because it loads the trained policies the evaluation judges and
 wires their rolling recalibration (``mirage.learn``), which the evaluation itself may not
@@ -107,7 +107,7 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
     from mirage.evaluate.inputs import InputError
-    from mirage.evaluate.run import run
+    from mirage.evaluate import run
     from mirage.learn.rolling import run_rolling
 
     methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
