@@ -106,8 +106,8 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
 )
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
-    from mirage.evaluate.inputs import InputError
     from mirage.evaluate import run
+    from mirage.evaluate.inputs import InputError
     from mirage.learn.rolling import run_rolling
 
     methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
