@@ -222,6 +222,35 @@ def _check_lookahead(runtime: str, draws: int) -> None:
         raise InputError(f"lookahead_draws must be 1 to {MAX_DRAWS}, got {draws}")
 
 
+def _usable(split: Split, protocol: Protocol, times: list[int], walker: Walker) -> Walker:
+    """The split's walker; an :class:`InputError` when it has no usable sample (a table
+    of dashes is no result)."""
+    if not times:
+        raise InputError(
+            f"the {split.name} split ({_when(split.start)} to {_when(split.end)}) has no "
+            f"sample: each needs its whole window ({_dur(protocol.window_s)}) before the "
+            f"split's end, after the warm-up ({_dur(protocol.warmup_s)} from the first "
+            "submit); widen the split or shorten --window-h/--warmup-h"
+        )
+    if not walker.samples:
+        raise InputError(
+            f"the {split.name} split has no usable sample: in all {len(times)} the chain's "
+            f"first segment did not start within the window ({_dur(protocol.window_s)}); "
+            "lengthen --window-h (or check the profile's node count)"
+        )
+    return walker
+
+
+def _when(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _dur(seconds: int) -> str:
+    from mirage.fmt import duration
+
+    return duration(seconds)
+
+
 def _split(text: str | None, name: str, tz: str, default: Split) -> Split:
     try:
         return parse_split(text, name, tz, default)
@@ -273,10 +302,10 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         # where it tunes them (rolling) or chooses among methods (selected)
         rows = bool(kw["learned"]) and (split.name == "test" or rolling or SELECTED in methods)
         recorded = _records(setting, times, methods, rows, kw)
-        walkers[split.name] = Walker(
+        walkers[split.name] = _usable(split, protocol, times, Walker(
             recorded[0], protocol, profile, part.name, recorded[1],
             no_arrivals=recorded[2], lookahead=recorded[3],
-        )  # fmt: skip
+        ))  # fmt: skip
         queues[split.name] = recorded
     tuned_params: Any  # one set of constants, or one per block
     tuned_scores: Any

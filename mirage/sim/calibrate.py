@@ -33,7 +33,8 @@ Waits are compared from eligible time on both sides (simulated: when the simulat
 the job eligible; real: submit, or the eligible time above), for the jobs submitted after
 the warm-up. Waits below ``floor_s`` (Slurm's scheduling latency, which the simulator does
 not model; real ls6 waits of a few seconds are the norm) count as zero on both sides in
-the KS distance.
+the KS distance (``latency_floor``: a minute, or the profile's scheduler
+interval where it is shorter).
 
 Calibration
 -----------
@@ -64,6 +65,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from mirage.fmt import duration
 from mirage.profile.schema import ClusterProfile, profile_to_toml
 from mirage.sim.engine import Simulation
 from mirage.sim.workload import JobSpec, TraceUse, Workload, from_table
@@ -503,11 +505,17 @@ class Calibration:
 def with_settings(
     profile: ClusterProfile, nodes: int | None = None, settings: dict[str, Any] | None = None
 ) -> ClusterProfile:
-    """``profile`` with the default partition's node count and scheduler settings replaced."""
+    """``profile`` with the default partition's node count and scheduler settings replaced.
+
+    A captured partition names its nodes (``node_list``); at another node count the names
+    no longer fit, and the replay gave it nodes of its own (``Simulation`` does, for a
+    partition whose count is overridden): the list is dropped, as the replay had it."""
     sched = dataclasses.replace(profile.scheduler, **(settings or {}))
     default = profile.partition().name
     parts = tuple(
-        dataclasses.replace(p, nodes=nodes) if nodes is not None and p.name == default else p
+        dataclasses.replace(p, nodes=nodes, node_list="" if nodes != p.nodes else p.node_list)
+        if nodes is not None and p.name == default
+        else p
         for p in profile.partitions
     )
     return dataclasses.replace(profile, scheduler=sched, partitions=parts)
@@ -524,10 +532,11 @@ class _Search:
     """Replays candidates once each (workloads cached by the largest job that fits)."""
 
     def __init__(self, df: pd.DataFrame, profile: ClusterProfile, *, before: int, holds: bool,
-                 warmup_s: int, floor_s: int, budget_s: float | None,
+                 warmup_s: int, cooldown_s: int, floor_s: int, budget_s: float | None,
                  on_candidate: Callable[[Candidate], None] | None) -> None:  # fmt: skip
         self.df, self.profile, self.before, self.holds = df, profile, before, holds
-        self.warmup_s, self.floor_s, self.budget_s = warmup_s, floor_s, budget_s
+        self.warmup_s, self.cooldown_s = warmup_s, cooldown_s
+        self.floor_s, self.budget_s = floor_s, budget_s
         self.on_candidate = on_candidate
         self.chains = find_chains(df) if holds else None
         self.cache: dict[int, Prepared] = {}
@@ -538,7 +547,7 @@ class _Search:
         if key not in self.cache:
             self.cache[key] = prepare_trace(
                 self.df, self.profile, max_nodes=n, holds=self.holds, before=self.before,
-                warmup_s=self.warmup_s, chains=self.chains)  # fmt: skip
+                warmup_s=self.warmup_s, cooldown_s=self.cooldown_s, chains=self.chains)  # fmt: skip
         return self.cache[key]
 
     def run(self, n: int, settings: dict[str, Any] | None = None) -> Candidate:
@@ -570,8 +579,9 @@ def calibrate(
     coarse_step: int = 8,
     settings_grid: Sequence[dict[str, Any]] = (),
     holds: bool = True,
-    warmup_s: int = WARMUP_S,
-    floor_s: int = FLOOR_S,
+    warmup_s: int | None = None,
+    cooldown_s: int | None = None,
+    floor_s: int | None = None,
     budget_s: float | None = None,
     stop_ratio: float = 3.0,
     settings_min_gain: float = 0.01,
@@ -588,13 +598,29 @@ def calibrate(
     ``settings_grid`` (scheduler overrides) is then tried at the best node count; one is
     kept only if it lowers the KS distance by at least ``settings_min_gain`` (smaller
     differences are noise).
+
+    ``warmup_s``/``cooldown_s`` (None: ``WARMUP_S``/``COOLDOWN_S``, or, for a log too short
+    for them, a tenth of its span each: :func:`comparison_windows`). A
+    :class:`NothingToCompare` error when no job is left to compare. ``floor_s`` (None:
+    :func:`latency_floor` of the profile).
     """
     if not 0 < nodes_min <= nodes_max:
         raise ValueError(f"bad node range {nodes_min}..{nodes_max}")
     t0 = time.perf_counter()
-    search = _Search(restrict(df, before), profile, before=before, holds=holds, warmup_s=warmup_s,
-                     floor_s=floor_s, budget_s=budget_s, on_candidate=on_candidate)  # fmt: skip
-    notes = _descend(search, nodes_min, nodes_max, coarse_step, stop_ratio)
+    floor_s = latency_floor(profile) if floor_s is None else floor_s
+    cut = restrict(df, before)
+    warmup_s, cooldown_s, notes = comparison_windows(cut, before, warmup_s, cooldown_s)
+    search = _Search(cut, profile, before=before, holds=holds, warmup_s=warmup_s,
+                     cooldown_s=cooldown_s, floor_s=floor_s, budget_s=budget_s,
+                     on_candidate=on_candidate)  # fmt: skip
+    if len(cut) and not search.prepared(nodes_max).measured.any():
+        raise NothingToCompare(
+            f"no job to compare: none of the {len(cut)} jobs submitted before the cut-off was "
+            f"submitted after the warm-up ({duration(warmup_s)} from the first start) and "
+            f"before the cool-down ({duration(cooldown_s)} before the cut-off) and started "
+            "before the cut-off; give a longer log or a later cut-off (--before)"
+        )
+    notes += _descend(search, nodes_min, nodes_max, coarse_step, stop_ratio)
     for step in _halvings(coarse_step):  # about the best so far, at halving steps
         centre = search.best().nodes
         for n in (centre - step, centre + step):
@@ -606,9 +632,16 @@ def calibrate(
     tuned = search.best()
     if top.ks - tuned.ks >= settings_min_gain:  # else within noise: keep the profile's
         top = tuned
+    tied = sorted(c.nodes for c in search.done.values() if c.ks == top.ks and not c.settings)
+    if len(tied) > 1:
+        notes.append(
+            f"note: KS {top.ks:.3f} at {', '.join(map(str, tied))} nodes alike: the log does "
+            f"not tell these sizes apart (the largest, {tied[-1]}, is taken); a busier or "
+            "longer log does"
+        )
     prep = search.prepared(top.nodes)
     later = _held_out(df, with_settings(profile, top.nodes, top.settings), top.nodes,
-                      before=before, holds=holds, floor_s=floor_s)  # fmt: skip
+                      before=before, holds=holds, floor_s=floor_s, warmup_s=warmup_s)  # fmt: skip
     if later is not None:
         notes.extend(_drift(top.waits, later))
     return Calibration(
@@ -629,6 +662,53 @@ def calibrate(
     )
 
 
+def latency_floor(profile: ClusterProfile) -> int:
+    """Waits under this count as zero in a calibration's KS distance: Slurm's scheduling
+    latency, at most ``FLOOR_S`` (a minute: ls6's ``sched_interval``), less on a cluster
+    whose scheduler passes come sooner (the test cluster's 1 s ``sched_interval`` and
+    ``bf_interval``, where a minutes-long log's waits are all under a minute)."""
+    s = profile.scheduler
+    return max(1, min(FLOOR_S, max(s.sched_interval_s, s.bf_interval_s)))
+
+
+class NothingToCompare(ValueError):
+    """A calibration with no job to compare: its loss would mean nothing."""
+
+
+def comparison_windows(
+    df: pd.DataFrame, before: int, warmup_s: int | None, cooldown_s: int | None
+) -> tuple[int, int, list[str]]:
+    """The warm-up and cool-down of a calibration, and a note when they were shortened.
+
+    Either given: it is kept, and the other, left out, is its default. Both left out:
+    ``WARMUP_S`` and ``COOLDOWN_S``, unless the log
+    before the cut-off (from its first start to the cut-off or its last submit, whichever
+    is earlier) is no longer than the two together: those would leave no job to compare,
+    so each is a tenth of that span instead (a few minutes' test log, a week-old cluster).
+    """
+    if warmup_s is not None or cooldown_s is not None:
+        return (WARMUP_S if warmup_s is None else warmup_s,
+                COOLDOWN_S if cooldown_s is None else cooldown_s, [])  # fmt: skip
+    starts = _col(df, "start")
+    submits = _col(df, "submit")
+    ran = starts[~np.isnan(starts)]
+    if not ran.size or not submits.size:
+        return WARMUP_S, COOLDOWN_S, []
+    span = int(min(float(before), float(np.nanmax(submits))) - float(ran.min()))
+    if span > WARMUP_S + COOLDOWN_S:
+        return WARMUP_S, COOLDOWN_S, []
+    warm = cool = max(0, span // 10)
+    return (
+        warm,
+        cool,
+        [
+            f"note: the log before the cut-off spans {duration(span)}, not more than the "
+            f"{duration(WARMUP_S)} warm-up and {duration(COOLDOWN_S)} cool-down together: "
+            f"warm-up {duration(warm)}, cool-down {duration(cool)} (a tenth of the span each)"
+        ],
+    )
+
+
 #: The held-out fit calls the size into doubt when the simulated mean wait after the
 #: cut-off is off the real one by more than this factor either way ...
 DRIFT_RATIO = 2.0
@@ -638,14 +718,14 @@ DRIFT_KS = 0.15
 
 def _held_out(
     df: pd.DataFrame, profile: ClusterProfile, nodes: int, *, before: int, holds: bool,
-    floor_s: int,
+    floor_s: int, warmup_s: int = WARMUP_S,
 ) -> WaitComparison | None:  # fmt: skip
     """The chosen size on the jobs submitted after the cut-off: the whole trace replayed
     (what came before fills the queue as it did), compared on the later jobs only."""
     submit = _col(df, "submit")
     if not (submit >= before).any():
         return None
-    prep = prepare_trace(df, profile, max_nodes=nodes, holds=holds)
+    prep = prepare_trace(df, profile, max_nodes=nodes, holds=holds, warmup_s=warmup_s)
     later = np.array([j.real_submit is not None and j.real_submit >= before for j in prep.jobs])
     if not later.any():
         return None
