@@ -153,7 +153,7 @@ def parse_error(argv: list[str]) -> str:
                 return f"no command {name!r}"
             cmd = sub
         with contextlib.redirect_stdout(io.StringIO()):
-            cmd.make_context(name, rest)
+            cmd.make_context(name, _expanded(cmd, rest))
     except click.exceptions.Exit:
         return ""
     except click.BadParameter as exc:
@@ -163,6 +163,22 @@ def parse_error(argv: list[str]) -> str:
     return ""
 
 
+def _expanded(cmd: click.Command, argv: list[str]) -> list[str]:
+    """``argv`` with each shell expansion (``$SITE``, ``$(( N * 2 ))``) replaced by a value
+    of its option's type: the option must exist, its value is the reader's."""
+    out: list[str] = []
+    for arg in argv:
+        if "$" not in arg:
+            out.append(arg)
+            continue
+        param = next((p for p in cmd.params if out and out[-1] in getattr(p, "opts", ())), None)
+        numeric = param is not None and isinstance(
+            param.type, (click.types.IntParamType, click.types.FloatParamType)
+        )
+        out.append("1" if numeric else "x")
+    return out
+
+
 def test_the_command_check_catches_a_wrong_option() -> None:
     text = "```sh\nmirage daemon --backend sim --demo-chains 4  # gone\nmirage status --json\n```\n"
     lines = mirage_command_lines(text)
@@ -170,6 +186,8 @@ def test_the_command_check_catches_a_wrong_option() -> None:
     assert "--demo-chains" in parse_error(lines[0])
     assert parse_error(lines[1]) == ""
     assert "no command" in parse_error(["chains", "list"])
+    assert parse_error(["calibrate", "--trace", "$T", "--before", "$C", "--nodes-min", "$N"]) == ""
+    assert "--nodes-mn" in parse_error(["calibrate", "--trace", "x", "--nodes-mn", "$N"])
 
 
 def test_every_mirage_command_shown_parses() -> None:
