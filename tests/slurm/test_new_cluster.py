@@ -1,7 +1,7 @@
 """docs/users/new-cluster.md followed on the real test cluster (issue 28, item 1).
 
-The test makes a small accounting log of its own: 36 short jobs of different shapes
-(1 or 2 nodes, 1 to 4 GPUs, CPU-only), submitted over about 2.5 minutes onto the 4 GPU
+The test makes a small accounting log of its own: 32 short jobs of different shapes
+(1 or 2 nodes, 1 to 4 GPUs, CPU-only), submitted over about 2 minutes onto the 4 GPU
 nodes so that a queue forms (waits of up to a minute or two), then waits until every one
 of them has ended. It then runs the guide's ``sh test`` blocks in document order, each in
 a fresh ``bash -euo pipefail`` after the guide's settings block, in one temporary
@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.slurm
 
 DOC = REPO / "docs" / "users" / "new-cluster.md"
 SITE = "lab"
-JOBS = 36
+JOBS = 32
 #: the evaluation's time scale for a log of minutes (the guide's last section)
 PROTOCOL = {"TIME_LIMIT_H": "0.0083", "STEP_MIN": "0.1", "EVERY_H": "0.0014",
             "WINDOW_H": "0.0167", "WARMUP_H": "0.0028"}  # fmt: skip
@@ -77,12 +78,12 @@ def _make_log(work: Path, env: dict[str, str], ids: list[str]) -> tuple[float, f
         part, nodes, gres = rng.choice(SHAPES)
         args = ["sbatch", "--parsable", "-p", part, "-N", str(nodes), "--time=1", "-c", "2",
                 "-J", f"walk{i}", "-o", "/dev/null", "--chdir", str(work),
-                "--wrap", f"sleep {rng.randint(10, 30)}"]  # fmt: skip
+                "--wrap", f"sleep {rng.randint(8, 20)}"]  # fmt: skip
         if gres:
             args.append(f"--gres={gres}")
         out = subprocess.run(args, capture_output=True, text=True, env=env, check=True, timeout=30)
         ids.append(out.stdout.strip().split(";")[0])
-        time.sleep(rng.uniform(2.0, 6.0))
+        time.sleep(rng.uniform(2.0, 5.0))
     return first, time.time()
 
 
@@ -186,8 +187,10 @@ def _calibrate(work: Path, ids: list[str], out: str) -> None:
 
 
 def _simulate(work: Path, ids: list[str], out: str) -> None:
-    n = len(_table(work / "jobs.parquet"))
-    assert f"{n} of {n} jobs replayed" in out, out
+    # every job of the test; others in the span (a job cancelled while pending, left by
+    # an earlier test) may not be
+    m = re.search(r"(\d+) of (\d+) jobs replayed", out)
+    assert m is not None and int(m[1]) >= len(ids), out
 
 
 def _evaluation(work: Path) -> dict[str, Any]:
