@@ -1,41 +1,16 @@
-"""``mirage train``: learned policies for one cluster, from its trace or its accounting."""
+"""``mirage train``: the click command around :func:`mirage.learn.train_models`."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from mirage.learn.artifacts import POLICIES, ModelError
-from mirage.paths import models_root
 
 log = logging.getLogger(__name__)
-
-HOUR = 3600
-
-
-def _import_history(cluster: str, days: float) -> str:
-    """The cluster's accounting history through the Slurm client, as a Parquet trace."""
-    from mirage.slurm.types import SlurmError
-    from mirage.trace.accounting import import_accounting
-    from mirage.trace.cli import make_slurm_client
-    from mirage.trace.parquet import write_parquet
-
-    out = Path("out") / "traces" / f"{cluster}-accounting.parquet"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    end = int(time.time())
-    try:
-        load = import_accounting(make_slurm_client(), end - int(days * 86400), end)
-    except SlurmError as exc:
-        raise click.ClickException(f"cannot read {cluster}'s accounting: {exc}") from exc
-    write_parquet(load, str(out))
-    click.echo(f"imported {len(load.jobs)} jobs of accounting into {out}", err=True)
-    return str(out)
 
 
 @click.command("train")
@@ -124,130 +99,32 @@ def _import_history(cluster: str, days: float) -> str:
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
     from mirage.evaluate.inputs import InputError
+    from mirage.learn.api import OptionError, TrainError, train_models
 
     try:
-        _train(kw)
+        out = train_models(
+            kw["cluster"], policies=kw["policy"], trace=kw["trace_path"],
+            profile=kw["profile_name"], seed=kw["seed"], loads=kw["loads"],
+            train_only_loads=kw["train_only"], models_dir=kw["models_dir"],
+            recalibrate=kw["source"], cache=kw["cache"], n_jobs=kw["n_jobs"],
+            every_h=kw["every_h"], train_step_min=kw["train_step_min"],
+            agent_steps=kw["agent_steps"], history_days=kw["history_days"],
+            train_split=kw["train_split"], tune_split=kw["tune_split"],
+            tune_last_days=kw["tune_last_days"], nodes=kw["nodes"], gpus=kw["gpus"],
+            time_limit_h=kw["time_limit_h"], step_min=kw["step_min"], window_h=kw["window_h"],
+            warmup_h=kw["warmup_h"], alpha=kw["alpha"],
+            notify=lambda said: click.echo(said, err=True),
+        )  # fmt: skip
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
     except InputError as exc:
         raise click.UsageError(str(exc)) from exc
-
-
-def _train(kw: dict[str, Any]) -> None:
-    from mirage.evaluate.inputs import (
-        default_profile,
-        default_trace,
-        parse_split,
-        protocol_from,
-        read_inputs,
-    )
-    from mirage.evaluate.protocol import Split, default_splits
-    from mirage.learn.train import TrainConfig
-
-    cluster = kw["cluster"]
-    policies = _policies(kw["policy"], kw["source"])
-    trace = (
-        kw["trace_path"] or default_trace(cluster) or _import_history(cluster, kw["history_days"])
-    )
-    profile_name = kw["profile_name"] or default_profile(cluster)
-    profile, jobs = read_inputs(trace, profile_name)
-    first, last = int(jobs["submit"].min()), int(jobs["submit"].max())
-    splits = default_splits(cluster, profile.timezone, first, last)
-    splits = {
-        name: parse_split(kw[f"{name}_split"], name, profile.timezone, splits[name])
-        for name in ("train", "tune")
-    }
-    if kw["tune_last_days"]:
-        end = last + 1
-        splits["tune"] = Split("tune", end - int(kw["tune_last_days"] * 86400), end)
-    if kw["source"]:  # only the tuning split is read (and recorded in the metadata)
-        del splits["train"]
-    elif splits["train"].end > splits["tune"].start:
-        raise click.UsageError("the training split must end before the tuning split starts")
-    schedule = [_load_spec(text) for text in kw["loads"]]
-    extra = [_load_spec(text) for text in kw["train_only"]]
-    protocol = protocol_from(kw)
-    if not kw["every_h"] * HOUR >= 1 or (kw["train_step_min"] or 1) * 60 < 1:
-        raise click.UsageError("--every-h and --train-step-min must be at least one second")
-    cfg = TrainConfig(
-        cluster=cluster,
-        protocol=protocol,
-        alpha=kw["alpha"],
-        trace=trace,
-        profile=profile_name,
-        splits=splits,
-        loads=tuple(load for load, _ in schedule) or (1.0,),
-        schedule={load: when for load, when in schedule + extra if when is not None},
-        train_only_loads=tuple(load for load, _ in extra),
-        train_every_s=int(kw["every_h"] * HOUR),
-        train_step_s=int(kw["train_step_min"] * 60) if kw["train_step_min"] else None,
-        seed=kw["seed"],
-        cache=kw["cache"] or None,
-        n_jobs=kw["n_jobs"],
-        agent_steps=kw["agent_steps"],
-        first_submit=first,
-    )
-    t0 = time.perf_counter()
-    try:
-        metrics = _run(cfg, policies, Path(kw["models_dir"] or models_root()), kw["source"])
-    except (ValueError, ModelError) as exc:
+    except (TrainError, ModelError) as exc:
         raise click.ClickException(str(exc)) from exc
-    wall = time.perf_counter() - t0
     if kw["as_json"]:
-        click.echo(json.dumps({"wall_s": round(wall, 1), "policies": metrics}, sort_keys=True))
+        click.echo(json.dumps(out, sort_keys=True))
         return
-    _print(metrics, wall)
-
-
-def _policies(text: str, source: str | None) -> list[str]:
-    """The policies asked for; "all" with --recalibrate: those the source folder holds."""
-    if text != "all":
-        policies = text.split(",")
-    elif source:
-        policies = [k for k in POLICIES if (Path(source) / k / "metadata.json").is_file()]
-        if not policies:
-            raise click.UsageError(f"{source}: no trained policy to recalibrate")
-    else:
-        policies = list(POLICIES)
-    bad = [p for p in policies if p not in POLICIES]
-    if bad:
-        what = "recalibrate" if source else "train"
-        raise click.BadParameter(
-            f"cannot {what} {', '.join(bad)}; known: {', '.join(POLICIES)}, all",
-            param_hint="--policy",
-        )
-    return policies
-
-
-def _load_spec(text: str) -> tuple[float, tuple[int, int] | None]:
-    """ "1.13:12:30" -> (1.13, (12 h, 30 min)); "1" -> (1.0, None)."""
-    parts = text.split(":")
-    try:
-        values = [float(p) for p in parts]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected LOAD[:EVERY_H[:STEP_MIN]], got {text!r}") from exc
-    load = values[0]
-    every = values[1] * HOUR if len(values) > 1 else HOUR
-    step = values[2] * 60 if len(values) > 2 else 600.0
-    # spacing and step are whole seconds: under one second they would never advance
-    ok = all(math.isfinite(v) for v in values) and load > 0 and every >= 1 and step >= 1
-    if not ok or len(parts) > 3:
-        raise click.BadParameter(f"expected positive LOAD[:EVERY_H[:STEP_MIN]], got {text!r}")
-    return load, (int(every), int(step)) if len(values) > 1 else None
-
-
-def _run(
-    cfg: Any, policies: list[str], root: Path, source: str | None
-) -> dict[str, dict[str, Any]]:
-    from mirage.learn.train import recalibrate, train
-    from mirage.progress import progress_bars
-
-    with progress_bars() as bars:
-        if source:
-            recal: dict[str, dict[str, Any]] = recalibrate(
-                cfg, policies, Path(source), root, bars.update
-            )
-            return recal
-        out: dict[str, dict[str, Any]] = train(cfg, policies, root, bars.update)
-        return out
+    _print(out["policies"], out["wall_s"])
 
 
 def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:

@@ -6,58 +6,37 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mirage.extras import require
 from mirage.fmt import duration
-from mirage.progress import fraction_done
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from mirage.profile.schema import ClusterProfile
+    from mirage.sim.api import ReplayError
     from mirage.sim.calibrate import Candidate
-    from mirage.trace.load import TraceLoad
 
 _FORMATS = ("parquet", "ls6", "eagle", "theta", "swf-ext", "swf")  # = readers.FORMATS
-#: Replays of at least this many jobs get a progress bar (on a terminal, without --json).
-PROGRESS_MIN_JOBS = 2000
 
 
 def _load_table(path: str, fmt: str | None) -> pd.DataFrame:
-    return _load(path, fmt).jobs
-
-
-def _load(path: str, fmt: str | None) -> TraceLoad:
-    from mirage.trace.load import TraceFormatError
-    from mirage.trace.readers import load_trace
+    from mirage.sim.api import ReplayError, load_trace_file
 
     try:
-        return load_trace(path, fmt)
-    except (TraceFormatError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    except OSError as exc:
-        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        return load_trace_file(path, fmt).jobs
+    except ReplayError as exc:
+        raise _click_error(exc) from exc
 
 
-def _load_profile(name: str, nodes: int | None, backfill: str | None) -> ClusterProfile:
-    from mirage.profile.schema import ProfileError, load_profile
-    from mirage.sim.calibrate import with_settings
-
-    try:
-        prof = load_profile(name)
-    except ProfileError as exc:
-        raise click.ClickException(str(exc)) from exc
-    prof = with_settings(prof, nodes, {"backfill": backfill} if backfill else None)
-    missing = [p.name for p in prof.partitions if p.nodes is None]
-    if missing:
-        raise click.ClickException(
-            f"profile {prof.name!r}: partition {missing[0]!r} has no node count; pass --nodes N"
-            " (or calibrate one: mirage calibrate)"
-        )
-    return prof
+def _click_error(exc: ReplayError) -> click.ClickException:
+    """The API's error as the command reports it: a bad value of the option at fault, or
+    one line."""
+    if exc.option:
+        return click.BadParameter(str(exc), param_hint=exc.option)
+    return click.ClickException(str(exc))
 
 
 _TRACE = click.option(
@@ -95,34 +74,23 @@ _PROCS_PER_NODE = click.option(
 )
 
 
-def _procs_per_node(text: str | None) -> int | Literal["profile"] | None:
-    if text is None or text == "profile":
-        return text  # type: ignore[return-value]
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise click.BadParameter(
-            f"a whole number of CPUs, at least 1, or 'profile'; got {text!r}",
-            param_hint="--procs-per-node",
-        )
-    return n
-
-
 def _trace_use(use: Any, strict: bool) -> dict[str, Any]:
     """The trace's use for the output; a warning on stderr when much was left out, an
-    error with ``strict`` (mirage.sim.workload.TraceUse.check)."""
-    from mirage.sim.workload import TraceUseError
+    error with ``strict``."""
+    from mirage.sim.api import ReplayError, check_use
 
     try:
-        said = use.check(strict)
-    except TraceUseError as exc:
-        raise click.ClickException(str(exc)) from exc
+        said = check_use(use, strict)
+    except ReplayError as exc:
+        raise _click_error(exc) from exc
     if said:
-        click.echo(f"warning: {said}", err=True)
+        _warn(said)
     out: dict[str, Any] = use.as_dict()
     return out
+
+
+def _warn(said: str) -> None:
+    click.echo(f"warning: {said}", err=True)
 
 
 @click.command()
@@ -166,80 +134,30 @@ def simulate(
     of the trace's jobs were replayed and why the others were not, and which fields the
     trace did not give; more than 5% left out is a warning (an error with --strict).
     """
-    from mirage.sim.calibrate import compare, prepare_trace, replay, sim_waits
-    from mirage.sim.errors import SimError
-    from mirage.sim.report import summarize, wait_stats
+    from mirage.sim.api import ReplayError, replay
 
-    prof = _load_profile(profile_name, nodes, backfill)
-    cutoff = _cutoff(before, prof.timezone)
-    t0 = time.perf_counter()
-    load = _load(trace_path, fmt)
-    df = load.jobs
-    n = prof.partition().nodes
-    prep = prepare_trace(df, prof, arrival_scale=arrival_scale, max_nodes=n, holds=holds,
-                         before=cutoff, unknown_limit=unknown_limit,
-                         procs_per_node=_procs_per_node(procs_per_node))  # fmt: skip
-    load_s = time.perf_counter() - t0
-    use = _trace_use(prep.workload.use(unreadable=len(load.skipped)), strict)
-    if not prep.jobs:
-        raise click.ClickException(f"{trace_path}: no job to replay (none ran, or all too big)")
-    show = not as_json and len(prep.jobs) >= PROGRESS_MIN_JOBS
     try:
-        with fraction_done(f"replaying {len(prep.jobs)} jobs", enabled=show) as progress:
-            rep = replay(prep, prof, n, progress=progress)
-    except SimError as exc:
-        raise click.ClickException(str(exc)) from exc
-    summ = summarize(rep.sim, rep.wall_s, prep.workload.dropped)
-    cmp = compare(prep, rep.sim)
-    sim_elig = sim_waits(prep, rep.sim)[prep.measured]
-    out: dict[str, Any] = {
-        "trace": trace_path,
-        "profile": prof.name,
-        "nodes": rep.sim.total_nodes,
-        "arrival_scale": arrival_scale,
-        "backfill": prof.scheduler.backfill,
-        "before": cutoff,
-        "jobs": summ.jobs,
-        "started": summ.started,
-        "dropped": summ.dropped,
-        "trace_use": use,
-        "span_s": summ.span_s,
-        "utilisation": summ.utilisation,
-        "load_s": load_s,
-        "wall_s": summ.wall_s,
-        "jobs_per_s": summ.jobs_per_s,
-        "wait_s": {"simulated": summ.sim_wait, "real": summ.real_wait},
-        "wait_from_eligible_s": {
-            "jobs": cmp.jobs,
-            "simulated": wait_stats(sim_elig[~_isnan(sim_elig)]),
-            "real": wait_stats(prep.real_waits[prep.measured]),
-            "ks": cmp.ks,
-        },
-        "holds": prep.holds.as_dict(),
-    }
+        out = replay(
+            trace_path, profile_name, nodes=nodes, arrival_scale=arrival_scale,
+            backfill=backfill, before=before, holds=holds, strict=strict,
+            unknown_limit=unknown_limit, procs_per_node=procs_per_node, fmt=fmt,
+            progress=not as_json, warn=_warn,
+        )  # fmt: skip
+    except ReplayError as exc:
+        raise _click_error(exc) from exc
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(out.summary, indent=2))
     else:
-        _render_summary(out)
-
-
-def _isnan(x: Any) -> Any:
-    import numpy as np
-
-    return np.isnan(x)
+        _render_summary(out.summary)
 
 
 def _cutoff(before: str | None, tz: str) -> int | None:
-    if before is None:
-        return None
-    from mirage.slurm.syntax import parse_when
+    from mirage.sim.api import ReplayError, cutoff_of
 
     try:
-        return parse_when(before, tz)
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"not an ISO date/time: {before!r}", param_hint="--before"
-        ) from exc
+        return cutoff_of(before, tz)
+    except ReplayError as exc:
+        raise _click_error(exc) from exc
 
 
 def _use_text(use: dict[str, Any]) -> str:

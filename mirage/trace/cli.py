@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mirage.slurm.client import SlurmClient
+    from mirage.trace.api import TraceInputError
     from mirage.trace.csvmap import ColumnMap
     from mirage.trace.load import TraceLoad
 
@@ -30,17 +31,21 @@ _CHOICES = (*_FORMATS, "csv")  # csv: any CSV export, read with a column mapping
 
 def column_map(columns: str | None, columns_file: str | None) -> ColumnMap | None:
     """The ``--columns`` / ``--columns-file`` mapping (None if neither is given)."""
-    from mirage.trace.csvmap import ColumnMapError, load_columns_file, parse_columns
+    from mirage.trace.api import TraceInputError
+    from mirage.trace.api import column_map as mapping
 
-    if columns is None and columns_file is None:
-        return None
     try:
-        given = parse_columns(columns) if columns is not None else None
-        if columns_file is not None:
-            return load_columns_file(columns_file, given)
-        return given
-    except ColumnMapError as exc:
-        raise click.BadParameter(str(exc), param_hint="--columns/--columns-file") from exc
+        return mapping(columns, columns_file)
+    except TraceInputError as exc:
+        raise _click_error(exc) from exc
+
+
+def _click_error(exc: TraceInputError) -> click.ClickException:
+    """The API's error as a command reports it: a bad value of the option at fault, or
+    one line."""
+    if exc.option:
+        return click.BadParameter(str(exc), param_hint=exc.option)
+    return click.ClickException(str(exc))
 
 
 def _columns_options(fn: Callable[..., None]) -> Callable[..., None]:
@@ -57,13 +62,12 @@ def _columns_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 def _load(path: str, fmt: str | None, tz: str | None, cmap: ColumnMap | None = None) -> TraceLoad:
-    from mirage.trace.load import TraceFormatError
-    from mirage.trace.readers import load_trace
+    from mirage.trace.api import TraceInputError, read
 
     try:
-        return load_trace(path, fmt, tz, cmap)
-    except (TraceFormatError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        return read(path, fmt, tz, cmap)
+    except TraceInputError as exc:
+        raise _click_error(exc) from exc
 
 
 @click.group()
@@ -80,9 +84,14 @@ def trace() -> None:
 def inspect(file: str, fmt: str | None, tz: str | None, as_json: bool, *,
             columns: str | None, columns_file: str | None) -> None:  # fmt: skip
     """Summarise FILE: jobs, skipped rows, span, users, waits, requests, chains."""
-    from mirage.trace.summary import render, summarize
+    from mirage.trace.api import TraceInputError
+    from mirage.trace.api import inspect as summarize
+    from mirage.trace.summary import render
 
-    summary = summarize(_load(file, fmt, tz, column_map(columns, columns_file)))
+    try:
+        summary = summarize(file, fmt, tz, columns=columns, columns_file=columns_file)
+    except TraceInputError as exc:
+        raise _click_error(exc) from exc
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

@@ -1,0 +1,77 @@
+"""``mirage.learn.train_models``: ``mirage train`` as a Python call, on the bundled ls6 slice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mirage.cli import main
+from mirage.evaluate.inputs import InputError
+from mirage.learn import OptionError, TrainError, train_models
+from mirage.learn.artifacts import load_policy
+
+REPO = Path(__file__).resolve().parents[2]
+SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+LS6 = str(REPO / "models" / "ls6" / "profile.toml")
+#: The small settings of tests/unit/test_learn.py: a few samples, a short window.
+SMALL: dict[str, Any] = {"every_h": 12.0, "time_limit_h": 4.0, "step_min": 30.0, "window_h": 10.0,
+         "warmup_h": 12.0, "train_split": "2022-11-06:2022-11-12",
+         "tune_split": "2022-11-12:2022-11-15"}  # fmt: skip
+SMALL_ARGS = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]
+
+
+def _steady(out: dict[str, Any]) -> dict[str, Any]:
+    """The output less its wall-clock measures (they differ from one run to the next)."""
+    return {
+        kind: {k: v for k, v in m.items() if k != "fit_s"} for kind, m in out["policies"].items()
+    }
+
+
+def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
+    models, cache = tmp_path / "models", str(tmp_path / "cache")
+    got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=[2],
+                       models_dir=models, cache=cache, **SMALL)  # fmt: skip
+    assert set(got) == {"wall_s", "policies"} and set(got["policies"]) == {"rf"}
+    _policy, meta = load_policy(models / "ls6" / "rf")  # saved, and loads
+    assert meta.cluster == "ls6" and meta.training["loads"] == [2.0]
+    argv = ["train", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
+            "--policy", "rf", "--models", str(models), "--cache", cache, *SMALL_ARGS,
+            "--json"]  # fmt: skip
+    res = CliRunner().invoke(main, argv)
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert set(printed) == set(got) and printed["wall_s"] >= 0
+    assert _steady(printed) == _steady(json.loads(json.dumps(got)))
+
+
+def test_train_models_refuses_unusable_input_before_work(tmp_path: Path) -> None:
+    kw: dict[str, Any] = {"trace": SLICE, "profile": LS6, "models_dir": tmp_path}
+    with pytest.raises(OptionError, match="cannot train nope") as bad:
+        train_models("ls6", policies="rf,nope", **kw)
+    assert bad.value.option == "--policy"
+    with pytest.raises(OptionError, match="expected positive LOAD") as bad:
+        train_models("ls6", loads=["1:0.0001"], **kw)
+    assert bad.value.option is None
+    with pytest.raises(OptionError, match="expected positive LOAD"):
+        train_models("ls6", loads=[0.0], **kw)
+    with pytest.raises(InputError, match="must end before the tuning split"):
+        train_models("ls6", train_split="2022-11-06:2022-11-20",
+                     tune_split="2022-11-12:2022-11-15", **kw)  # fmt: skip
+    with pytest.raises(InputError, match="at least one second"):
+        train_models("ls6", every_h=0.0, **kw)
+    with pytest.raises(InputError, match="no trained policy to recalibrate"):
+        train_models("ls6", recalibrate=tmp_path, **kw)
+    assert not (tmp_path / "ls6").exists()  # nothing written
+
+
+def test_train_models_says_why_training_cannot_be_done(tmp_path: Path) -> None:
+    """No sample in a split: a TrainError (the command's one-line error, exit 1)."""
+    with pytest.raises(TrainError, match="no usable samples"):
+        train_models("ls6", policies="rf", trace=SLICE, profile=LS6, models_dir=tmp_path,
+                     cache=None, every_h=12.0, window_h=10.0, warmup_h=12.0,
+                     train_split="2022-11-06:2022-11-06T06:00",
+                     tune_split="2022-11-12:2022-11-12T06:00")  # fmt: skip
