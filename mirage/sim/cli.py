@@ -289,10 +289,13 @@ def calibrate(
                 cal_mod.TABLE_HEADER, row, strict=True)), err=True)  # fmt: skip
 
     grid = cal_mod.SETTINGS_GRID if tune_settings else ()
-    result = cal_mod.calibrate(
-        df, prof, cutoff, nodes_min=nodes_min, nodes_max=nodes_max, coarse_step=step,
-        settings_grid=grid, holds=holds, budget_s=budget_s, on_candidate=report,
-    )  # fmt: skip
+    try:
+        result = cal_mod.calibrate(
+            df, prof, cutoff, nodes_min=nodes_min, nodes_max=nodes_max, coarse_step=step,
+            settings_grid=grid, holds=holds, budget_s=budget_s, on_candidate=report,
+        )  # fmt: skip
+    except cal_mod.NothingToCompare as exc:  # a log too short: one line, not a traceback
+        raise click.ClickException(str(exc)) from exc
     if result.jobs == 0:
         raise click.ClickException(f"{trace_path}: no job submitted before {before}")
     if result.use is not None:

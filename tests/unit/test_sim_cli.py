@@ -131,6 +131,11 @@ def test_calibrate_errors() -> None:
     assert res.exit_code != 0 and "--nodes-min" in res.output
     res = run("calibrate", "--trace", LS6_SLICE, "--before", "1999-01-01")
     assert res.exit_code != 0 and "no job" in res.output
+    # a log too short to compare anything (6 jobs in the first minute): one line, no traceback
+    res = run("calibrate", "--trace", LS6_SLICE, "--before", "2022-10-05T11:53", "--nodes-min",
+              "4", "--nodes-max", "8", "--step", "4")  # fmt: skip
+    assert res.exit_code == 1 and "no job to compare" in res.output
+    assert "Traceback" not in res.output
 
 
 HPC2N_SLICE = str(REPO / "traces" / "hpc2n-head300.swf.gz")
