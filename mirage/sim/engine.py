@@ -115,21 +115,8 @@ reason; the main pass skips it (it blocks nothing), backfill gives it no reserva
 submit over MaxSubmitJobs is refused. The hooks are the lines that name ``self._lim``.
 
 Fair-share (``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0; off by
-default, and then nothing of it runs): Slurm's classic algorithm (priority/multifactor with
-PriorityFlags=NO_FAIR_TREE, https://slurm.schedmd.com/classic_fair_share.html and
-https://slurm.schedmd.com/priority_multifactor.html), on a flat tree of users (the job's
-``user``; every user known to the simulation, i.e. of every job added so far, is an
-association). A user's raw usage is the decayed integral of their running jobs' billing
-(allocated CPUs, or GPUs with ``fairshare_usage = "gpus"``) over time, with half-life
-``priority_decay_half_life_s`` (PriorityDecayHalfLife; 0: no decay): usage(t) = sum over
-jobs of billing x integral of 2^(-(t - x)/half-life) dx over the job's run up to t.
-Normalised usage U = usage / all users' usage, normalised shares S = shares / all users'
-shares (equal unless ``Simulation(fairshare_shares=...)``), and the factor F = 2^(-U/S) (F
-= 1 while nobody has used anything). Slurm accrues running jobs' usage and decays it every
-PriorityCalcPeriod; here it is kept in closed form per user (sums over completed and
-running jobs, updated in O(1) at each start and end), so usage is exact at any instant,
-priorities use it as of the last calculation (``_prio_time``), and the per-user factors are
-computed in one numpy expression per pass.
+default, and then nothing of it runs): Slurm's classic algorithm on a flat tree of users,
+kept in closed form (mirage.sim.fairshare).
 
 Optional Slurm details (``SchedulerSettings``; the defaults keep the simpler model, which
 the ls6 calibration used; mirage.profile.capture.slurm_details switches them all on to
@@ -168,6 +155,7 @@ import numpy as np
 
 from mirage.profile.schema import ClusterProfile
 from mirage.sim.errors import SimError
+from mirage.sim.fairshare import FairShare
 from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
 from mirage.sim.select import eval_nodes
@@ -412,15 +400,7 @@ class Simulation:
         "_pnodes",
         "_plim",
         "_next_nodes",
-        "_users",
-        "_uidx",
         "_puser",
-        "_fs_c",
-        "_fs_a",
-        "_fs_b",
-        "_fs_run",
-        "_fs_shares",
-        "_fs_snap",
     )
 
     def __init__(
@@ -501,7 +481,11 @@ class Simulation:
         self._dirty_bf = False
         self._next_tick: int | None = None
         self._in_step = False
-        self._init_fairshare(start_time, fairshare_shares)
+        # fair share (mirage.sim.fairshare); None when the profile does not weigh it
+        self._fs: FairShare | None = None
+        if self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0:
+            periodic = self.priority_calc_period_s > 0
+            self._fs = FairShare(self.sched, start_time, fairshare_shares, periodic)
         self.events = self.main_passes = self.backfill_passes = 0
         # QOS / association limits (mirage.sim.limits); None when the profile sets none
         self._lim: Limits | None = Limits.build(profile)
@@ -519,29 +503,13 @@ class Simulation:
         self._ppart = np.zeros(64, dtype=np.int64)  # partition number
         self._pnodes = np.zeros(64, dtype=np.int64)
         self._plim = np.zeros(64, dtype=np.int64)  # time limit (s)
+        self._puser = np.zeros(64, dtype=np.int64)  # user number (fair share)
         self._pn = 0  # slots used
         self._pdead = 0  # slots used whose job left the pool
         # Set when a pass found every eligible pending job held by a limit (see
         # _all_held): (next eligible time, their rule groups' pairs) ...
         self._held_memo: tuple[float, frozenset[tuple[int, int]]] | None = None
         self._pool_new: list[int] = []  # ... and the jobs synced in the pool since
-
-    def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
-        """Fair-share state (see the module docstring): per user, in closed form."""
-        self._share_of = dict(shares or {})
-        self._users: dict[str, int] = {}  # user name -> user number
-        self._uidx: list[int] = []  # job -> user number
-        self._puser = np.zeros(len(self._pidx), dtype=np.int64)  # pool slot -> user number
-        self._fs_c: list[float] = []  # completed jobs' usage (as _fs_usage stores it)
-        self._fs_a: list[float] = []  # running jobs: sum of billing x w(start)
-        self._fs_b: list[float] = []  # running jobs: sum of billing
-        self._fs_run: dict[int, float] = {}  # running job -> its billing
-        self._fs_shares: list[float] = []  # user number -> shares
-        self._fs_base = start_time  # w(t) counts from here (moved on now and then)
-        self._fs_version = 0  # bumped at every change of the sums or of the users
-        self._fs_snap = np.zeros(0)  # usage as of _fs_snap_t (with a calc period)
-        self._fs_snap_t: int | None = None
-        self._fs_cache: tuple[int, int, np.ndarray] | None = None  # (time, version, F)
 
     def _configure(self, calc_period: int | None, calc_phase: int, check_phase: int | None) -> None:
         """The optional Slurm details (``SchedulerSettings``) and the controller's clocks."""
@@ -552,9 +520,6 @@ class Simulation:
         self.limit_check_phase_s = check_phase
         self._cons_tres = self.sched.node_choice == "cons_tres"
         self._size_changes = False  # some pooled job's size term changes at recalculation
-        self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
-        self._fs_half = max(0, self.sched.priority_decay_half_life_s)
-        self._fs_gpus = self.sched.fairshare_usage == "gpus"
         self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
 
     def _build_nodes(
@@ -711,15 +676,8 @@ class Simulation:
         self.dep_state.append(DEP_WAIT if deps else DEP_OK)
         self.estimate.append(None)
         self._slot.append(-1)
-        u = self._users.get(spec.user)
-        if u is None:
-            u = self._users[spec.user] = len(self._users)
-            self._fs_c.append(0.0)
-            self._fs_a.append(0.0)
-            self._fs_b.append(0.0)
-            self._fs_shares.append(float(self._share_of.get(spec.user, 1.0)))
-            self._fs_version += 1
-        self._uidx.append(u)
+        if self._fs is not None:
+            self._fs.add_job(spec.user)
         for _, parent in deps:
             self.children[parent] = (*self.children.get(parent, ()), i)
         self.heap.append((spec.submit, SUBMIT, i))  # callers heapify
@@ -773,7 +731,8 @@ class Simulation:
         self._ppart[n] = self._part_no[self.specs[i].partition]
         self._pnodes[n] = self.dem[i][0]
         self._plim[n] = self.limit[i]
-        self._puser[n] = self._uidx[i]
+        if self._fs is not None:
+            self._puser[n] = self._fs.user_of[i]
         self._slot[i] = n
         self._pn = n + 1
         self._pool_sync(i)
@@ -855,8 +814,8 @@ class Simulation:
             if self._size_changes:
                 ws = np.where(self._psub[slots] <= calc, self._pwsx[slots], ws)
             value = s.priority_weight_age * f_age + ws + s.priority_weight_partition
-            if self._fs_on:
-                fs = self._fs_factors()[self._puser[slots]]
+            if self._fs is not None:
+                fs = self._fs.factors(self.now, calc)[self._puser[slots]]
                 value = value + s.priority_weight_fairshare * fs
             prio = value.astype(np.int64)
         return np.asarray(-prio * KEY_SHIFT + idx)
@@ -882,105 +841,17 @@ class Simulation:
         keys.sort()
         yield from (keys & KEY_MASK).tolist()
 
-    # ---- fair-share ----------------------------------------------------------------
-    # Per user u, with w(t) = 2^((t - base) / half-life) (w(t) = t - base without decay):
-    #   C[u] = sum over its completed jobs of billing x (w(end) - w(start))
-    #   A[u] = sum over its running jobs of billing x w(start);  B[u] = their billing
-    # and usage(t) = k (C + B w(t) - A) / w(t), k = half-life / ln 2 (without decay:
-    # usage = C + B w(t) - A): the decayed integral of billing over every job's run.
-
-    def _fs_w(self, t: float) -> float:
-        h = self._fs_half
-        return 2.0 ** ((t - self._fs_base) / h) if h > 0 else float(t - self._fs_base)
-
-    def _fs_sync(self) -> None:
-        """Before the sums change: keep the usage as of the last priority calculation.
-
-        With a calculation period, priorities use the usage at the last calculation c; the
-        sums are valid for any t after their last change, so the snapshot is taken at the
-        first change (or read) after c, and it is exact (usage is continuous in t).
-        """
-        if self.priority_calc_period_s <= 0:
-            return
-        c = self._prio_time()
-        if self._fs_snap_t is None or c > self._fs_snap_t:
-            self._fs_snap = self._fs_usage(c)
-            self._fs_snap_t = c
-
-    def _fs_change(self) -> None:
-        self._fs_sync()
-        self._fs_version += 1
-        h = self._fs_half
-        if h > 0 and self.now - self._fs_base > 256 * h:  # keep w() far from overflow
-            k = 2.0 ** (-(self.now - self._fs_base) / h)
-            self._fs_c = [x * k for x in self._fs_c]
-            self._fs_a = [x * k for x in self._fs_a]
-            self._fs_base = self.now
-
-    def _fs_started(self, i: int, billing: float) -> None:
-        self._fs_change()
-        u = self._uidx[i]
-        self._fs_run[i] = billing
-        self._fs_a[u] += billing * self._fs_w(self.now)
-        self._fs_b[u] += billing
-
-    def _fs_ended(self, i: int) -> None:
-        billing = self._fs_run.pop(i, None)
-        if billing is None:
-            return
-        self._fs_change()
-        u, start = self._uidx[i], self.start[i]
-        assert start is not None
-        ws = billing * self._fs_w(start)
-        self._fs_c[u] += billing * self._fs_w(self.now) - ws
-        self._fs_b[u] -= billing
-        self._fs_a[u] = self._fs_a[u] - ws if self._fs_b[u] > 0 else 0.0
-
-    def _fs_usage(self, t: int) -> np.ndarray:
-        """Every user's raw usage at time ``t`` (>= the sums' last change), by user number."""
-        c, a, b = np.array(self._fs_c), np.array(self._fs_a), np.array(self._fs_b)
-        w = self._fs_w(t)
-        h = self._fs_half
-        if h <= 0:
-            return np.asarray(np.maximum(c + b * w - a, 0.0))
-        return np.asarray(np.maximum((h / np.log(2.0)) * (c + b * w - a) / w, 0.0))
-
-    def _fs_factors(self) -> np.ndarray:
-        """The fair-share factor F = 2^(-U/S) of every user, by user number (cached)."""
-        period = self.priority_calc_period_s
-        key = self._prio_time()
-        cache = self._fs_cache
-        if cache is not None and cache[0] == key and cache[1] == self._fs_version:
-            return cache[2]
-        if period > 0:
-            self._fs_sync()
-            usage = self._fs_snap
-            n = len(self._fs_b)
-            if len(usage) < n:  # users added since the snapshot have no usage yet
-                usage = np.concatenate([usage, np.zeros(n - len(usage))])
-        else:
-            usage = self._fs_usage(self.now)
-        total = float(usage.sum())
-        shares = np.array(self._fs_shares)
-        if total > 0 and shares.sum() > 0:
-            with np.errstate(divide="ignore", invalid="ignore"):  # a user with 0 shares: F 0
-                factor = np.asarray(
-                    np.nan_to_num(np.exp2(-(usage / total) / (shares / shares.sum())))
-                )
-        else:
-            factor = np.ones(len(shares))
-        self._fs_cache = (key, self._fs_version, factor)
-        return factor
-
     def fairshare_usage(self, user: str) -> float:
         """The user's raw decayed usage now (billing-seconds; 0 for an unknown user)."""
-        u = self._users.get(user)
-        return 0.0 if u is None else float(self._fs_usage(self.now)[u])
+        fs = self._fs
+        u = None if fs is None else fs.users.get(user)
+        return 0.0 if fs is None or u is None else float(fs.usage(self.now)[u])
 
     def fairshare_factor(self, user: str) -> float:
         """The user's fair-share factor as priorities use it (1 for an unknown user)."""
-        u = self._users.get(user)
-        return 1.0 if u is None else float(self._fs_factors()[u])
+        fs = self._fs
+        u = None if fs is None else fs.users.get(user)
+        return 1.0 if fs is None or u is None else float(fs.factors(self.now, self._prio_time())[u])
 
     def priority_order(self) -> list[str]:
         """Ids of the pending jobs the scheduler considers, highest priority first."""
@@ -1105,8 +976,10 @@ class Simulation:
         if self.state[i] is RUNNING:
             self.running.discard(i)
             self._planned_end(i, -1)
-            if self._fs_on:
-                self._fs_ended(i)
+            if self._fs is not None:
+                start = self.start[i]
+                assert start is not None
+                self._fs.ended(i, start, self.now, self._prio_time())
             self._release(i)
         self.pending.discard(i)
         self._pool_remove(i)
@@ -1187,8 +1060,8 @@ class Simulation:
         self.alloc[i] = tuple(holds)
         if self._lim is not None:
             self._lim.started(i)
-        if self._fs_on:
-            self._fs_started(i, sum(h[1] if self._fs_gpus else h[2] for h in holds))
+        if self._fs is not None:
+            self._fs.started(i, holds, now, self._prio_time())
         self.pending.discard(i)
         self._pool_remove(i)
         self.running.add(i)
@@ -1241,8 +1114,9 @@ class Simulation:
         f_age = age / m if m > 0 else 1.0
         size = self._size_term(i, recalculated=calc >= self.specs[i].submit)
         value = s.priority_weight_age * f_age + size + s.priority_weight_partition
-        if self._fs_on:
-            value += s.priority_weight_fairshare * float(self._fs_factors()[self._uidx[i]])
+        if self._fs is not None:
+            fs = self._fs.factors(self.now, calc)[self._fs.user_of[i]]
+            value += s.priority_weight_fairshare * float(fs)
         return int(value)
 
     def _by_priority(self, jobs: list[int]) -> list[int]:
@@ -1944,5 +1818,7 @@ class Simulation:
             setattr(clone, name, getattr(self, name).copy())
         if self._lim is not None:
             clone._lim = self._lim.copy()
+        if self._fs is not None:
+            clone._fs = self._fs.copy()
         clone._ends = {p: e.copy() for p, e in self._ends.items()}
         return clone
