@@ -97,11 +97,9 @@ interchangeable and backfill plans on whole-node counts per partition (``Availab
 fast); otherwise on per-node free GPUs and CPUs (``NodePlan``), with reservations on
 named nodes as Slurm makes them.
 
-Speed with deep queues: pending jobs are also kept in numpy columns (a pool), so each
-pass computes every priority in one vectorised expression (the same float arithmetic as
-``priority``, hence the same integers) and sorts only the head of the order it uses
-(the main pass stops when every partition is blocked; backfill takes at most
-``bf_max_job_test``). The main pass is skipped when no eligible job fits the free
+Speed with deep queues: pending jobs are also kept in numpy columns (mirage.sim.pool), so
+each pass computes every priority in one vectorised expression and sorts only the head of
+the order it uses. The main pass is skipped when no eligible job fits the free
 resources at all. Without ``track_estimates``, backfill stops planning a partition once
 nothing in it is free now: later reservations could only move estimates, never starts.
 
@@ -158,6 +156,7 @@ from mirage.sim.errors import SimError
 from mirage.sim.fairshare import FairShare
 from mirage.sim.limits import Limits
 from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
+from mirage.sim.pool import KEY_SHIFT, PendingPool, in_order
 from mirage.sim.select import eval_nodes
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.hostlist import expand as expand_hostlist
@@ -172,10 +171,6 @@ END, SUBMIT, BEGIN, SCHED, TICK = 0, 1, 2, 3, 4
 DEP_OK, DEP_WAIT, DEP_NEVER = 0, 1, 2
 
 PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
-
-# Scheduling order key: -priority * KEY_SHIFT + job index (job indices stay below 2**32).
-KEY_SHIFT = 1 << 32
-KEY_MASK = KEY_SHIFT - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,19 +383,8 @@ class Simulation:
         "nrun",
         "alloc",
         "skipped",
-        "_slot",
-        "_pidx",
-        "_pool_new",
-        "_pok",
-        "_pelig",
-        "_pws",
-        "_pwsx",
-        "_psub",
-        "_ppart",
-        "_pnodes",
-        "_plim",
         "_next_nodes",
-        "_puser",
+        "_pool",
     )
 
     def __init__(
@@ -475,7 +459,7 @@ class Simulation:
         self.heap: list[tuple[int, int, int]] = []
         self.skipped: dict[str, int] = {}  # reason -> jobs add_jobs_skipping_invalid left out
         self._next_nodes: dict[int, tuple[int, ...]] = {}
-        self._init_pool()
+        self._pool = PendingPool(self.sched)  # the pending jobs' columns (mirage.sim.pool)
         self._custom_priority = type(self).priority is not Simulation.priority
         self._dirty_main = False
         self._dirty_bf = False
@@ -490,27 +474,6 @@ class Simulation:
         # QOS / association limits (mirage.sim.limits); None when the profile sets none
         self._lim: Limits | None = Limits.build(profile)
 
-    def _init_pool(self) -> None:
-        """The pending pool, as numpy columns for vectorised priorities (see _keys)."""
-        self._slot: list[int] = []  # job -> pool slot (-1: not pending)
-        self._pidx = np.full(64, -1, dtype=np.int64)  # slot -> job (-1: free slot)
-        self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
-        self._ncand = 0  # how many slots are candidates (_pok): no scan when none
-        self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
-        self._pws = np.zeros(64)  # job size term of the priority
-        self._pwsx = np.zeros(64)  # ... once recalculated (exclusive jobs: whole-node CPUs)
-        self._psub = np.zeros(64)  # submit time
-        self._ppart = np.zeros(64, dtype=np.int64)  # partition number
-        self._pnodes = np.zeros(64, dtype=np.int64)
-        self._plim = np.zeros(64, dtype=np.int64)  # time limit (s)
-        self._puser = np.zeros(64, dtype=np.int64)  # user number (fair share)
-        self._pn = 0  # slots used
-        self._pdead = 0  # slots used whose job left the pool
-        # Set when a pass found every eligible pending job held by a limit (see
-        # _all_held): (next eligible time, their rule groups' pairs) ...
-        self._held_memo: tuple[float, frozenset[tuple[int, int]]] | None = None
-        self._pool_new: list[int] = []  # ... and the jobs synced in the pool since
-
     def _configure(self, calc_period: int | None, calc_phase: int, check_phase: int | None) -> None:
         """The optional Slurm details (``SchedulerSettings``) and the controller's clocks."""
         period = self.sched.priority_calc_period_s if calc_period is None else calc_period
@@ -519,7 +482,6 @@ class Simulation:
         self.limit_check_s = self.sched.limit_check_interval_s or 0
         self.limit_check_phase_s = check_phase
         self._cons_tres = self.sched.node_choice == "cons_tres"
-        self._size_changes = False  # some pooled job's size term changes at recalculation
         self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
 
     def _build_nodes(
@@ -675,7 +637,7 @@ class Simulation:
         self.deps.append(deps)
         self.dep_state.append(DEP_WAIT if deps else DEP_OK)
         self.estimate.append(None)
-        self._slot.append(-1)
+        self._pool.slot.append(-1)
         if self._fs is not None:
             self._fs.add_job(spec.user)
         for _, parent in deps:
@@ -718,77 +680,23 @@ class Simulation:
         return s.priority_weight_job_size * ((f_size + f_cpus) / 2)
 
     def _pool_add(self, i: int) -> None:
-        n = self._pn
-        if n == len(self._pidx):
-            self._pool_resize(max(64, 2 * (n - self._pdead)))
-            n = self._pn
-        self._pidx[n] = i
-        self._pws[n] = self._size_term(i)
-        self._pwsx[n] = self._size_term(i, recalculated=True)
-        self._psub[n] = self.specs[i].submit
-        if self._pwsx[n] != self._pws[n]:
-            self._size_changes = True
-        self._ppart[n] = self._part_no[self.specs[i].partition]
-        self._pnodes[n] = self.dem[i][0]
-        self._plim[n] = self.limit[i]
-        if self._fs is not None:
-            self._puser[n] = self._fs.user_of[i]
-        self._slot[i] = n
-        self._pn = n + 1
+        spec = self.specs[i]
+        fs = self._fs
+        self._pool.add(
+            i,
+            size=(self._size_term(i), self._size_term(i, recalculated=True)),
+            submit=spec.submit,
+            part=self._part_no[spec.partition],
+            nodes=self.dem[i][0],
+            limit=self.limit[i],
+            user=0 if fs is None else fs.user_of[i],
+        )
         self._pool_sync(i)
 
     def _pool_sync(self, i: int) -> None:
         """Refresh pending job ``i``'s candidate flag and eligible time in the pool."""
-        s = self._slot[i]
-        if s < 0:
-            return
-        e = self.eligible_at[i]
-        if self._held_memo is not None:
-            self._pool_new.append(i)
         ok = not self.held[i] and self.dep_state[i] == DEP_OK
-        self._ncand += ok - bool(self._pok[s])
-        self._pok[s] = ok
-        self._pelig[s] = np.inf if e is None else e
-
-    def _pool_remove(self, i: int) -> None:
-        s = self._slot[i]
-        if s < 0:
-            return
-        self._ncand -= bool(self._pok[s])
-        self._pok[s] = False
-        self._pidx[s] = -1
-        self._slot[i] = -1
-        self._pdead += 1
-        if self._pdead > 256 and 2 * self._pdead > self._pn:
-            self._pool_resize(len(self._pidx))
-
-    def _pool_resize(self, size: int) -> None:
-        """Drop the slots of jobs that left, into arrays of ``size`` slots."""
-        live = np.flatnonzero(self._pidx[: self._pn] >= 0)
-        k = len(live)
-        size = max(size, 2 * k, 64)
-        cols = {}
-        for name, fill in (
-            ("_pidx", -1),
-            ("_pok", False),
-            ("_pelig", np.inf),
-            ("_pws", 0.0),
-            ("_pwsx", 0.0),
-            ("_psub", 0.0),
-            ("_ppart", 0),
-            ("_pnodes", 0),
-            ("_plim", 0),
-            ("_puser", 0),
-        ):
-            old = getattr(self, name)
-            new = np.full(size, fill, dtype=old.dtype)
-            new[:k] = old[live]
-            cols[name] = new
-        self.__dict__.update(cols)
-        for s, i in enumerate(self._pidx[:k].tolist()):
-            self._slot[i] = s
-        self._pn = k
-        self._pdead = 0
+        self._pool.sync(i, ok, self.eligible_at[i])
 
     def _prio_time(self) -> int:
         """When priorities were last calculated (now, without a calculation period)."""
@@ -796,50 +704,23 @@ class Simulation:
         return self.now if p <= 0 else self.now - (self.now - self.priority_calc_phase_s) % p
 
     def _keys(self, slots: np.ndarray) -> np.ndarray:
-        """Scheduling order keys of pool slots: ascending key = (-priority, job index).
-
-        The same arithmetic as ``priority`` (so the same integers), vectorised; a subclass
-        that overrides ``priority`` gets it called per job instead.
-        """
-        idx = self._pidx[slots]
-        if self._custom_priority:
-            prio = np.fromiter((self.priority(i) for i in idx.tolist()), np.int64, len(idx))
-        else:
-            s = self.sched
-            m = s.priority_max_age_s
+        """Scheduling order keys of pool slots (PendingPool.keys); a subclass that
+        overrides ``priority`` gets it called per job instead."""
+        pool = self._pool
+        if not self._custom_priority:
             calc = self._prio_time()
-            age = np.minimum(np.maximum(calc - self._pelig[slots], 0), m)
-            f_age = age / m if m > 0 else np.ones(len(idx))
-            ws = self._pws[slots]
-            if self._size_changes:
-                ws = np.where(self._psub[slots] <= calc, self._pwsx[slots], ws)
-            value = s.priority_weight_age * f_age + ws + s.priority_weight_partition
-            if self._fs is not None:
-                fs = self._fs.factors(self.now, calc)[self._puser[slots]]
-                value = value + s.priority_weight_fairshare * fs
-            prio = value.astype(np.int64)
+            fs = None if self._fs is None else self._fs.factors(self.now, calc)
+            return pool.keys(slots, calc, fs)
+        idx = pool.idx[slots]
+        prio = np.fromiter((self.priority(i) for i in idx.tolist()), np.int64, len(idx))
         return np.asarray(-prio * KEY_SHIFT + idx)
 
     def _order(self, slots: np.ndarray, first: int) -> Iterator[int]:
-        """The jobs of pool slots by scheduling order (_keys, _in_order); one job needs no
+        """The jobs of pool slots by scheduling order (_keys, in_order); one job needs no
         keys (a third of a replay's passes have one candidate)."""
         if len(slots) == 1:
-            return iter((int(self._pidx[slots[0]]),))
-        return self._in_order(self._keys(slots), first)
-
-    @staticmethod
-    def _in_order(keys: np.ndarray, first: int) -> Iterator[int]:
-        """Job indices by ascending key: a partial sort for the ``first``, then the rest.
-        ``keys`` (a fresh array from _keys) is sorted in place."""
-        n = len(keys)
-        if n > first > 0:
-            part = keys.argpartition(first - 1)
-            head = keys[part[:first]]
-            head.sort()
-            yield from (head & KEY_MASK).tolist()
-            keys = keys[part[first:]]
-        keys.sort()
-        yield from (keys & KEY_MASK).tolist()
+            return iter((int(self._pool.idx[slots[0]]),))
+        return in_order(self._keys(slots), first)
 
     def fairshare_usage(self, user: str) -> float:
         """The user's raw decayed usage now (billing-seconds; 0 for an unknown user)."""
@@ -855,8 +736,8 @@ class Simulation:
 
     def priority_order(self) -> list[str]:
         """Ids of the pending jobs the scheduler considers, highest priority first."""
-        slots = np.flatnonzero(self._pok[: self._pn])
-        return [str(i + self.first_id) for i in self._in_order(self._keys(slots), 0)]
+        slots = np.flatnonzero(self._pool.ok[: self._pool.n])
+        return [str(i + self.first_id) for i in in_order(self._keys(slots), 0)]
 
     # ---- running -------------------------------------------------------------------
     # ---- running -------------------------------------------------------------------
@@ -982,7 +863,7 @@ class Simulation:
                 self._fs.ended(i, start, self.now, self._prio_time())
             self._release(i)
         self.pending.discard(i)
-        self._pool_remove(i)
+        self._pool.remove(i)
         self.state[i] = final
         self.end[i] = self.now
         self.estimate[i] = None
@@ -1063,7 +944,7 @@ class Simulation:
         if self._fs is not None:
             self._fs.started(i, holds, now, self._prio_time())
         self.pending.discard(i)
-        self._pool_remove(i)
+        self._pool.remove(i)
         self.running.add(i)
         self.state[i] = RUNNING
         self.start[i] = now
@@ -1126,32 +1007,37 @@ class Simulation:
 
     def _fits_mask(self, slots: np.ndarray) -> np.ndarray:
         """Which of these pool slots' jobs could start now, ignoring reservations (a bound)."""
+        pool = self._pool
         if not self._packed:
             if len(self.free) == 1:
-                return np.asarray(self._pnodes[slots] <= next(iter(self.free.values())))
+                return np.asarray(pool.nodes[slots] <= next(iter(self.free.values())))
             free = np.array([self.free[p] for p in self._part_no], dtype=np.int64)
-            return np.asarray(self._pnodes[slots] <= free[self._ppart[slots]])
+            return np.asarray(pool.nodes[slots] <= free[pool.part[slots]])
         # shared nodes: a partition with no free CPU anywhere can start nothing
         cfree = np.asarray(self.cfree)
         room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
-        return np.asarray(room[self._ppart[slots]])
+        return np.asarray(room[pool.part[slots]])
 
     def _idle(self, lazy: bool) -> bool:
         """Would a pass do nothing? No candidate; or (``lazy``: only starts matter) no
-        node free (whole-node counts) or every candidate held by a limit (_all_held)."""
-        if not self._ncand:
+        node free (whole-node counts) or every candidate held by a limit
+        (PendingPool.all_held)."""
+        pool = self._pool
+        if not pool.candidates:
             return True
         if not lazy:
             return False
         if not self._packed and not any(self.free.values()):
             return True
-        return self._held_memo is not None and self._all_held()
+        lim = self._lim  # the memo is only ever set with limits
+        return lim is not None and pool.held_memo is not None and pool.all_held(lim, self.now)
 
     def _main_candidates(self, n: int) -> np.ndarray | None:
         """The pool slots the main pass walks, or None when nothing can start."""
         if self._idle(lazy=True):
             return None
-        slots = (self._pok[:n] & (self._pelig[:n] <= self.now)).nonzero()[0]
+        pool = self._pool
+        slots = (pool.ok[:n] & (pool.eligible[:n] <= self.now)).nonzero()[0]
         if not slots.size or not np.count_nonzero(self._fits_mask(slots)):
             return None  # nothing can start: the pass would only find the first job blocked
         lim = self._lim
@@ -1160,70 +1046,27 @@ class Simulation:
         # jobs held by a limit: skipped, they block nothing
         if slots.size <= _HELD_FILTER_MIN:  # few: the pass checks each (Limits.status)
             return slots
-        pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
+        pre, post = lim.held(pool.idx[slots])  # many: drop those held now (Limits.held)
         kept: np.ndarray = slots[~(pre | post)]
         if not kept.size:
-            self._note_all_held(n)
+            pool.note_all_held(lim, self.now)
             return None
         if not np.count_nonzero(self._fits_mask(kept)):
             return None
         return kept
 
-    def _note_all_held(self, n: int) -> None:
-        """Every eligible pending job is held by a limit now: remember which rule groups
-        hold them, and until when no other job becomes eligible (_all_held)."""
-        assert self._lim is not None
-        pok, pelig, now = self._pok[:n], self._pelig[:n], self.now
-        later = pelig[pok & (pelig > now)]
-        upto = float(later.min()) if later.size else np.inf
-        pairs = self._lim.rule_pairs(self._pidx[:n][pok & (pelig <= now)].tolist())
-        self._held_memo = (upto, pairs)
-        self._pool_new.clear()
-
-    def _all_held(self) -> bool:
-        """Is every eligible pending job still held by a limit, as a pass found earlier?
-
-        A speed shortcut, exact: a job's limit rules never change, so that stays so until
-        a job becomes a candidate (a submit, a release, a dependency met: ``_pool_new``)
-        that no failing rule group holds, a candidate's eligible time comes, or one of
-        the rule groups holding them stops failing. Until then the passes have nothing
-        to do (with limits, a quiet cluster keeps a few users' jobs pending at their
-        limit; they submit more, and every start and end of other users' jobs would
-        otherwise test them all again, twice).
-        """
-        memo, lim = self._held_memo, self._lim
-        assert memo is not None and lim is not None
-        upto, pairs = memo
-        if self._pool_new:  # the jobs that may have become candidates join the memo
-            new = []
-            pok, pelig, slot = self._pok, self._pelig, self._slot
-            for i in self._pool_new:
-                s = slot[i]
-                if s < 0 or not pok[s]:
-                    continue
-                e = float(pelig[s])
-                if e > self.now:
-                    upto = min(upto, e)
-                else:
-                    new.append(i)
-            self._pool_new.clear()
-            pairs = pairs | lim.rule_pairs(new)
-            self._held_memo = (upto, pairs)
-        if self.now < upto and lim.all_fail(pairs):
-            return True
-        self._held_memo = None
-        return False
-
     def _main_pass(self) -> None:
         self._dirty_main = False
-        n = self._pn
+        n = self._pool.n
         if not n:
             return
         slots = self._main_candidates(n)
         if slots is None:
             return
         parts = (
-            1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
+            1
+            if len(self._part_no) == 1
+            else int(np.count_nonzero(np.bincount(self._pool.part[slots])))
         )
         blocked: set[str] = set()
         # As Slurm's schedule(): a blocked job's partition nodes are off limits to every
@@ -1254,7 +1097,8 @@ class Simulation:
                 if len(blocked) == parts:
                     break
         if not walked:  # every candidate was held by a limit
-            self._note_all_held(n)
+            assert lim is not None
+            self._pool.note_all_held(lim, self.now)
             return
         self.main_passes += 1
         if started:  # the backfill plan must account for the new allocations
@@ -1264,22 +1108,23 @@ class Simulation:
     def _backfill(self, force: bool) -> None:
         """One backfill pass at ``now`` (see the module docstring)."""
         self._dirty_bf = False
-        n = self._pn
+        pool = self._pool
+        n = pool.n
         if not n:
             return
         lazy = not (force or self.track_estimates)
         if self._idle(lazy):
             return
-        slots = self._pok[:n].nonzero()[0]
+        slots = pool.ok[:n].nonzero()[0]
         can = elig = None
         if lazy:
-            elig = self._pelig[slots] <= self.now
+            elig = pool.eligible[slots] <= self.now
             can = elig & self._fits_mask(slots)
             if not np.count_nonzero(can):
                 return  # nothing can start now
         pre_held = post_held = None
         if self._lim is not None:  # held by a limit at the pass's start (Limits.held)
-            split = self._held_split(n, slots, can, elig)
+            split = self._held_split(slots, can, elig)
             if split is None:
                 return  # ... but jobs a limit holds
             pre_held, slots, post_held = split
@@ -1304,7 +1149,7 @@ class Simulation:
             return
         if pre_held is not None:
             est = self.estimate
-            for i in self._pidx[pre_held].tolist():  # the walk skips them: no estimate
+            for i in self._pool.idx[pre_held].tolist():  # the walk skips them: no estimate
                 est[i] = None
         order = self._limit_filtered(post_held, self._order(slots, s.bf_max_job_test))
         if order is None:
@@ -1317,16 +1162,16 @@ class Simulation:
             self._backfill_counts(order, res, lazy)
 
     def _held_split(
-        self, n: int, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
+        self, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Backfill's candidates as (held by a pre-select rule, the others, which of those
         a post-select rule holds), at the pass's start; None when (``can``: the ones that
         could start now, lazily) every one that could start is held."""
         assert self._lim is not None
-        pre, post = self._lim.held(self._pidx[slots])
+        pre, post = self._lim.held(self._pool.idx[slots])
         if can is not None and not np.count_nonzero(can & ~pre & ~post):
             if elig is not None and not np.count_nonzero(elig & ~pre & ~post):
-                self._note_all_held(n)  # every eligible one, even
+                self._pool.note_all_held(self._lim, self.now)  # every eligible one, even
             return None
         return slots[pre], slots[~pre], post[~pre]
 
@@ -1422,11 +1267,12 @@ class Simulation:
         if cap <= 0 or dry.max() <= now:
             return  # no node free now anywhere: nothing starts (a limit is >= 1 s)
         ordered = slots if len(slots) == 1 else slots[self._keys(slots).argsort()]
-        ends = now + (-(-self._plim[ordered] // res) * res)  # now + _ceil(limit, res)
+        pool = self._pool
+        ends = now + (-(-pool.limit[ordered] // res) * res)  # now + _ceil(limit, res)
         walk = _CappedWalk(
-            self._pidx[ordered],
+            pool.idx[ordered],
             ends,
-            self._ppart[ordered],
+            pool.part[ordered],
             dry=dry,
             now=now,
             cap=cap,
@@ -1717,9 +1563,7 @@ class Simulation:
         if self.state[i] not in (None, PENDING):
             raise SimError(f"job {job_id} is not pending: its time limit cannot change")
         self.limit[i] = seconds
-        if self._slot[i] >= 0:
-            self._plim[self._slot[i]] = seconds
-        self._held_memo = None
+        self._pool.set_limit(i, seconds)
         self._changed()
 
     # ---- observation ---------------------------------------------------------------
