@@ -147,15 +147,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
+from mirage.sim import backfill
+from mirage.sim.backfill import ReleaseTable
 from mirage.sim.errors import SimError
 from mirage.sim.fairshare import FairShare
 from mirage.sim.limits import Limits
-from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
+from mirage.sim.plan import Hold
 from mirage.sim.pool import KEY_SHIFT, PendingPool, in_order
 from mirage.sim.select import eval_nodes
 from mirage.sim.workload import INFINITE, JobSpec
@@ -198,60 +199,6 @@ class JobView:
 _HELD_FILTER_MIN = 32
 
 
-def _ceil(t: int, res: int) -> int:
-    return -(-t // res) * res
-
-
-def _batched(
-    plan: Availability,
-    batches: EndBatches,
-    part: str,
-    t: int | None,
-    *,
-    nodes: int,
-    dur: int,
-    now: int,
-) -> int | None:
-    """The start ``t`` (an exact earliest fit) as Slurm's _will_run_test reports it.
-
-    _will_run_test (cons_common/job_test.c) gives the end of the batch of running jobs'
-    ends after which the job fits, not that end: the reservation goes there if the job
-    still fits then (else _attempt_backfill's _test_resv_overlap tries again from there,
-    TRY_LATER); see plan.will_run_batches.
-    """
-    while t is not None and t > now:
-        b = batches.start(part, t)
-        if b is None or b <= t:
-            break
-        t = plan.earliest(nodes, dur, b)
-    return t
-
-
-def _batched_nodes(
-    plan: NodePlan,
-    batches: EndBatches,
-    part: str,
-    found: tuple[int, tuple[int, ...]] | None,
-    *,
-    now: int,
-    nodes: np.ndarray,
-    count: int,
-    gpus: int,
-    cpus: int,
-    exclusive: bool,
-    duration: int,
-) -> tuple[int, tuple[int, ...]] | None:
-    """``_batched`` on per-node free GPUs and CPUs (``NodePlan``)."""
-    while found is not None and found[0] > now:
-        b = batches.start(part, found[0])
-        if b is None or b <= found[0]:
-            break
-        found = plan.earliest(
-            nodes, count, gpus=gpus, cpus=cpus, exclusive=exclusive, duration=duration, not_before=b
-        )
-    return found
-
-
 def parse_dependency(text: str) -> list[tuple[str, str]]:
     """ "afterok:1:2,afterany:3" -> [("afterok", "1"), ("afterok", "2"), ("afterany", "3")]."""
     deps: list[tuple[str, str]] = []
@@ -261,100 +208,6 @@ def parse_dependency(text: str) -> list[tuple[str, str]]:
             raise SimError(f"unsupported dependency {part!r} (afterok/afterany with job ids)")
         deps.extend((kind, job_id.split("+")[0]) for job_id in ids.split(":"))
     return deps
-
-
-class _CappedWalk:
-    """Lazy backfill's walk over jobs in priority order (Simulation._backfill_counts_lazy):
-    yields (job, planned duration) for the jobs whose run fits before their partition's
-    first instant with no node free (``dry``, per partition number; the caller lowers it
-    and calls ``dry_moved``), and counts the jobs in between as _attempt_backfill's
-    bf_max_job_test would (Limits.backfill_order): a job a pre-select rule holds when the
-    walk passes it is not counted, one a post-select rule holds is. Until the pass starts a
-    job (``started``), the jobs given are not held by a pre-select rule (_held_split); after
-    a start they are checked again."""
-
-    def __init__(
-        self,
-        jobs: np.ndarray,
-        ends: np.ndarray,
-        parts: np.ndarray,
-        *,
-        dry: np.ndarray,
-        now: int,
-        cap: int,
-        lim: Limits | None,
-    ) -> None:
-        self.jobs, self.ends, self.parts, self.dry = jobs, ends, parts, dry
-        self.now, self.cap, self.lim = now, cap, lim
-        self._recheck = False
-        self.dry_moved()
-
-    def dry_moved(self) -> None:
-        self.todo = (self.ends <= self.dry[self.parts]).nonzero()[0]
-
-    def started(self) -> None:
-        self._recheck = self.lim is not None
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        jobs, lim, cap = self.jobs, self.lim, self.cap
-        tested = pos = 0
-        while True:
-            k = int(np.searchsorted(self.todo, pos))
-            if k == len(self.todo):
-                return
-            q = int(self.todo[k])
-            tested += q - pos  # the jobs passed over, counted as the walk reaches them
-            if self._recheck and lim is not None:
-                tested -= lim.pre_held(jobs[pos:q])
-            if tested >= cap:
-                return  # the cap-th counted job came before this one
-            pos = q + 1
-            i = int(jobs[q])
-            held = 0 if lim is None else lim.status(i)
-            if held != 1:  # pre-select: skipped uncounted; post-select: counted, no plan
-                tested += 1
-                if not held:
-                    yield i, int(self.ends[q]) - self.now
-                if tested == cap:
-                    return
-
-
-class _Trial:
-    """One lazy backfill pass's attempt at a job (as ``_backfill_counts``'s loop body):
-    the earliest fit, _will_run_test's batches, a start now or a reservation."""
-
-    def __init__(self, sim: Simulation, avail: dict[str, Availability], res: int) -> None:
-        self.sim, self.avail = sim, avail
-        self.now = sim.now
-        self.horizon = sim.now + sim.sched.bf_window_s
-        self.floor: dict[tuple[str, int, int], int] = {}
-        self.easy_done: set[str] = set()
-        self.batches = sim._end_batches(res)
-
-    def attempt(self, i: int, dur: int) -> tuple[bool, str | None]:
-        """(whether job ``i`` started, the partition whose plan changed or None)."""
-        sim, now = self.sim, self.now
-        spec = sim.specs[i]
-        part = spec.partition
-        plan = self.avail[part]
-        eligible = sim.eligible_at[i] is not None
-        not_before = now if eligible else max(now, spec.begin or now)
-        shape = (part, spec.nodes, dur)
-        t = plan.earliest(spec.nodes, dur, max(not_before, self.floor.get(shape, now)))
-        t = _batched(plan, self.batches, part, t, nodes=spec.nodes, dur=dur, now=now)
-        if t is None:
-            return False, None
-        self.floor[shape] = t
-        if t > self.horizon:
-            return False, None
-        started = t == now and eligible
-        if started:
-            sim._start(i)
-            self.batches.add(t + dur, (part,))
-        elif sim._easy_skips(part, self.easy_done):
-            return False, None
-        plan.reserve(t, t + dur, spec.nodes)
-        return started, part
 
 
 class Simulation:
@@ -446,11 +299,8 @@ class Simulation:
         self.children: dict[int, tuple[int, ...]] = {}
         self.pending: set[int] = set()
         self.running: set[int] = set()
-        # per partition, the running jobs' planned ends at the profile's bf_resolution_s
-        # (end time -> nodes freed then), kept at every start and end ...
-        self._ends: dict[str, dict[int, int]] = {}
-        # ... and sorted for the next pass (_release_table); None: stale
-        self._releases: dict[str, tuple[list[int], list[int]]] | None = None
+        # the running jobs' planned ends, as backfill plans them (mirage.sim.backfill)
+        self._releases = ReleaseTable(max(1, self.sched.bf_resolution_s), self.capacity)
         self.free: dict[str, int] = dict(self.capacity)  # idle whole nodes per partition
         self.gfree: list[int] = list(self.node_gpus)
         self.cfree: list[int] = list(self.node_cpus)
@@ -856,10 +706,10 @@ class Simulation:
             self._lim.left(i)
         if self.state[i] is RUNNING:
             self.running.discard(i)
-            self._planned_end(i, -1)
+            spec, start = self.specs[i], self.start[i]
+            assert start is not None
+            self._releases.change(spec.partition, start, self.limit[i], -spec.nodes)
             if self._fs is not None:
-                start = self.start[i]
-                assert start is not None
                 self._fs.ended(i, start, self.now, self._prio_time())
             self._release(i)
         self.pending.discard(i)
@@ -948,7 +798,7 @@ class Simulation:
         self.running.add(i)
         self.state[i] = RUNNING
         self.start[i] = now
-        self._planned_end(i, 1)
+        self._releases.change(spec.partition, now, self.limit[i], spec.nodes)
         end = now + min(spec.run, self._killed_after(self.limit[i], now))
         self.end[i] = end
         self.estimate[i] = None
@@ -1129,37 +979,7 @@ class Simulation:
                 return  # ... but jobs a limit holds
             pre_held, slots, post_held = split
         self.backfill_passes += 1
-        self._backfill_walk(lazy, slots, pre_held, post_held)
-
-    def _backfill_walk(
-        self,
-        lazy: bool,
-        slots: np.ndarray,
-        pre_held: np.ndarray | None,
-        post_held: np.ndarray | None,
-    ) -> None:
-        """The pass's walk over its candidates (``slots``; ``pre_held``: the pool slots a
-        pre-select rule held at its start; ``post_held``: which of ``slots`` a post-select
-        rule held; both None without limits)."""
-        s = self.sched
-        res = max(1, s.bf_resolution_s)
-        if lazy and not self._packed:
-            if post_held is None or not post_held.all():  # else nothing can start
-                self._backfill_counts_lazy(slots, res)
-            return
-        if pre_held is not None:
-            est = self.estimate
-            for i in self._pool.idx[pre_held].tolist():  # the walk skips them: no estimate
-                est[i] = None
-        order = self._limit_filtered(post_held, self._order(slots, s.bf_max_job_test))
-        if order is None:
-            return
-        if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
-            self._backfill_will_run(order, res, lazy)
-        elif self._packed:
-            self._backfill_nodes(order, res, lazy)
-        else:
-            self._backfill_counts(order, res, lazy)
+        backfill.walk(self, lazy, slots, pre_held, post_held)
 
     def _held_split(
         self, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
@@ -1174,349 +994,6 @@ class Simulation:
                 self._pool.note_all_held(self._lim, self.now)  # every eligible one, even
             return None
         return slots[pre], slots[~pre], post[~pre]
-
-    def _limit_filtered(
-        self, post_held: np.ndarray | None, order: Iterator[int]
-    ) -> Iterator[int] | None:
-        """Backfill's order less the jobs a limit holds (limits.py); None: nothing to plan.
-
-        ``order``: the pending jobs but those a pre-select rule held at the pass's start;
-        ``post_held``: which of them a post-select rule held then."""
-        cap = self.sched.bf_max_job_test
-        if self._lim is None or post_held is None:
-            return islice(order, cap)
-        # limit-held jobs: skipped, no reservation; pre-select ones before bf_max_job_test
-        # counts them, post-select ones after (_attempt_backfill)
-        order = self._lim.backfill_order(order, cap, self.estimate)
-        if not post_held.all():
-            return order
-        # Every pending job is held by a limit: the pass can start and reserve nothing, so
-        # only its side effect is kept (held jobs lose their estimates, as the walk would
-        # do) and the plan is not built (a speed shortcut with the same outcome; deep
-        # limit-held queues made probes 1.5x slower).
-        for _ in order:
-            pass
-        return None
-
-    def _backfill_counts(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill over whole-node counts, one profile per (disjoint) partition."""
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        avail = self._availability(res)
-        easy_done: set[str] = set()
-        specs, limit, elig = self.specs, self.limit, self.eligible_at
-        # Lazy mode (no estimates) only needs the jobs that start now. From the first
-        # instant a partition's plan has no node free (``dry``), nothing matters to that:
-        # a job that cannot end by then can neither start now nor reserve before then, and
-        # later reservations cannot change what starts now, so it is skipped. (With no
-        # node free now, every job is. Before EASY's one reservation free nodes never
-        # decrease over time, so ``dry`` is now or never: the job that would hold that
-        # reservation is never skipped.)
-        dry = {p: a.dry() for p, a in avail.items()} if lazy else {}
-        # Free nodes only ever decrease during a pass, so a job cannot start before the
-        # earliest start found for an earlier job of the same shape: start the scan there
-        # (queues are dominated by a few shapes, so this keeps long queues cheap).
-        floor: dict[tuple[str, int, int], int] = {}
-        batches = self._end_batches(res)
-        for i in order:
-            spec = specs[i]
-            part = spec.partition
-            plan = avail[part]
-            dur = _ceil(limit[i], res)
-            if lazy and now + dur > dry[part]:
-                if dry[part] <= now and max(dry.values()) <= now:
-                    break  # no node free now in any partition: nothing else starts
-                continue
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            shape = (part, spec.nodes, dur)
-            t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
-            t = _batched(plan, batches, part, t, nodes=spec.nodes, dur=dur, now=now)
-            if t is not None:
-                floor[shape] = t
-            if t is None or t > horizon:
-                self.estimate[i] = None
-                continue
-            end = t + dur
-            if t == now and elig[i] is not None:
-                self._start(i)
-                plan.reserve(t, end, spec.nodes)
-                batches.add(end, (part,))  # a running job in later _will_run_test calls
-                if lazy:
-                    dry[part] = plan.dry()
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            plan.reserve(t, end, spec.nodes)
-            if lazy and t < dry[part]:
-                dry[part] = plan.dry()
-
-    def _backfill_counts_lazy(self, slots: np.ndarray, res: int) -> None:
-        """``_backfill_counts`` when only the jobs it starts matter (no estimates).
-
-        The same walk, visiting only the jobs that pass its ``dry`` test and counting the
-        others against bf_max_job_test as it would (_CappedWalk). Estimates are left as
-        they were (stale, as ``track_estimates=False`` promises). On a deep queue most
-        passes visit a handful of the hundreds of pending jobs: probes in a 650-job queue
-        took 1.5x longer per job with the full walk.
-        """
-        now, cap = self.now, self.sched.bf_max_job_test
-        avail = self._availability(res)
-        dry = np.array([avail[p].dry() for p in self._part_no])
-        if cap <= 0 or dry.max() <= now:
-            return  # no node free now anywhere: nothing starts (a limit is >= 1 s)
-        ordered = slots if len(slots) == 1 else slots[self._keys(slots).argsort()]
-        pool = self._pool
-        ends = now + (-(-pool.limit[ordered] // res) * res)  # now + _ceil(limit, res)
-        walk = _CappedWalk(
-            pool.idx[ordered],
-            ends,
-            pool.part[ordered],
-            dry=dry,
-            now=now,
-            cap=cap,
-            lim=self._lim,
-        )
-        trial = _Trial(self, avail, res)
-        for i, dur in walk:
-            started, part = trial.attempt(i, dur)
-            if started:
-                walk.started()
-            if part is not None:
-                d = avail[part].dry()
-                k = self._part_no[part]
-                if d < dry[k]:
-                    dry[k] = d
-                    if dry.max() <= now:
-                        return
-                    walk.dry_moved()
-
-    def _easy_skips(self, part: str, easy_done: set[str]) -> bool:
-        """EASY: only the first blocked job of each partition holds a reservation."""
-        if self.sched.backfill != "easy":
-            return False
-        if part in easy_done:
-            return True
-        easy_done.add(part)
-        return False
-
-    def _node_walk(
-        self, order: Iterable[int], plan: NodePlan | WillRunPlan, lazy: bool
-    ) -> Iterator[tuple[int, str, np.ndarray]]:
-        """The node planners' walk: (job, its partition, the partition's nodes) in order.
-
-        Lazily (no estimates wanted): nodes with no CPU free now take no job now, so the
-        walk ends once every partition is busy (a pass only starts jobs: busy stays busy).
-        A busy partition's jobs are skipped only if no other partition has any of its
-        nodes: their reservations could then only move estimates. Where partitions share
-        nodes, a reservation on busy nodes can push a later job's reservation onto free
-        ones and so keep a third job from starting now, as in the full walk.
-        """
-        full: set[str] = set()
-        specs, part_arr, alone = self.specs, self._part_arr, self._alone_parts
-        for i in order:
-            part = specs[i].partition
-            nodes = part_arr[part]
-            if lazy:
-                if part not in full and plan.busy_now(nodes):
-                    full.add(part)
-                    if len(full) == len(part_arr):
-                        return
-                if part in full and part in alone:
-                    continue
-            yield i, part, nodes
-
-    def _backfill_nodes(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill over per-node GPUs and CPUs (shared nodes, overlapping partitions)."""
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        plan = self._node_plan(res)
-        batches = self._end_batches(res)
-        easy_done: set[str] = set()
-        floor: dict[tuple[str, int, int, int, bool, int], int] = {}
-        specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
-        gcap, ccap = self.node_gpus, self.node_cpus
-        reserve_whole = s.bf_reserve_whole_nodes
-        for i, part, nodes in self._node_walk(order, plan, lazy):
-            spec = specs[i]
-            count, g, c, whole = dem[i]
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = _ceil(limit[i], res)
-            shape = (part, count, g, c, whole, dur)
-            found = plan.earliest(
-                nodes,
-                count,
-                gpus=g,
-                cpus=c,
-                exclusive=whole,
-                duration=dur,
-                not_before=max(not_before, floor.get(shape, now)),
-            )
-            found = _batched_nodes(
-                plan,
-                batches,
-                part,
-                found,
-                now=now,
-                nodes=nodes,
-                count=count,
-                gpus=g,
-                cpus=c,
-                exclusive=whole,
-                duration=dur,
-            )
-            if found is not None:
-                floor[shape] = found[0]
-            if found is None or found[0] > horizon:
-                self.estimate[i] = None
-                continue
-            t, chosen = found
-            holds = [(n, gcap[n], ccap[n]) if whole else (n, g, c) for n in chosen]
-            if t == now and elig[i] is not None:
-                self._next_nodes[i] = chosen
-                self._start(i)
-                plan.reserve(t, t + dur, holds)
-                batches.add(t + dur, {p for n in chosen for p in self.node_parts[n]})
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            if reserve_whole:
-                holds = [(n, gcap[n], ccap[n]) for n in chosen]
-            plan.reserve(t, t + dur, holds)
-
-    def _backfill_will_run(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill on shared nodes as sched/backfill's _attempt_backfill does it.
-
-        Running jobs are released in ``_will_run_test``'s batches of end times and
-        reservations are node bitmaps over time (``WillRunPlan``): each job's start and
-        nodes come from ``WillRunPlan.place`` (the TRY_LATER loop over ``later_start``).
-        """
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        alloc, start, limit = self.alloc, self.start, self.limit
-        plan = WillRunPlan(
-            now,
-            gpus_free=self.gfree,
-            cpus_free=self.cfree,
-            gpus_cap=self.node_gpus,
-            cpus_cap=self.node_cpus,
-            # Slurm's end_time (start + limit, exact), past or not: see kill_wait
-            releases=[((start[i] or 0) + limit[i], alloc[i]) for i in self.running],
-            res=res,
-            cons_tres=self._cons_tres,
-            scale=s.bf_window_linear,
-            kill_wait=s.kill_wait_s,
-        )
-        easy_done: set[str] = set()
-        specs, elig, dem = self.specs, self.eligible_at, self.dem
-        for i, part, nodes in self._node_walk(order, plan, lazy):
-            spec = specs[i]
-            count, g, c, whole = dem[i]
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = _ceil(limit[i], res)
-            found = plan.place(
-                nodes, count, gpus=g, cpus=c, exclusive=whole, duration=dur, not_before=not_before
-            )
-            if found is None or found[0] > horizon:
-                self.estimate[i] = None
-                continue
-            t, chosen, fits = found
-            if fits and elig[i] is not None:
-                self._next_nodes[i] = chosen
-                self._start(i)
-                plan.start(now + dur, alloc[i], whole)
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            plan.reserve(t, dur, chosen)
-
-    def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
-        """(running job, expected end for backfill): start + limit, at ``res``.
-
-        With limit checks, a job can still run past start + limit: it is planned to end
-        at the next planning step (now + res), as Slurm plans a job past its end time;
-        its nodes are not free now.
-        """
-        start, limit = self.start, self.limit
-        soon = self.now + res if self.limit_check_s > 0 else self.now
-        for i in self.running:
-            st = start[i]
-            assert st is not None
-            yield i, max(st + _ceil(limit[i], res), soon)
-
-    def _end_batches(self, res: int) -> EndBatches:
-        """The running jobs' ends for _will_run_test's batches, read when first needed
-        (jobs the pass starts before then are among them)."""
-        specs, scale = self.specs, self.sched.bf_window_linear
-        if not self.sched.bf_will_run_batches:
-            return EndBatches(list, enabled=False)
-        if not self._packed:
-            return EndBatches(
-                lambda: [(t, (specs[i].partition,)) for i, t in self._planned_ends(res)], scale
-            )
-        alloc, node_parts = self.alloc, self.node_parts
-        return EndBatches(
-            lambda: [
-                (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
-                for i, t in self._planned_ends(res)
-            ],
-            scale,
-        )
-
-    def _availability(self, res: int) -> dict[str, Availability]:
-        """Each partition's free nodes over time, as _planned_ends has the jobs end."""
-        now = self.now
-        soon = now + res if self.limit_check_s > 0 else now
-        free = self.free
-        return {
-            p: Availability.from_ends(now, free[p], soon, times, nodes)
-            for p, (times, nodes) in self._release_table().items()
-        }
-
-    def _planned_end(self, i: int, sign: int) -> None:
-        """Running job ``i`` starts (``sign`` 1) or ends (-1): its planned end in _ends."""
-        spec, st = self.specs[i], self.start[i]
-        assert st is not None
-        ends = self._ends.setdefault(spec.partition, {})
-        t = st + _ceil(self.limit[i], max(1, self.sched.bf_resolution_s))
-        left = ends.get(t, 0) + sign * spec.nodes
-        if left:
-            ends[t] = left
-        else:
-            del ends[t]
-        self._releases = None
-
-    def _release_table(self) -> dict[str, tuple[list[int], list[int]]]:
-        """Per partition: the distinct times running jobs end at, start + _ceil(limit,
-        bf_resolution_s) (kept in _ends), ascending, and the nodes freed at each. Kept
-        until a job starts or ends: backfill passes far outnumber starts and ends on a deep
-        queue, and rebuilding this per pass from the running jobs was a quarter of a
-        probe's time."""
-        if self._releases is None:
-            self._releases = {}
-            for p in self.capacity:
-                e = self._ends.get(p, {})
-                times = sorted(e)
-                self._releases[p] = (times, [e[t] for t in times])
-        return self._releases
-
-    def _node_plan(self, res: int) -> NodePlan:
-        alloc = self.alloc
-        releases = [(t, alloc[i]) for i, t in self._planned_ends(res)]
-        return NodePlan(
-            self.now,
-            gpus_free=self.gfree,
-            cpus_free=self.cfree,
-            gpus_cap=self.node_gpus,
-            cpus_cap=self.node_cpus,
-            releases=releases,
-            cons_tres=self._cons_tres,
-        )
 
     def schedule_now(self) -> None:
         """Run the main pass and a backfill pass at the current instant (sbatch --test-only)."""
@@ -1664,5 +1141,5 @@ class Simulation:
             clone._lim = self._lim.copy()
         if self._fs is not None:
             clone._fs = self._fs.copy()
-        clone._ends = {p: e.copy() for p, e in self._ends.items()}
+        clone._releases = self._releases.copy()
         return clone

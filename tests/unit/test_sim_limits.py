@@ -565,7 +565,7 @@ def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, trac
 def _two_partitions(cap: int, backfill: str, batches: bool) -> ClusterProfile:
     """gpu (6 nodes, QOS "cap": 2 running jobs per user) and cpu (4 nodes), disjoint, with
     every user's nodes capped at 5 by the association: both kinds of rule, both
-    partitions planned apart (Simulation._backfill_counts)."""
+    partitions planned apart (mirage.sim.backfill._counts)."""
     prof = limited(
         qos=(Qos("cap", max_jobs_per_user=2),),
         assocs=(Association("*", grp_tres="node=5"),),
@@ -607,7 +607,7 @@ def test_lazy_backfill_under_limits_starts_the_same_jobs(
     specs: list[JobSpec], cap: int, backfill: str, batches: bool
 ) -> None:
     """Without estimates, backfill walks only the jobs that can start now and counts the
-    others against bf_max_job_test (Simulation._backfill_counts_lazy): limits holding
+    others against bf_max_job_test (mirage.sim.backfill._counts_lazy): limits holding
     jobs before and during a pass, a small cap, two partitions, EASY and Slurm's batches
     give the starts of the full walk."""
     prof = _two_partitions(cap, backfill, batches)
