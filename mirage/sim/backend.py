@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mirage.sim.engine import JobView, Simulation
+from mirage.sim.engine import Simulation
 from mirage.sim.errors import SimError
+from mirage.sim.views import JobView
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.parse import digits

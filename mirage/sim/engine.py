@@ -146,12 +146,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
-from mirage.sim import backfill
+from mirage.sim import backfill, views
 from mirage.sim.backfill import ReleaseTable
 from mirage.sim.errors import SimError
 from mirage.sim.fairshare import FairShare
@@ -159,6 +158,7 @@ from mirage.sim.limits import Limits
 from mirage.sim.plan import Hold
 from mirage.sim.pool import KEY_SHIFT, PendingPool, in_order
 from mirage.sim.select import eval_nodes
+from mirage.sim.views import DEP_NEVER, DEP_OK, DEP_WAIT, JobView
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
@@ -168,29 +168,7 @@ from mirage.slurm.types import JobState
 # after an action taken between steps (release, cancel, ...), so the main pass runs then.
 END, SUBMIT, BEGIN, SCHED, TICK = 0, 1, 2, 3, 4
 
-# Dependency status of a pending job.
-DEP_OK, DEP_WAIT, DEP_NEVER = 0, 1, 2
-
 PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """A read-only snapshot of one simulated job (times in epoch seconds)."""
-
-    job_id: str
-    spec: JobSpec
-    state: JobState | None  # None: not submitted yet (its submit time is in the future)
-    reason: str
-    eligible: int | None
-    start: int | None
-    end: int | None  # actual end, or expected end (start + limit) while running
-    time_limit: int | None
-    priority: int
-    estimate: int | None  # backfill's planned start for a pending job
-    age: int  # seconds since submit (pending) or waited before start
-    held: bool
-    nodes: tuple[str, ...] = ()  # the nodes a running job holds
 
 
 #: Pending candidates beyond which a pass drops limit-held jobs up front (numpy, per rule
@@ -1050,80 +1028,24 @@ class Simulation:
 
     def view(self, job_id: str) -> JobView:
         i = self._index(job_id)
-        return self._view(i, self._top_jobs())
+        return views.job_view(self, i, views.top_jobs(self))
 
     def pending_jobs(self) -> list[JobView]:
-        top = self._top_jobs()
-        return [self._view(i, top) for i in sorted(self.pending)]
+        top = views.top_jobs(self)
+        return [views.job_view(self, i, top) for i in sorted(self.pending)]
 
     def running_jobs(self) -> list[JobView]:
         top: set[int] = set()
-        return [self._view(i, top) for i in sorted(self.running)]
+        return [views.job_view(self, i, top) for i in sorted(self.running)]
 
     def all_jobs(self) -> list[JobView]:
-        top = self._top_jobs()
-        return [self._view(i, top) for i in range(len(self.specs))]
+        top = views.top_jobs(self)
+        return [views.job_view(self, i, top) for i in range(len(self.specs))]
 
     def start_estimate(self, job_id: str) -> int | None:
         """The planned start from the last backfill pass (None if not planned or not pending)."""
         i = self._index(job_id)
         return self.estimate[i] if self.state[i] is PENDING else None
-
-    def _top_jobs(self) -> set[int]:
-        """Each partition's highest-priority startable pending job (reason "Resources")."""
-        best: dict[str, tuple[int, int]] = {}
-        for i in self.pending:
-            if self.eligible_at[i] is None or self.held[i]:
-                continue
-            if self._lim is not None and self._lim.reason(i):
-                continue  # held by a limit: its reason is the limit's
-            key = (-self.priority(i), i)
-            part = self.specs[i].partition
-            if part not in best or key < best[part]:
-                best[part] = key
-        return {key[1] for key in best.values()}
-
-    def _reason(self, i: int, top: set[int]) -> str:
-        if self.held[i]:
-            return "JobHeldUser"
-        if self.dep_state[i] == DEP_NEVER:
-            return "DependencyNeverSatisfied"
-        if self.dep_state[i] == DEP_WAIT:
-            return "Dependency"
-        if self.eligible_at[i] is None:
-            return "BeginTime"
-        if self._lim is not None:
-            held = self._lim.reason(i)
-            if held:
-                return held
-        return "Resources" if i in top else "Priority"
-
-    def _view(self, i: int, top: set[int]) -> JobView:
-        spec, st = self.specs[i], self.state[i]
-        start, end = self.start[i], self.end[i]
-        reason = self._reason(i, top) if st is PENDING else "None"
-        age = (start if start is not None else self.now) - spec.submit
-        limit = self.limit[i]
-        return JobView(
-            job_id=str(i + self.first_id),
-            spec=spec,
-            state=st,
-            reason=reason,
-            eligible=self.eligible_at[i],
-            start=start,
-            end=self._expected_end(i) if st is RUNNING else end,
-            time_limit=None if limit >= INFINITE else limit,
-            priority=self.priority(i) if st is PENDING else 0,
-            estimate=self.estimate[i] if st is PENDING else None,
-            age=max(0, age) if st is not None else 0,
-            held=self.held[i],
-            nodes=tuple(self.node_names[n] for n, _, _ in self.alloc.get(i, ())),
-        )
-
-    def _expected_end(self, i: int) -> int | None:
-        """What squeue shows for a running job: start + limit (the true end is unknown)."""
-        start, limit = self.start[i], self.limit[i]
-        return None if start is None or limit >= INFINITE else start + limit
 
     # ---- fork ----------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import pytest
 from mirage.profile.capture import scheduler_from_config
 from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
-from mirage.sim.engine import DEP_OK
 from mirage.sim.scenario import job, toy_profile
+from mirage.sim.views import DEP_OK
 
 DAY = 86400
 
