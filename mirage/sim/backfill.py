@@ -339,7 +339,7 @@ def _counts_lazy(sim: Simulation, slots: np.ndarray, res: int) -> None:
     """
     now, cap = sim.now, sim.sched.bf_max_job_test
     avail = _availability(sim, res)
-    dry = np.array([avail[p].dry() for p in sim._part_no])
+    dry = np.array([avail[p].dry() for p in sim.cluster.part_no])
     if cap <= 0 or dry.max() <= now:
         return  # no node free now anywhere: nothing starts (a limit is >= 1 s)
     ordered = slots if len(slots) == 1 else slots[sim._keys(slots).argsort()]
@@ -361,7 +361,7 @@ def _counts_lazy(sim: Simulation, slots: np.ndarray, res: int) -> None:
             walk.started()
         if part is not None:
             d = avail[part].dry()
-            k = sim._part_no[part]
+            k = sim.cluster.part_no[part]
             if d < dry[k]:
                 dry[k] = d
                 if dry.max() <= now:
@@ -392,7 +392,7 @@ def _node_walk(
     ones and so keep a third job from starting now, as in the full walk.
     """
     full: set[str] = set()
-    specs, part_arr, alone = sim.specs, sim._part_arr, sim._alone_parts
+    specs, part_arr, alone = sim.specs, sim.cluster.part_arr, sim.cluster.alone_parts
     for i in order:
         part = specs[i].partition
         nodes = part_arr[part]

@@ -155,12 +155,12 @@ from mirage.sim.backfill import ReleaseTable
 from mirage.sim.errors import SimError
 from mirage.sim.fairshare import FairShare
 from mirage.sim.limits import Limits
+from mirage.sim.nodes import Nodes
 from mirage.sim.plan import Hold
 from mirage.sim.pool import KEY_SHIFT, PendingPool, in_order
 from mirage.sim.select import eval_nodes
 from mirage.sim.views import DEP_NEVER, DEP_OK, DEP_WAIT, JobView
 from mirage.sim.workload import INFINITE, JobSpec
-from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
 
 # Event kinds; within one instant, ends are handled first (their nodes are free for the
@@ -261,7 +261,15 @@ class Simulation:
         self.track_estimates = track_estimates
         self.first_id = first_id
         self._configure(priority_calc_period_s, priority_calc_phase_s, limit_check_phase_s)
-        self._build_nodes(profile, nodes, partition_nodes or {})
+        self.cluster = cluster = Nodes(profile, nodes, partition_nodes or {})
+        # the node table under the names callers read (shared with forks: never changed)
+        self.node_names, self.node_gpus, self.node_cpus = cluster.names, cluster.gpus, cluster.cpus
+        self.part_nodes, self.node_parts = cluster.part_nodes, cluster.node_parts
+        self.capacity, self.overlapping = cluster.capacity, cluster.overlapping
+        self.total_nodes, self.total_cpus = cluster.total_nodes, cluster.total_cpus
+        # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
+        # the first job that shares nodes switches planning to per-node accounting.
+        self._packed = cluster.overlapping
         self.now = start_time
         self.specs: list[JobSpec] = []
         self.dem: list[tuple[int, int, int, bool]] = []  # nodes, GPUs/node, CPUs/node, whole
@@ -311,64 +319,6 @@ class Simulation:
         self.limit_check_phase_s = check_phase
         self._cons_tres = self.sched.node_choice == "cons_tres"
         self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
-
-    def _build_nodes(
-        self,
-        profile: ClusterProfile,
-        nodes: int | Mapping[str, int] | None,
-        named: Mapping[str, Sequence[str]],
-    ) -> None:
-        unknown = sorted(set(named) - {p.name for p in profile.partitions})
-        if unknown:
-            raise SimError(f"partition_nodes names unknown partition(s): {', '.join(unknown)}")
-        over: dict[str, int] = {}
-        if isinstance(nodes, int):
-            over[profile.partition().name] = nodes
-        elif nodes is not None:
-            over.update(nodes)
-        self.node_names: list[str] = []
-        self.node_gpus: list[int] = []
-        self.node_cpus: list[int] = []
-        index: dict[str, int] = {}
-        members: dict[str, tuple[int, ...]] = {}
-        for p in profile.partitions:
-            if p.name in named:
-                names = list(named[p.name])
-            elif p.node_list and p.name not in over:
-                # a captured profile names its nodes: partitions that share one share it
-                names = expand_hostlist(p.node_list)
-            else:
-                n = over.get(p.name, p.nodes)
-                if n is None:
-                    raise SimError(f"partition {p.name!r} has no node count: pass nodes=")
-                names = [f"{p.name}-{k:04d}" for k in range(n)]
-            for name in names:
-                if name not in index:
-                    index[name] = len(self.node_names)
-                    self.node_names.append(name)
-                    self.node_gpus.append(p.gpus_per_node)
-                    self.node_cpus.append(p.cpus_per_node)
-            members[p.name] = tuple(sorted({index[name] for name in names}))
-        self.part_nodes = members
-        self._part_arr = {q: np.asarray(m, dtype=np.int64) for q, m in members.items()}
-        self._part_no = {q: k for k, q in enumerate(members)}
-        parts_of: list[list[str]] = [[] for _ in self.node_names]
-        for q, m in members.items():
-            for node in m:
-                parts_of[node].append(q)
-        self.node_parts = [tuple(ps) for ps in parts_of]
-        self.overlapping = any(len(ps) > 1 for ps in parts_of)
-        # partitions none of whose nodes another partition has (see _node_walk)
-        self._alone_parts = frozenset(
-            q for q, m in members.items() if all(len(parts_of[node]) == 1 for node in m)
-        )
-        self.capacity = {p: len(m) for p, m in members.items()}
-        self.total_nodes = len(self.node_names)
-        self.total_cpus = sum(self.node_cpus)
-        self._part_cpus = {p.name: p.cpus_per_node for p in profile.partitions}
-        # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
-        # the first job that shares nodes switches planning to per-node accounting.
-        self._packed = self.overlapping
 
     # ---- building the workload -------------------------------------------------------
 
@@ -501,7 +451,7 @@ class Simulation:
         spec = self.specs[i]
         cpus = max(spec.cpus, count)
         if recalculated and self.dem[i][3]:
-            cpus = count * self._part_cpus[spec.partition]
+            cpus = count * self.cluster.part_cpus[spec.partition]
         f_cpus = cpus / self.total_cpus if self.total_cpus else f_size
         if s.priority_favor_small:
             f_size, f_cpus = 1.0 - f_size, 1.0 - f_cpus
@@ -514,7 +464,7 @@ class Simulation:
             i,
             size=(self._size_term(i), self._size_term(i, recalculated=True)),
             submit=spec.submit,
-            part=self._part_no[spec.partition],
+            part=self.cluster.part_no[spec.partition],
             nodes=self.dem[i][0],
             limit=self.limit[i],
             user=0 if fs is None else fs.user_of[i],
@@ -839,11 +789,11 @@ class Simulation:
         if not self._packed:
             if len(self.free) == 1:
                 return np.asarray(pool.nodes[slots] <= next(iter(self.free.values())))
-            free = np.array([self.free[p] for p in self._part_no], dtype=np.int64)
+            free = np.array([self.free[p] for p in self.cluster.part_no], dtype=np.int64)
             return np.asarray(pool.nodes[slots] <= free[pool.part[slots]])
         # shared nodes: a partition with no free CPU anywhere can start nothing
         cfree = np.asarray(self.cfree)
-        room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
+        room = np.array([(cfree[a] > 0).any() for a in self.cluster.part_arr.values()], dtype=bool)
         return np.asarray(room[pool.part[slots]])
 
     def _idle(self, lazy: bool) -> bool:
@@ -893,7 +843,7 @@ class Simulation:
             return
         parts = (
             1
-            if len(self._part_no) == 1
+            if len(self.cluster.part_no) == 1
             else int(np.count_nonzero(np.bincount(self._pool.part[slots])))
         )
         blocked: set[str] = set()
