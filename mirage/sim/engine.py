@@ -5,6 +5,14 @@ backfill tick); there is no fixed step. Per-job state is kept in parallel lists 
 by the job's position (its id minus ``first_id``), so that ``fork`` is a handful of C-level
 list/dict/set copies, and the immutable ``JobSpec`` objects are shared, not copied.
 
+This module holds the event loop, the job table and the main pass; beside it are the
+pending pool and its priority order (mirage.sim.pool), the backfill planner
+(mirage.sim.backfill, on mirage.sim.plan's profiles), fair share (mirage.sim.fairshare),
+QOS and association limits (mirage.sim.limits), the nodes and partitions
+(mirage.sim.nodes) and the job views (mirage.sim.views). Each piece that keeps state of
+its own across events (pool, release table, fair share, limits) is one object the
+``Simulation`` holds and ``fork`` copies.
+
 Scheduling follows Slurm:
 
 - Main pass (after every batch of events at one instant): pending, eligible jobs in
@@ -191,7 +199,8 @@ def parse_dependency(text: str) -> list[tuple[str, str]]:
 class Simulation:
     """One simulated cluster: its nodes, its jobs, its clock, its event heap."""
 
-    # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``).
+    # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``), and
+    # the limits and fair share where the simulation has them (else None).
     _MUTABLE = (
         "specs",
         "dem",
@@ -216,6 +225,7 @@ class Simulation:
         "skipped",
         "_next_nodes",
         "_pool",
+        "_releases",
     )
 
     def __init__(
@@ -1013,5 +1023,4 @@ class Simulation:
             clone._lim = self._lim.copy()
         if self._fs is not None:
             clone._fs = self._fs.copy()
-        clone._releases = self._releases.copy()
         return clone
