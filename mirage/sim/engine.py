@@ -817,8 +817,7 @@ class Simulation:
             return False
         if not self._packed and not any(self.free.values()):
             return True
-        lim = self._lim  # the memo is only ever set with limits
-        return lim is not None and pool.held_memo is not None and pool.all_held(lim, self.now)
+        return pool.held_memo is not None and pool.all_held(self._lim, self.now)
 
     def _main_candidates(self, n: int) -> np.ndarray | None:
         """The pool slots the main pass walks, or None when nothing can start."""

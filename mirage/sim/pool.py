@@ -173,7 +173,7 @@ class PendingPool:
         self.held_memo = (upto, pairs)
         self.new.clear()
 
-    def all_held(self, lim: Limits, now: int) -> bool:
+    def all_held(self, lim: Limits | None, now: int) -> bool:
         """Is every eligible pending job still held by a limit, as a pass found earlier
         (``held_memo`` set)?
 
@@ -186,7 +186,7 @@ class PendingPool:
         them all again, twice).
         """
         memo = self.held_memo
-        assert memo is not None
+        assert memo is not None and lim is not None  # the memo is only set with limits
         upto, pairs = memo
         if self.new:  # the jobs that may have become candidates join the memo
             new = []

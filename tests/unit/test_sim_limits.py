@@ -532,7 +532,7 @@ def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, trac
     skipped: list[int] = []
     real = PendingPool.all_held
 
-    def counted(self: PendingPool, lim: Limits, now: int) -> bool:
+    def counted(self: PendingPool, lim: Limits | None, now: int) -> bool:
         got = real(self, lim, now)
         skipped.append(got)
         return got
