@@ -4,8 +4,9 @@
 """
 
 from mirage.sim.api import Replayed, ReplayError, replay
-from mirage.sim.engine import JobView, Simulation
+from mirage.sim.engine import Simulation
 from mirage.sim.errors import SimError
+from mirage.sim.views import JobView
 from mirage.sim.workload import JobSpec, Workload, from_table
 
 __all__ = [

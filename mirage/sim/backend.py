@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mirage.sim.engine import JobView, Simulation
+from mirage.sim.engine import Simulation
 from mirage.sim.errors import SimError
+from mirage.sim.views import JobView
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.syntax import digits, format_duration, gres_gpus
@@ -133,7 +134,7 @@ class SimSlurmClient(SlurmClient):
             and spec.submit <= upto
             and not (state.is_finished and ended is not None and ended < start)
         ]
-        return [self._record(v) for v in sim.views(inside)]
+        return [self._record(v) for v in sim.views_of(inside)]
 
     def start_estimates(self) -> dict[str, StartEstimate]:
         self._sync()

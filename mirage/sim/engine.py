@@ -5,6 +5,14 @@ backfill tick); there is no fixed step. Per-job state is kept in parallel lists 
 by the job's position (its id minus ``first_id``), so that ``fork`` is a handful of C-level
 list/dict/set copies, and the immutable ``JobSpec`` objects are shared, not copied.
 
+This module holds the event loop, the job table and the main pass; beside it are the
+pending pool and its priority order (mirage.sim.pool), the backfill planner
+(mirage.sim.backfill, on mirage.sim.plan's profiles), fair share (mirage.sim.fairshare),
+QOS and association limits (mirage.sim.limits), the nodes and partitions
+(mirage.sim.nodes) and the job views (mirage.sim.views). Each piece that keeps state of
+its own across events (pool, release table, fair share, limits) is one object the
+``Simulation`` holds and ``fork`` copies.
+
 Scheduling follows Slurm:
 
 - Main pass (after every batch of events at one instant): pending, eligible jobs in
@@ -97,11 +105,9 @@ interchangeable and backfill plans on whole-node counts per partition (``Availab
 fast); otherwise on per-node free GPUs and CPUs (``NodePlan``), with reservations on
 named nodes as Slurm makes them.
 
-Speed with deep queues: pending jobs are also kept in numpy columns (a pool), so each
-pass computes every priority in one vectorised expression (the same float arithmetic as
-``priority``, hence the same integers) and sorts only the head of the order it uses
-(the main pass stops when every partition is blocked; backfill takes at most
-``bf_max_job_test``). The main pass is skipped when no eligible job fits the free
+Speed with deep queues: pending jobs are also kept in numpy columns (mirage.sim.pool), so
+each pass computes every priority in one vectorised expression and sorts only the head of
+the order it uses. The main pass is skipped when no eligible job fits the free
 resources at all. Without ``track_estimates``, backfill stops planning a partition once
 nothing in it is free now: later reservations could only move estimates, never starts.
 
@@ -115,21 +121,8 @@ reason; the main pass skips it (it blocks nothing), backfill gives it no reserva
 submit over MaxSubmitJobs is refused. The hooks are the lines that name ``self._lim``.
 
 Fair-share (``fairshare = "classic"`` and ``priority_weight_fairshare`` > 0; off by
-default, and then nothing of it runs): Slurm's classic algorithm (priority/multifactor with
-PriorityFlags=NO_FAIR_TREE, https://slurm.schedmd.com/classic_fair_share.html and
-https://slurm.schedmd.com/priority_multifactor.html), on a flat tree of users (the job's
-``user``; every user known to the simulation, i.e. of every job added so far, is an
-association). A user's raw usage is the decayed integral of their running jobs' billing
-(allocated CPUs, or GPUs with ``fairshare_usage = "gpus"``) over time, with half-life
-``priority_decay_half_life_s`` (PriorityDecayHalfLife; 0: no decay): usage(t) = sum over
-jobs of billing x integral of 2^(-(t - x)/half-life) dx over the job's run up to t.
-Normalised usage U = usage / all users' usage, normalised shares S = shares / all users'
-shares (equal unless ``Simulation(fairshare_shares=...)``), and the factor F = 2^(-U/S) (F
-= 1 while nobody has used anything). Slurm accrues running jobs' usage and decays it every
-PriorityCalcPeriod; here it is kept in closed form per user (sums over completed and
-running jobs, updated in O(1) at each start and end), so usage is exact at any instant,
-priorities use it as of the last calculation (``_prio_time``), and the per-user factors are
-computed in one numpy expression per pass.
+default, and then nothing of it runs): Slurm's classic algorithm on a flat tree of users,
+kept in closed form (mirage.sim.fairshare).
 
 Optional Slurm details (``SchedulerSettings``; the defaults keep the simpler model, which
 the ls6 calibration used; mirage.profile.capture.slurm_details switches them all on to
@@ -161,18 +154,21 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import islice
 
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
+from mirage.sim import backfill, views
+from mirage.sim.backfill import ReleaseTable
 from mirage.sim.errors import SimError
+from mirage.sim.fairshare import FairShare
 from mirage.sim.limits import Limits
-from mirage.sim.plan import Availability, EndBatches, Hold, NodePlan, WillRunPlan
+from mirage.sim.nodes import Nodes
+from mirage.sim.plan import Hold
+from mirage.sim.pool import KEY_SHIFT, PendingPool, in_order
 from mirage.sim.select import eval_nodes
+from mirage.sim.views import DEP_NEVER, DEP_OK, DEP_WAIT, JobView
 from mirage.sim.workload import INFINITE, JobSpec
-from mirage.slurm.hostlist import expand as expand_hostlist
 from mirage.slurm.types import JobState
 
 # Event kinds; within one instant, ends are handled first (their nodes are free for the
@@ -180,93 +176,13 @@ from mirage.slurm.types import JobState
 # after an action taken between steps (release, cancel, ...), so the main pass runs then.
 END, SUBMIT, BEGIN, SCHED, TICK = 0, 1, 2, 3, 4
 
-# Dependency status of a pending job.
-DEP_OK, DEP_WAIT, DEP_NEVER = 0, 1, 2
-
 PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
-
-# Scheduling order key: -priority * KEY_SHIFT + job index (job indices stay below 2**32).
-KEY_SHIFT = 1 << 32
-KEY_MASK = KEY_SHIFT - 1
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """A read-only snapshot of one simulated job (times in epoch seconds)."""
-
-    job_id: str
-    spec: JobSpec
-    state: JobState | None  # None: not submitted yet (its submit time is in the future)
-    reason: str
-    eligible: int | None
-    start: int | None
-    end: int | None  # actual end, or expected end (start + limit) while running
-    time_limit: int | None
-    priority: int
-    estimate: int | None  # backfill's planned start for a pending job
-    age: int  # seconds since submit (pending) or waited before start
-    held: bool
-    nodes: tuple[str, ...] = ()  # the nodes a running job holds
 
 
 #: Pending candidates beyond which a pass drops limit-held jobs up front (numpy, per rule
 #: group) rather than checking them one by one as it reaches them: the same outcome, and
 #: the cheaper way for a long queue; for a short one numpy's fixed cost is the larger.
 _HELD_FILTER_MIN = 32
-
-
-def _ceil(t: int, res: int) -> int:
-    return -(-t // res) * res
-
-
-def _batched(
-    plan: Availability,
-    batches: EndBatches,
-    part: str,
-    t: int | None,
-    *,
-    nodes: int,
-    dur: int,
-    now: int,
-) -> int | None:
-    """The start ``t`` (an exact earliest fit) as Slurm's _will_run_test reports it.
-
-    _will_run_test (cons_common/job_test.c) gives the end of the batch of running jobs'
-    ends after which the job fits, not that end: the reservation goes there if the job
-    still fits then (else _attempt_backfill's _test_resv_overlap tries again from there,
-    TRY_LATER); see plan.will_run_batches.
-    """
-    while t is not None and t > now:
-        b = batches.start(part, t)
-        if b is None or b <= t:
-            break
-        t = plan.earliest(nodes, dur, b)
-    return t
-
-
-def _batched_nodes(
-    plan: NodePlan,
-    batches: EndBatches,
-    part: str,
-    found: tuple[int, tuple[int, ...]] | None,
-    *,
-    now: int,
-    nodes: np.ndarray,
-    count: int,
-    gpus: int,
-    cpus: int,
-    exclusive: bool,
-    duration: int,
-) -> tuple[int, tuple[int, ...]] | None:
-    """``_batched`` on per-node free GPUs and CPUs (``NodePlan``)."""
-    while found is not None and found[0] > now:
-        b = batches.start(part, found[0])
-        if b is None or b <= found[0]:
-            break
-        found = plan.earliest(
-            nodes, count, gpus=gpus, cpus=cpus, exclusive=exclusive, duration=duration, not_before=b
-        )
-    return found
 
 
 def parse_dependency(text: str) -> list[tuple[str, str]]:
@@ -280,104 +196,11 @@ def parse_dependency(text: str) -> list[tuple[str, str]]:
     return deps
 
 
-class _CappedWalk:
-    """Lazy backfill's walk over jobs in priority order (Simulation._backfill_counts_lazy):
-    yields (job, planned duration) for the jobs whose run fits before their partition's
-    first instant with no node free (``dry``, per partition number; the caller lowers it
-    and calls ``dry_moved``), and counts the jobs in between as _attempt_backfill's
-    bf_max_job_test would (Limits.backfill_order): a job a pre-select rule holds when the
-    walk passes it is not counted, one a post-select rule holds is. Until the pass starts a
-    job (``started``), the jobs given are not held by a pre-select rule (_held_split); after
-    a start they are checked again."""
-
-    def __init__(
-        self,
-        jobs: np.ndarray,
-        ends: np.ndarray,
-        parts: np.ndarray,
-        *,
-        dry: np.ndarray,
-        now: int,
-        cap: int,
-        lim: Limits | None,
-    ) -> None:
-        self.jobs, self.ends, self.parts, self.dry = jobs, ends, parts, dry
-        self.now, self.cap, self.lim = now, cap, lim
-        self._recheck = False
-        self.dry_moved()
-
-    def dry_moved(self) -> None:
-        self.todo = (self.ends <= self.dry[self.parts]).nonzero()[0]
-
-    def started(self) -> None:
-        self._recheck = self.lim is not None
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        jobs, lim, cap = self.jobs, self.lim, self.cap
-        tested = pos = 0
-        while True:
-            k = int(np.searchsorted(self.todo, pos))
-            if k == len(self.todo):
-                return
-            q = int(self.todo[k])
-            tested += q - pos  # the jobs passed over, counted as the walk reaches them
-            if self._recheck and lim is not None:
-                tested -= lim.pre_held(jobs[pos:q])
-            if tested >= cap:
-                return  # the cap-th counted job came before this one
-            pos = q + 1
-            i = int(jobs[q])
-            held = 0 if lim is None else lim.status(i)
-            if held != 1:  # pre-select: skipped uncounted; post-select: counted, no plan
-                tested += 1
-                if not held:
-                    yield i, int(self.ends[q]) - self.now
-                if tested == cap:
-                    return
-
-
-class _Trial:
-    """One lazy backfill pass's attempt at a job (as ``_backfill_counts``'s loop body):
-    the earliest fit, _will_run_test's batches, a start now or a reservation."""
-
-    def __init__(self, sim: Simulation, avail: dict[str, Availability], res: int) -> None:
-        self.sim, self.avail = sim, avail
-        self.now = sim.now
-        self.horizon = sim.now + sim.sched.bf_window_s
-        self.floor: dict[tuple[str, int, int], int] = {}
-        self.easy_done: set[str] = set()
-        self.batches = sim._end_batches(res)
-
-    def attempt(self, i: int, dur: int) -> tuple[bool, str | None]:
-        """(whether job ``i`` started, the partition whose plan changed or None)."""
-        sim, now = self.sim, self.now
-        spec = sim.specs[i]
-        part = spec.partition
-        plan = self.avail[part]
-        eligible = sim.eligible_at[i] is not None
-        not_before = now if eligible else max(now, spec.begin or now)
-        shape = (part, spec.nodes, dur)
-        t = plan.earliest(spec.nodes, dur, max(not_before, self.floor.get(shape, now)))
-        t = _batched(plan, self.batches, part, t, nodes=spec.nodes, dur=dur, now=now)
-        if t is None:
-            return False, None
-        self.floor[shape] = t
-        if t > self.horizon:
-            return False, None
-        started = t == now and eligible
-        if started:
-            sim._start(i)
-            self.batches.add(t + dur, (part,))
-        elif sim._easy_skips(part, self.easy_done):
-            return False, None
-        plan.reserve(t, t + dur, spec.nodes)
-        return started, part
-
-
 class Simulation:
     """One simulated cluster: its nodes, its jobs, its clock, its event heap."""
 
-    # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``).
+    # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``), and
+    # the limits and fair share where the simulation has them (else None).
     _MUTABLE = (
         "specs",
         "dem",
@@ -400,27 +223,9 @@ class Simulation:
         "nrun",
         "alloc",
         "skipped",
-        "_slot",
-        "_pidx",
-        "_pool_new",
-        "_pok",
-        "_pelig",
-        "_pws",
-        "_pwsx",
-        "_psub",
-        "_ppart",
-        "_pnodes",
-        "_plim",
         "_next_nodes",
-        "_users",
-        "_uidx",
-        "_puser",
-        "_fs_c",
-        "_fs_a",
-        "_fs_b",
-        "_fs_run",
-        "_fs_shares",
-        "_fs_snap",
+        "_pool",
+        "_releases",
     )
 
     def __init__(
@@ -466,7 +271,15 @@ class Simulation:
         self.track_estimates = track_estimates
         self.first_id = first_id
         self._configure(priority_calc_period_s, priority_calc_phase_s, limit_check_phase_s)
-        self._build_nodes(profile, nodes, partition_nodes or {})
+        self.cluster = cluster = Nodes(profile, nodes, partition_nodes or {})
+        # the node table under the names callers read (shared with forks: never changed)
+        self.node_names, self.node_gpus, self.node_cpus = cluster.names, cluster.gpus, cluster.cpus
+        self.part_nodes, self.node_parts = cluster.part_nodes, cluster.node_parts
+        self.capacity, self.overlapping = cluster.capacity, cluster.overlapping
+        self.total_nodes, self.total_cpus = cluster.total_nodes, cluster.total_cpus
+        # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
+        # the first job that shares nodes switches planning to per-node accounting.
+        self._packed = cluster.overlapping
         self.now = start_time
         self.specs: list[JobSpec] = []
         self.dem: list[tuple[int, int, int, bool]] = []  # nodes, GPUs/node, CPUs/node, whole
@@ -482,11 +295,8 @@ class Simulation:
         self.children: dict[int, tuple[int, ...]] = {}
         self.pending: set[int] = set()
         self.running: set[int] = set()
-        # per partition, the running jobs' planned ends at the profile's bf_resolution_s
-        # (end time -> nodes freed then), kept at every start and end ...
-        self._ends: dict[str, dict[int, int]] = {}
-        # ... and sorted for the next pass (_release_table); None: stale
-        self._releases: dict[str, tuple[list[int], list[int]]] | None = None
+        # the running jobs' planned ends, as backfill plans them (mirage.sim.backfill)
+        self._releases = ReleaseTable(max(1, self.sched.bf_resolution_s), self.capacity)
         self.free: dict[str, int] = dict(self.capacity)  # idle whole nodes per partition
         self.gfree: list[int] = list(self.node_gpus)
         self.cfree: list[int] = list(self.node_cpus)
@@ -495,53 +305,20 @@ class Simulation:
         self.heap: list[tuple[int, int, int]] = []
         self.skipped: dict[str, int] = {}  # reason -> jobs add_jobs_skipping_invalid left out
         self._next_nodes: dict[int, tuple[int, ...]] = {}
-        self._init_pool()
+        self._pool = PendingPool(self.sched)  # the pending jobs' columns (mirage.sim.pool)
         self._custom_priority = type(self).priority is not Simulation.priority
         self._dirty_main = False
         self._dirty_bf = False
         self._next_tick: int | None = None
         self._in_step = False
-        self._init_fairshare(start_time, fairshare_shares)
+        # fair share (mirage.sim.fairshare); None when the profile does not weigh it
+        self._fs: FairShare | None = None
+        if self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0:
+            periodic = self.priority_calc_period_s > 0
+            self._fs = FairShare(self.sched, start_time, fairshare_shares, periodic)
         self.events = self.main_passes = self.backfill_passes = 0
         # QOS / association limits (mirage.sim.limits); None when the profile sets none
         self._lim: Limits | None = Limits.build(profile)
-
-    def _init_pool(self) -> None:
-        """The pending pool, as numpy columns for vectorised priorities (see _keys)."""
-        self._slot: list[int] = []  # job -> pool slot (-1: not pending)
-        self._pidx = np.full(64, -1, dtype=np.int64)  # slot -> job (-1: free slot)
-        self._pok = np.zeros(64, dtype=bool)  # a candidate: not held, dependencies met
-        self._ncand = 0  # how many slots are candidates (_pok): no scan when none
-        self._pelig = np.full(64, np.inf)  # eligible time (inf: not yet)
-        self._pws = np.zeros(64)  # job size term of the priority
-        self._pwsx = np.zeros(64)  # ... once recalculated (exclusive jobs: whole-node CPUs)
-        self._psub = np.zeros(64)  # submit time
-        self._ppart = np.zeros(64, dtype=np.int64)  # partition number
-        self._pnodes = np.zeros(64, dtype=np.int64)
-        self._plim = np.zeros(64, dtype=np.int64)  # time limit (s)
-        self._pn = 0  # slots used
-        self._pdead = 0  # slots used whose job left the pool
-        # Set when a pass found every eligible pending job held by a limit (see
-        # _all_held): (next eligible time, their rule groups' pairs) ...
-        self._held_memo: tuple[float, frozenset[tuple[int, int]]] | None = None
-        self._pool_new: list[int] = []  # ... and the jobs synced in the pool since
-
-    def _init_fairshare(self, start_time: int, shares: Mapping[str, float] | None) -> None:
-        """Fair-share state (see the module docstring): per user, in closed form."""
-        self._share_of = dict(shares or {})
-        self._users: dict[str, int] = {}  # user name -> user number
-        self._uidx: list[int] = []  # job -> user number
-        self._puser = np.zeros(len(self._pidx), dtype=np.int64)  # pool slot -> user number
-        self._fs_c: list[float] = []  # completed jobs' usage (as _fs_usage stores it)
-        self._fs_a: list[float] = []  # running jobs: sum of billing x w(start)
-        self._fs_b: list[float] = []  # running jobs: sum of billing
-        self._fs_run: dict[int, float] = {}  # running job -> its billing
-        self._fs_shares: list[float] = []  # user number -> shares
-        self._fs_base = start_time  # w(t) counts from here (moved on now and then)
-        self._fs_version = 0  # bumped at every change of the sums or of the users
-        self._fs_snap = np.zeros(0)  # usage as of _fs_snap_t (with a calc period)
-        self._fs_snap_t: int | None = None
-        self._fs_cache: tuple[int, int, np.ndarray] | None = None  # (time, version, F)
 
     def _configure(self, calc_period: int | None, calc_phase: int, check_phase: int | None) -> None:
         """The optional Slurm details (``SchedulerSettings``) and the controller's clocks."""
@@ -551,69 +328,7 @@ class Simulation:
         self.limit_check_s = self.sched.limit_check_interval_s or 0
         self.limit_check_phase_s = check_phase
         self._cons_tres = self.sched.node_choice == "cons_tres"
-        self._size_changes = False  # some pooled job's size term changes at recalculation
-        self._fs_on = self.sched.fairshare == "classic" and self.sched.priority_weight_fairshare > 0
-        self._fs_half = max(0, self.sched.priority_decay_half_life_s)
-        self._fs_gpus = self.sched.fairshare_usage == "gpus"
         self._last_bf: int | None = None  # the last backfill cycle (last_backfill_time)
-
-    def _build_nodes(
-        self,
-        profile: ClusterProfile,
-        nodes: int | Mapping[str, int] | None,
-        named: Mapping[str, Sequence[str]],
-    ) -> None:
-        unknown = sorted(set(named) - {p.name for p in profile.partitions})
-        if unknown:
-            raise SimError(f"partition_nodes names unknown partition(s): {', '.join(unknown)}")
-        over: dict[str, int] = {}
-        if isinstance(nodes, int):
-            over[profile.partition().name] = nodes
-        elif nodes is not None:
-            over.update(nodes)
-        self.node_names: list[str] = []
-        self.node_gpus: list[int] = []
-        self.node_cpus: list[int] = []
-        index: dict[str, int] = {}
-        members: dict[str, tuple[int, ...]] = {}
-        for p in profile.partitions:
-            if p.name in named:
-                names = list(named[p.name])
-            elif p.node_list and p.name not in over:
-                # a captured profile names its nodes: partitions that share one share it
-                names = expand_hostlist(p.node_list)
-            else:
-                n = over.get(p.name, p.nodes)
-                if n is None:
-                    raise SimError(f"partition {p.name!r} has no node count: pass nodes=")
-                names = [f"{p.name}-{k:04d}" for k in range(n)]
-            for name in names:
-                if name not in index:
-                    index[name] = len(self.node_names)
-                    self.node_names.append(name)
-                    self.node_gpus.append(p.gpus_per_node)
-                    self.node_cpus.append(p.cpus_per_node)
-            members[p.name] = tuple(sorted({index[name] for name in names}))
-        self.part_nodes = members
-        self._part_arr = {q: np.asarray(m, dtype=np.int64) for q, m in members.items()}
-        self._part_no = {q: k for k, q in enumerate(members)}
-        parts_of: list[list[str]] = [[] for _ in self.node_names]
-        for q, m in members.items():
-            for node in m:
-                parts_of[node].append(q)
-        self.node_parts = [tuple(ps) for ps in parts_of]
-        self.overlapping = any(len(ps) > 1 for ps in parts_of)
-        # partitions none of whose nodes another partition has (see _node_walk)
-        self._alone_parts = frozenset(
-            q for q, m in members.items() if all(len(parts_of[node]) == 1 for node in m)
-        )
-        self.capacity = {p: len(m) for p, m in members.items()}
-        self.total_nodes = len(self.node_names)
-        self.total_cpus = sum(self.node_cpus)
-        self._part_cpus = {p.name: p.cpus_per_node for p in profile.partitions}
-        # Whole-node counting is exact only with disjoint partitions and exclusive jobs;
-        # the first job that shares nodes switches planning to per-node accounting.
-        self._packed = self.overlapping
 
     # ---- building the workload -------------------------------------------------------
 
@@ -710,16 +425,9 @@ class Simulation:
         self.deps.append(deps)
         self.dep_state.append(DEP_WAIT if deps else DEP_OK)
         self.estimate.append(None)
-        self._slot.append(-1)
-        u = self._users.get(spec.user)
-        if u is None:
-            u = self._users[spec.user] = len(self._users)
-            self._fs_c.append(0.0)
-            self._fs_a.append(0.0)
-            self._fs_b.append(0.0)
-            self._fs_shares.append(float(self._share_of.get(spec.user, 1.0)))
-            self._fs_version += 1
-        self._uidx.append(u)
+        self._pool.slot.append(-1)
+        if self._fs is not None:
+            self._fs.add_job(spec.user)
         for _, parent in deps:
             self.children[parent] = (*self.children.get(parent, ()), i)
         self.heap.append((spec.submit, SUBMIT, i))  # callers heapify
@@ -753,83 +461,30 @@ class Simulation:
         spec = self.specs[i]
         cpus = max(spec.cpus, count)
         if recalculated and self.dem[i][3]:
-            cpus = count * self._part_cpus[spec.partition]
+            cpus = count * self.cluster.part_cpus[spec.partition]
         f_cpus = cpus / self.total_cpus if self.total_cpus else f_size
         if s.priority_favor_small:
             f_size, f_cpus = 1.0 - f_size, 1.0 - f_cpus
         return s.priority_weight_job_size * ((f_size + f_cpus) / 2)
 
     def _pool_add(self, i: int) -> None:
-        n = self._pn
-        if n == len(self._pidx):
-            self._pool_resize(max(64, 2 * (n - self._pdead)))
-            n = self._pn
-        self._pidx[n] = i
-        self._pws[n] = self._size_term(i)
-        self._pwsx[n] = self._size_term(i, recalculated=True)
-        self._psub[n] = self.specs[i].submit
-        if self._pwsx[n] != self._pws[n]:
-            self._size_changes = True
-        self._ppart[n] = self._part_no[self.specs[i].partition]
-        self._pnodes[n] = self.dem[i][0]
-        self._plim[n] = self.limit[i]
-        self._puser[n] = self._uidx[i]
-        self._slot[i] = n
-        self._pn = n + 1
+        spec = self.specs[i]
+        fs = self._fs
+        self._pool.add(
+            i,
+            size=(self._size_term(i), self._size_term(i, recalculated=True)),
+            submit=spec.submit,
+            part=self.cluster.part_no[spec.partition],
+            nodes=self.dem[i][0],
+            limit=self.limit[i],
+            user=0 if fs is None else fs.user_of[i],
+        )
         self._pool_sync(i)
 
     def _pool_sync(self, i: int) -> None:
         """Refresh pending job ``i``'s candidate flag and eligible time in the pool."""
-        s = self._slot[i]
-        if s < 0:
-            return
-        e = self.eligible_at[i]
-        if self._held_memo is not None:
-            self._pool_new.append(i)
         ok = not self.held[i] and self.dep_state[i] == DEP_OK
-        self._ncand += ok - bool(self._pok[s])
-        self._pok[s] = ok
-        self._pelig[s] = np.inf if e is None else e
-
-    def _pool_remove(self, i: int) -> None:
-        s = self._slot[i]
-        if s < 0:
-            return
-        self._ncand -= bool(self._pok[s])
-        self._pok[s] = False
-        self._pidx[s] = -1
-        self._slot[i] = -1
-        self._pdead += 1
-        if self._pdead > 256 and 2 * self._pdead > self._pn:
-            self._pool_resize(len(self._pidx))
-
-    def _pool_resize(self, size: int) -> None:
-        """Drop the slots of jobs that left, into arrays of ``size`` slots."""
-        live = np.flatnonzero(self._pidx[: self._pn] >= 0)
-        k = len(live)
-        size = max(size, 2 * k, 64)
-        cols = {}
-        for name, fill in (
-            ("_pidx", -1),
-            ("_pok", False),
-            ("_pelig", np.inf),
-            ("_pws", 0.0),
-            ("_pwsx", 0.0),
-            ("_psub", 0.0),
-            ("_ppart", 0),
-            ("_pnodes", 0),
-            ("_plim", 0),
-            ("_puser", 0),
-        ):
-            old = getattr(self, name)
-            new = np.full(size, fill, dtype=old.dtype)
-            new[:k] = old[live]
-            cols[name] = new
-        self.__dict__.update(cols)
-        for s, i in enumerate(self._pidx[:k].tolist()):
-            self._slot[i] = s
-        self._pn = k
-        self._pdead = 0
+        self._pool.sync(i, ok, self.eligible_at[i])
 
     def _prio_time(self) -> int:
         """When priorities were last calculated (now, without a calculation period)."""
@@ -837,155 +492,40 @@ class Simulation:
         return self.now if p <= 0 else self.now - (self.now - self.priority_calc_phase_s) % p
 
     def _keys(self, slots: np.ndarray) -> np.ndarray:
-        """Scheduling order keys of pool slots: ascending key = (-priority, job index).
-
-        The same arithmetic as ``priority`` (so the same integers), vectorised; a subclass
-        that overrides ``priority`` gets it called per job instead.
-        """
-        idx = self._pidx[slots]
-        if self._custom_priority:
-            prio = np.fromiter((self.priority(i) for i in idx.tolist()), np.int64, len(idx))
-        else:
-            s = self.sched
-            m = s.priority_max_age_s
+        """Scheduling order keys of pool slots (PendingPool.keys); a subclass that
+        overrides ``priority`` gets it called per job instead."""
+        pool = self._pool
+        if not self._custom_priority:
             calc = self._prio_time()
-            age = np.minimum(np.maximum(calc - self._pelig[slots], 0), m)
-            f_age = age / m if m > 0 else np.ones(len(idx))
-            ws = self._pws[slots]
-            if self._size_changes:
-                ws = np.where(self._psub[slots] <= calc, self._pwsx[slots], ws)
-            value = s.priority_weight_age * f_age + ws + s.priority_weight_partition
-            if self._fs_on:
-                fs = self._fs_factors()[self._puser[slots]]
-                value = value + s.priority_weight_fairshare * fs
-            prio = value.astype(np.int64)
+            fs = None if self._fs is None else self._fs.factors(self.now, calc)
+            return pool.keys(slots, calc, fs)
+        idx = pool.idx[slots]
+        prio = np.fromiter((self.priority(i) for i in idx.tolist()), np.int64, len(idx))
         return np.asarray(-prio * KEY_SHIFT + idx)
 
     def _order(self, slots: np.ndarray, first: int) -> Iterator[int]:
-        """The jobs of pool slots by scheduling order (_keys, _in_order); one job needs no
+        """The jobs of pool slots by scheduling order (_keys, in_order); one job needs no
         keys (a third of a replay's passes have one candidate)."""
         if len(slots) == 1:
-            return iter((int(self._pidx[slots[0]]),))
-        return self._in_order(self._keys(slots), first)
-
-    @staticmethod
-    def _in_order(keys: np.ndarray, first: int) -> Iterator[int]:
-        """Job indices by ascending key: a partial sort for the ``first``, then the rest.
-        ``keys`` (a fresh array from _keys) is sorted in place."""
-        n = len(keys)
-        if n > first > 0:
-            part = keys.argpartition(first - 1)
-            head = keys[part[:first]]
-            head.sort()
-            yield from (head & KEY_MASK).tolist()
-            keys = keys[part[first:]]
-        keys.sort()
-        yield from (keys & KEY_MASK).tolist()
-
-    # ---- fair-share ----------------------------------------------------------------
-    # Per user u, with w(t) = 2^((t - base) / half-life) (w(t) = t - base without decay):
-    #   C[u] = sum over its completed jobs of billing x (w(end) - w(start))
-    #   A[u] = sum over its running jobs of billing x w(start);  B[u] = their billing
-    # and usage(t) = k (C + B w(t) - A) / w(t), k = half-life / ln 2 (without decay:
-    # usage = C + B w(t) - A): the decayed integral of billing over every job's run.
-
-    def _fs_w(self, t: float) -> float:
-        h = self._fs_half
-        return 2.0 ** ((t - self._fs_base) / h) if h > 0 else float(t - self._fs_base)
-
-    def _fs_sync(self) -> None:
-        """Before the sums change: keep the usage as of the last priority calculation.
-
-        With a calculation period, priorities use the usage at the last calculation c; the
-        sums are valid for any t after their last change, so the snapshot is taken at the
-        first change (or read) after c, and it is exact (usage is continuous in t).
-        """
-        if self.priority_calc_period_s <= 0:
-            return
-        c = self._prio_time()
-        if self._fs_snap_t is None or c > self._fs_snap_t:
-            self._fs_snap = self._fs_usage(c)
-            self._fs_snap_t = c
-
-    def _fs_change(self) -> None:
-        self._fs_sync()
-        self._fs_version += 1
-        h = self._fs_half
-        if h > 0 and self.now - self._fs_base > 256 * h:  # keep w() far from overflow
-            k = 2.0 ** (-(self.now - self._fs_base) / h)
-            self._fs_c = [x * k for x in self._fs_c]
-            self._fs_a = [x * k for x in self._fs_a]
-            self._fs_base = self.now
-
-    def _fs_started(self, i: int, billing: float) -> None:
-        self._fs_change()
-        u = self._uidx[i]
-        self._fs_run[i] = billing
-        self._fs_a[u] += billing * self._fs_w(self.now)
-        self._fs_b[u] += billing
-
-    def _fs_ended(self, i: int) -> None:
-        billing = self._fs_run.pop(i, None)
-        if billing is None:
-            return
-        self._fs_change()
-        u, start = self._uidx[i], self.start[i]
-        assert start is not None
-        ws = billing * self._fs_w(start)
-        self._fs_c[u] += billing * self._fs_w(self.now) - ws
-        self._fs_b[u] -= billing
-        self._fs_a[u] = self._fs_a[u] - ws if self._fs_b[u] > 0 else 0.0
-
-    def _fs_usage(self, t: int) -> np.ndarray:
-        """Every user's raw usage at time ``t`` (>= the sums' last change), by user number."""
-        c, a, b = np.array(self._fs_c), np.array(self._fs_a), np.array(self._fs_b)
-        w = self._fs_w(t)
-        h = self._fs_half
-        if h <= 0:
-            return np.asarray(np.maximum(c + b * w - a, 0.0))
-        return np.asarray(np.maximum((h / np.log(2.0)) * (c + b * w - a) / w, 0.0))
-
-    def _fs_factors(self) -> np.ndarray:
-        """The fair-share factor F = 2^(-U/S) of every user, by user number (cached)."""
-        period = self.priority_calc_period_s
-        key = self._prio_time()
-        cache = self._fs_cache
-        if cache is not None and cache[0] == key and cache[1] == self._fs_version:
-            return cache[2]
-        if period > 0:
-            self._fs_sync()
-            usage = self._fs_snap
-            n = len(self._fs_b)
-            if len(usage) < n:  # users added since the snapshot have no usage yet
-                usage = np.concatenate([usage, np.zeros(n - len(usage))])
-        else:
-            usage = self._fs_usage(self.now)
-        total = float(usage.sum())
-        shares = np.array(self._fs_shares)
-        if total > 0 and shares.sum() > 0:
-            with np.errstate(divide="ignore", invalid="ignore"):  # a user with 0 shares: F 0
-                factor = np.asarray(
-                    np.nan_to_num(np.exp2(-(usage / total) / (shares / shares.sum())))
-                )
-        else:
-            factor = np.ones(len(shares))
-        self._fs_cache = (key, self._fs_version, factor)
-        return factor
+            return iter((int(self._pool.idx[slots[0]]),))
+        return in_order(self._keys(slots), first)
 
     def fairshare_usage(self, user: str) -> float:
         """The user's raw decayed usage now (billing-seconds; 0 for an unknown user)."""
-        u = self._users.get(user)
-        return 0.0 if u is None else float(self._fs_usage(self.now)[u])
+        fs = self._fs
+        u = None if fs is None else fs.users.get(user)
+        return 0.0 if fs is None or u is None else float(fs.usage(self.now)[u])
 
     def fairshare_factor(self, user: str) -> float:
         """The user's fair-share factor as priorities use it (1 for an unknown user)."""
-        u = self._users.get(user)
-        return 1.0 if u is None else float(self._fs_factors()[u])
+        fs = self._fs
+        u = None if fs is None else fs.users.get(user)
+        return 1.0 if fs is None or u is None else float(fs.factors(self.now, self._prio_time())[u])
 
     def priority_order(self) -> list[str]:
         """Ids of the pending jobs the scheduler considers, highest priority first."""
-        slots = np.flatnonzero(self._pok[: self._pn])
-        return [str(i + self.first_id) for i in self._in_order(self._keys(slots), 0)]
+        slots = np.flatnonzero(self._pool.ok[: self._pool.n])
+        return [str(i + self.first_id) for i in in_order(self._keys(slots), 0)]
 
     # ---- running -------------------------------------------------------------------
     # ---- running -------------------------------------------------------------------
@@ -1104,12 +644,14 @@ class Simulation:
             self._lim.left(i)
         if self.state[i] is RUNNING:
             self.running.discard(i)
-            self._planned_end(i, -1)
-            if self._fs_on:
-                self._fs_ended(i)
+            spec, start = self.specs[i], self.start[i]
+            assert start is not None
+            self._releases.change(spec.partition, start, self.limit[i], -spec.nodes)
+            if self._fs is not None:
+                self._fs.ended(i, start, self.now, self._prio_time())
             self._release(i)
         self.pending.discard(i)
-        self._pool_remove(i)
+        self._pool.remove(i)
         self.state[i] = final
         self.end[i] = self.now
         self.estimate[i] = None
@@ -1187,14 +729,14 @@ class Simulation:
         self.alloc[i] = tuple(holds)
         if self._lim is not None:
             self._lim.started(i)
-        if self._fs_on:
-            self._fs_started(i, sum(h[1] if self._fs_gpus else h[2] for h in holds))
+        if self._fs is not None:
+            self._fs.started(i, holds, now, self._prio_time())
         self.pending.discard(i)
-        self._pool_remove(i)
+        self._pool.remove(i)
         self.running.add(i)
         self.state[i] = RUNNING
         self.start[i] = now
-        self._planned_end(i, 1)
+        self._releases.change(spec.partition, now, self.limit[i], spec.nodes)
         end = now + min(spec.run, self._killed_after(self.limit[i], now))
         self.end[i] = end
         self.estimate[i] = None
@@ -1241,8 +783,9 @@ class Simulation:
         f_age = age / m if m > 0 else 1.0
         size = self._size_term(i, recalculated=calc >= self.specs[i].submit)
         value = s.priority_weight_age * f_age + size + s.priority_weight_partition
-        if self._fs_on:
-            value += s.priority_weight_fairshare * float(self._fs_factors()[self._uidx[i]])
+        if self._fs is not None:
+            fs = self._fs.factors(self.now, calc)[self._fs.user_of[i]]
+            value += s.priority_weight_fairshare * float(fs)
         return int(value)
 
     def _by_priority(self, jobs: list[int]) -> list[int]:
@@ -1252,32 +795,36 @@ class Simulation:
 
     def _fits_mask(self, slots: np.ndarray) -> np.ndarray:
         """Which of these pool slots' jobs could start now, ignoring reservations (a bound)."""
+        pool = self._pool
         if not self._packed:
             if len(self.free) == 1:
-                return np.asarray(self._pnodes[slots] <= next(iter(self.free.values())))
-            free = np.array([self.free[p] for p in self._part_no], dtype=np.int64)
-            return np.asarray(self._pnodes[slots] <= free[self._ppart[slots]])
+                return np.asarray(pool.nodes[slots] <= next(iter(self.free.values())))
+            free = np.array([self.free[p] for p in self.cluster.part_no], dtype=np.int64)
+            return np.asarray(pool.nodes[slots] <= free[pool.part[slots]])
         # shared nodes: a partition with no free CPU anywhere can start nothing
         cfree = np.asarray(self.cfree)
-        room = np.array([(cfree[a] > 0).any() for a in self._part_arr.values()], dtype=bool)
-        return np.asarray(room[self._ppart[slots]])
+        room = np.array([(cfree[a] > 0).any() for a in self.cluster.part_arr.values()], dtype=bool)
+        return np.asarray(room[pool.part[slots]])
 
     def _idle(self, lazy: bool) -> bool:
         """Would a pass do nothing? No candidate; or (``lazy``: only starts matter) no
-        node free (whole-node counts) or every candidate held by a limit (_all_held)."""
-        if not self._ncand:
+        node free (whole-node counts) or every candidate held by a limit
+        (PendingPool.all_held)."""
+        pool = self._pool
+        if not pool.candidates:
             return True
         if not lazy:
             return False
         if not self._packed and not any(self.free.values()):
             return True
-        return self._held_memo is not None and self._all_held()
+        return pool.held_memo is not None and pool.all_held(self._lim, self.now)
 
     def _main_candidates(self, n: int) -> np.ndarray | None:
         """The pool slots the main pass walks, or None when nothing can start."""
         if self._idle(lazy=True):
             return None
-        slots = (self._pok[:n] & (self._pelig[:n] <= self.now)).nonzero()[0]
+        pool = self._pool
+        slots = (pool.ok[:n] & (pool.eligible[:n] <= self.now)).nonzero()[0]
         if not slots.size or not np.count_nonzero(self._fits_mask(slots)):
             return None  # nothing can start: the pass would only find the first job blocked
         lim = self._lim
@@ -1286,70 +833,27 @@ class Simulation:
         # jobs held by a limit: skipped, they block nothing
         if slots.size <= _HELD_FILTER_MIN:  # few: the pass checks each (Limits.status)
             return slots
-        pre, post = lim.held(self._pidx[slots])  # many: drop those held now (Limits.held)
+        pre, post = lim.held(pool.idx[slots])  # many: drop those held now (Limits.held)
         kept: np.ndarray = slots[~(pre | post)]
         if not kept.size:
-            self._note_all_held(n)
+            pool.note_all_held(lim, self.now)
             return None
         if not np.count_nonzero(self._fits_mask(kept)):
             return None
         return kept
 
-    def _note_all_held(self, n: int) -> None:
-        """Every eligible pending job is held by a limit now: remember which rule groups
-        hold them, and until when no other job becomes eligible (_all_held)."""
-        assert self._lim is not None
-        pok, pelig, now = self._pok[:n], self._pelig[:n], self.now
-        later = pelig[pok & (pelig > now)]
-        upto = float(later.min()) if later.size else np.inf
-        pairs = self._lim.rule_pairs(self._pidx[:n][pok & (pelig <= now)].tolist())
-        self._held_memo = (upto, pairs)
-        self._pool_new.clear()
-
-    def _all_held(self) -> bool:
-        """Is every eligible pending job still held by a limit, as a pass found earlier?
-
-        A speed shortcut, exact: a job's limit rules never change, so that stays so until
-        a job becomes a candidate (a submit, a release, a dependency met: ``_pool_new``)
-        that no failing rule group holds, a candidate's eligible time comes, or one of
-        the rule groups holding them stops failing. Until then the passes have nothing
-        to do (with limits, a quiet cluster keeps a few users' jobs pending at their
-        limit; they submit more, and every start and end of other users' jobs would
-        otherwise test them all again, twice).
-        """
-        memo, lim = self._held_memo, self._lim
-        assert memo is not None and lim is not None
-        upto, pairs = memo
-        if self._pool_new:  # the jobs that may have become candidates join the memo
-            new = []
-            pok, pelig, slot = self._pok, self._pelig, self._slot
-            for i in self._pool_new:
-                s = slot[i]
-                if s < 0 or not pok[s]:
-                    continue
-                e = float(pelig[s])
-                if e > self.now:
-                    upto = min(upto, e)
-                else:
-                    new.append(i)
-            self._pool_new.clear()
-            pairs = pairs | lim.rule_pairs(new)
-            self._held_memo = (upto, pairs)
-        if self.now < upto and lim.all_fail(pairs):
-            return True
-        self._held_memo = None
-        return False
-
     def _main_pass(self) -> None:
         self._dirty_main = False
-        n = self._pn
+        n = self._pool.n
         if not n:
             return
         slots = self._main_candidates(n)
         if slots is None:
             return
         parts = (
-            1 if len(self._part_no) == 1 else int(np.count_nonzero(np.bincount(self._ppart[slots])))
+            1
+            if len(self.cluster.part_no) == 1
+            else int(np.count_nonzero(np.bincount(self._pool.part[slots])))
         )
         blocked: set[str] = set()
         # As Slurm's schedule(): a blocked job's partition nodes are off limits to every
@@ -1380,7 +884,8 @@ class Simulation:
                 if len(blocked) == parts:
                     break
         if not walked:  # every candidate was held by a limit
-            self._note_all_held(n)
+            assert lim is not None
+            self._pool.note_all_held(lim, self.now)
             return
         self.main_passes += 1
         if started:  # the backfill plan must account for the new allocations
@@ -1390,413 +895,42 @@ class Simulation:
     def _backfill(self, force: bool) -> None:
         """One backfill pass at ``now`` (see the module docstring)."""
         self._dirty_bf = False
-        n = self._pn
+        pool = self._pool
+        n = pool.n
         if not n:
             return
         lazy = not (force or self.track_estimates)
         if self._idle(lazy):
             return
-        slots = self._pok[:n].nonzero()[0]
+        slots = pool.ok[:n].nonzero()[0]
         can = elig = None
         if lazy:
-            elig = self._pelig[slots] <= self.now
+            elig = pool.eligible[slots] <= self.now
             can = elig & self._fits_mask(slots)
             if not np.count_nonzero(can):
                 return  # nothing can start now
         pre_held = post_held = None
         if self._lim is not None:  # held by a limit at the pass's start (Limits.held)
-            split = self._held_split(n, slots, can, elig)
+            split = self._held_split(slots, can, elig)
             if split is None:
                 return  # ... but jobs a limit holds
             pre_held, slots, post_held = split
         self.backfill_passes += 1
-        self._backfill_walk(lazy, slots, pre_held, post_held)
-
-    def _backfill_walk(
-        self,
-        lazy: bool,
-        slots: np.ndarray,
-        pre_held: np.ndarray | None,
-        post_held: np.ndarray | None,
-    ) -> None:
-        """The pass's walk over its candidates (``slots``; ``pre_held``: the pool slots a
-        pre-select rule held at its start; ``post_held``: which of ``slots`` a post-select
-        rule held; both None without limits)."""
-        s = self.sched
-        res = max(1, s.bf_resolution_s)
-        if lazy and not self._packed:
-            if post_held is None or not post_held.all():  # else nothing can start
-                self._backfill_counts_lazy(slots, res)
-            return
-        if pre_held is not None:
-            est = self.estimate
-            for i in self._pidx[pre_held].tolist():  # the walk skips them: no estimate
-                est[i] = None
-        order = self._limit_filtered(post_held, self._order(slots, s.bf_max_job_test))
-        if order is None:
-            return
-        if self._packed and s.bf_will_run_batches and s.bf_reserve_whole_nodes:
-            self._backfill_will_run(order, res, lazy)
-        elif self._packed:
-            self._backfill_nodes(order, res, lazy)
-        else:
-            self._backfill_counts(order, res, lazy)
+        backfill.walk(self, lazy, slots, pre_held, post_held)
 
     def _held_split(
-        self, n: int, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
+        self, slots: np.ndarray, can: np.ndarray | None, elig: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Backfill's candidates as (held by a pre-select rule, the others, which of those
         a post-select rule holds), at the pass's start; None when (``can``: the ones that
         could start now, lazily) every one that could start is held."""
         assert self._lim is not None
-        pre, post = self._lim.held(self._pidx[slots])
+        pre, post = self._lim.held(self._pool.idx[slots])
         if can is not None and not np.count_nonzero(can & ~pre & ~post):
             if elig is not None and not np.count_nonzero(elig & ~pre & ~post):
-                self._note_all_held(n)  # every eligible one, even
+                self._pool.note_all_held(self._lim, self.now)  # every eligible one, even
             return None
         return slots[pre], slots[~pre], post[~pre]
-
-    def _limit_filtered(
-        self, post_held: np.ndarray | None, order: Iterator[int]
-    ) -> Iterator[int] | None:
-        """Backfill's order less the jobs a limit holds (limits.py); None: nothing to plan.
-
-        ``order``: the pending jobs but those a pre-select rule held at the pass's start;
-        ``post_held``: which of them a post-select rule held then."""
-        cap = self.sched.bf_max_job_test
-        if self._lim is None or post_held is None:
-            return islice(order, cap)
-        # limit-held jobs: skipped, no reservation; pre-select ones before bf_max_job_test
-        # counts them, post-select ones after (_attempt_backfill)
-        order = self._lim.backfill_order(order, cap, self.estimate)
-        if not post_held.all():
-            return order
-        # Every pending job is held by a limit: the pass can start and reserve nothing, so
-        # only its side effect is kept (held jobs lose their estimates, as the walk would
-        # do) and the plan is not built (a speed shortcut with the same outcome; deep
-        # limit-held queues made probes 1.5x slower).
-        for _ in order:
-            pass
-        return None
-
-    def _backfill_counts(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill over whole-node counts, one profile per (disjoint) partition."""
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        avail = self._availability(res)
-        easy_done: set[str] = set()
-        specs, limit, elig = self.specs, self.limit, self.eligible_at
-        # Lazy mode (no estimates) only needs the jobs that start now. From the first
-        # instant a partition's plan has no node free (``dry``), nothing matters to that:
-        # a job that cannot end by then can neither start now nor reserve before then, and
-        # later reservations cannot change what starts now, so it is skipped. (With no
-        # node free now, every job is. Before EASY's one reservation free nodes never
-        # decrease over time, so ``dry`` is now or never: the job that would hold that
-        # reservation is never skipped.)
-        dry = {p: a.dry() for p, a in avail.items()} if lazy else {}
-        # Free nodes only ever decrease during a pass, so a job cannot start before the
-        # earliest start found for an earlier job of the same shape: start the scan there
-        # (queues are dominated by a few shapes, so this keeps long queues cheap).
-        floor: dict[tuple[str, int, int], int] = {}
-        batches = self._end_batches(res)
-        for i in order:
-            spec = specs[i]
-            part = spec.partition
-            plan = avail[part]
-            dur = _ceil(limit[i], res)
-            if lazy and now + dur > dry[part]:
-                if dry[part] <= now and max(dry.values()) <= now:
-                    break  # no node free now in any partition: nothing else starts
-                continue
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            shape = (part, spec.nodes, dur)
-            t = plan.earliest(spec.nodes, dur, max(not_before, floor.get(shape, now)))
-            t = _batched(plan, batches, part, t, nodes=spec.nodes, dur=dur, now=now)
-            if t is not None:
-                floor[shape] = t
-            if t is None or t > horizon:
-                self.estimate[i] = None
-                continue
-            end = t + dur
-            if t == now and elig[i] is not None:
-                self._start(i)
-                plan.reserve(t, end, spec.nodes)
-                batches.add(end, (part,))  # a running job in later _will_run_test calls
-                if lazy:
-                    dry[part] = plan.dry()
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            plan.reserve(t, end, spec.nodes)
-            if lazy and t < dry[part]:
-                dry[part] = plan.dry()
-
-    def _backfill_counts_lazy(self, slots: np.ndarray, res: int) -> None:
-        """``_backfill_counts`` when only the jobs it starts matter (no estimates).
-
-        The same walk, visiting only the jobs that pass its ``dry`` test and counting the
-        others against bf_max_job_test as it would (_CappedWalk). Estimates are left as
-        they were (stale, as ``track_estimates=False`` promises). On a deep queue most
-        passes visit a handful of the hundreds of pending jobs: probes in a 650-job queue
-        took 1.5x longer per job with the full walk.
-        """
-        now, cap = self.now, self.sched.bf_max_job_test
-        avail = self._availability(res)
-        dry = np.array([avail[p].dry() for p in self._part_no])
-        if cap <= 0 or dry.max() <= now:
-            return  # no node free now anywhere: nothing starts (a limit is >= 1 s)
-        ordered = slots if len(slots) == 1 else slots[self._keys(slots).argsort()]
-        ends = now + (-(-self._plim[ordered] // res) * res)  # now + _ceil(limit, res)
-        walk = _CappedWalk(
-            self._pidx[ordered],
-            ends,
-            self._ppart[ordered],
-            dry=dry,
-            now=now,
-            cap=cap,
-            lim=self._lim,
-        )
-        trial = _Trial(self, avail, res)
-        for i, dur in walk:
-            started, part = trial.attempt(i, dur)
-            if started:
-                walk.started()
-            if part is not None:
-                d = avail[part].dry()
-                k = self._part_no[part]
-                if d < dry[k]:
-                    dry[k] = d
-                    if dry.max() <= now:
-                        return
-                    walk.dry_moved()
-
-    def _easy_skips(self, part: str, easy_done: set[str]) -> bool:
-        """EASY: only the first blocked job of each partition holds a reservation."""
-        if self.sched.backfill != "easy":
-            return False
-        if part in easy_done:
-            return True
-        easy_done.add(part)
-        return False
-
-    def _node_walk(
-        self, order: Iterable[int], plan: NodePlan | WillRunPlan, lazy: bool
-    ) -> Iterator[tuple[int, str, np.ndarray]]:
-        """The node planners' walk: (job, its partition, the partition's nodes) in order.
-
-        Lazily (no estimates wanted): nodes with no CPU free now take no job now, so the
-        walk ends once every partition is busy (a pass only starts jobs: busy stays busy).
-        A busy partition's jobs are skipped only if no other partition has any of its
-        nodes: their reservations could then only move estimates. Where partitions share
-        nodes, a reservation on busy nodes can push a later job's reservation onto free
-        ones and so keep a third job from starting now, as in the full walk.
-        """
-        full: set[str] = set()
-        specs, part_arr, alone = self.specs, self._part_arr, self._alone_parts
-        for i in order:
-            part = specs[i].partition
-            nodes = part_arr[part]
-            if lazy:
-                if part not in full and plan.busy_now(nodes):
-                    full.add(part)
-                    if len(full) == len(part_arr):
-                        return
-                if part in full and part in alone:
-                    continue
-            yield i, part, nodes
-
-    def _backfill_nodes(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill over per-node GPUs and CPUs (shared nodes, overlapping partitions)."""
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        plan = self._node_plan(res)
-        batches = self._end_batches(res)
-        easy_done: set[str] = set()
-        floor: dict[tuple[str, int, int, int, bool, int], int] = {}
-        specs, limit, elig, dem = self.specs, self.limit, self.eligible_at, self.dem
-        gcap, ccap = self.node_gpus, self.node_cpus
-        reserve_whole = s.bf_reserve_whole_nodes
-        for i, part, nodes in self._node_walk(order, plan, lazy):
-            spec = specs[i]
-            count, g, c, whole = dem[i]
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = _ceil(limit[i], res)
-            shape = (part, count, g, c, whole, dur)
-            found = plan.earliest(
-                nodes,
-                count,
-                gpus=g,
-                cpus=c,
-                exclusive=whole,
-                duration=dur,
-                not_before=max(not_before, floor.get(shape, now)),
-            )
-            found = _batched_nodes(
-                plan,
-                batches,
-                part,
-                found,
-                now=now,
-                nodes=nodes,
-                count=count,
-                gpus=g,
-                cpus=c,
-                exclusive=whole,
-                duration=dur,
-            )
-            if found is not None:
-                floor[shape] = found[0]
-            if found is None or found[0] > horizon:
-                self.estimate[i] = None
-                continue
-            t, chosen = found
-            holds = [(n, gcap[n], ccap[n]) if whole else (n, g, c) for n in chosen]
-            if t == now and elig[i] is not None:
-                self._next_nodes[i] = chosen
-                self._start(i)
-                plan.reserve(t, t + dur, holds)
-                batches.add(t + dur, {p for n in chosen for p in self.node_parts[n]})
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            if reserve_whole:
-                holds = [(n, gcap[n], ccap[n]) for n in chosen]
-            plan.reserve(t, t + dur, holds)
-
-    def _backfill_will_run(self, order: Iterable[int], res: int, lazy: bool) -> None:
-        """Backfill on shared nodes as sched/backfill's _attempt_backfill does it.
-
-        Running jobs are released in ``_will_run_test``'s batches of end times and
-        reservations are node bitmaps over time (``WillRunPlan``): each job's start and
-        nodes come from ``WillRunPlan.place`` (the TRY_LATER loop over ``later_start``).
-        """
-        s = self.sched
-        now = self.now
-        horizon = now + s.bf_window_s
-        alloc, start, limit = self.alloc, self.start, self.limit
-        plan = WillRunPlan(
-            now,
-            gpus_free=self.gfree,
-            cpus_free=self.cfree,
-            gpus_cap=self.node_gpus,
-            cpus_cap=self.node_cpus,
-            # Slurm's end_time (start + limit, exact), past or not: see kill_wait
-            releases=[((start[i] or 0) + limit[i], alloc[i]) for i in self.running],
-            res=res,
-            cons_tres=self._cons_tres,
-            scale=s.bf_window_linear,
-            kill_wait=s.kill_wait_s,
-        )
-        easy_done: set[str] = set()
-        specs, elig, dem = self.specs, self.eligible_at, self.dem
-        for i, part, nodes in self._node_walk(order, plan, lazy):
-            spec = specs[i]
-            count, g, c, whole = dem[i]
-            not_before = now if elig[i] is not None else max(now, spec.begin or now)
-            dur = _ceil(limit[i], res)
-            found = plan.place(
-                nodes, count, gpus=g, cpus=c, exclusive=whole, duration=dur, not_before=not_before
-            )
-            if found is None or found[0] > horizon:
-                self.estimate[i] = None
-                continue
-            t, chosen, fits = found
-            if fits and elig[i] is not None:
-                self._next_nodes[i] = chosen
-                self._start(i)
-                plan.start(now + dur, alloc[i], whole)
-                continue
-            self.estimate[i] = t
-            if self._easy_skips(part, easy_done):
-                continue
-            plan.reserve(t, dur, chosen)
-
-    def _planned_ends(self, res: int) -> Iterator[tuple[int, int]]:
-        """(running job, expected end for backfill): start + limit, at ``res``.
-
-        With limit checks, a job can still run past start + limit: it is planned to end
-        at the next planning step (now + res), as Slurm plans a job past its end time;
-        its nodes are not free now.
-        """
-        start, limit = self.start, self.limit
-        soon = self.now + res if self.limit_check_s > 0 else self.now
-        for i in self.running:
-            st = start[i]
-            assert st is not None
-            yield i, max(st + _ceil(limit[i], res), soon)
-
-    def _end_batches(self, res: int) -> EndBatches:
-        """The running jobs' ends for _will_run_test's batches, read when first needed
-        (jobs the pass starts before then are among them)."""
-        specs, scale = self.specs, self.sched.bf_window_linear
-        if not self.sched.bf_will_run_batches:
-            return EndBatches(list, enabled=False)
-        if not self._packed:
-            return EndBatches(
-                lambda: [(t, (specs[i].partition,)) for i, t in self._planned_ends(res)], scale
-            )
-        alloc, node_parts = self.alloc, self.node_parts
-        return EndBatches(
-            lambda: [
-                (t, {p for n, _, _ in alloc[i] for p in node_parts[n]})
-                for i, t in self._planned_ends(res)
-            ],
-            scale,
-        )
-
-    def _availability(self, res: int) -> dict[str, Availability]:
-        """Each partition's free nodes over time, as _planned_ends has the jobs end."""
-        now = self.now
-        soon = now + res if self.limit_check_s > 0 else now
-        free = self.free
-        return {
-            p: Availability.from_ends(now, free[p], soon, times, nodes)
-            for p, (times, nodes) in self._release_table().items()
-        }
-
-    def _planned_end(self, i: int, sign: int) -> None:
-        """Running job ``i`` starts (``sign`` 1) or ends (-1): its planned end in _ends."""
-        spec, st = self.specs[i], self.start[i]
-        assert st is not None
-        ends = self._ends.setdefault(spec.partition, {})
-        t = st + _ceil(self.limit[i], max(1, self.sched.bf_resolution_s))
-        left = ends.get(t, 0) + sign * spec.nodes
-        if left:
-            ends[t] = left
-        else:
-            del ends[t]
-        self._releases = None
-
-    def _release_table(self) -> dict[str, tuple[list[int], list[int]]]:
-        """Per partition: the distinct times running jobs end at, start + _ceil(limit,
-        bf_resolution_s) (kept in _ends), ascending, and the nodes freed at each. Kept
-        until a job starts or ends: backfill passes far outnumber starts and ends on a deep
-        queue, and rebuilding this per pass from the running jobs was a quarter of a
-        probe's time."""
-        if self._releases is None:
-            self._releases = {}
-            for p in self.capacity:
-                e = self._ends.get(p, {})
-                times = sorted(e)
-                self._releases[p] = (times, [e[t] for t in times])
-        return self._releases
-
-    def _node_plan(self, res: int) -> NodePlan:
-        alloc = self.alloc
-        releases = [(t, alloc[i]) for i, t in self._planned_ends(res)]
-        return NodePlan(
-            self.now,
-            gpus_free=self.gfree,
-            cpus_free=self.cfree,
-            gpus_cap=self.node_gpus,
-            cpus_cap=self.node_cpus,
-            releases=releases,
-            cons_tres=self._cons_tres,
-        )
 
     def schedule_now(self) -> None:
         """Run the main pass and a backfill pass at the current instant (sbatch --test-only)."""
@@ -1843,9 +977,7 @@ class Simulation:
         if self.state[i] not in (None, PENDING):
             raise SimError(f"job {job_id} is not pending: its time limit cannot change")
         self.limit[i] = seconds
-        if self._slot[i] >= 0:
-            self._plim[self._slot[i]] = seconds
-        self._held_memo = None
+        self._pool.set_limit(i, seconds)
         self._changed()
 
     # ---- observation ---------------------------------------------------------------
@@ -1855,84 +987,28 @@ class Simulation:
 
     def view(self, job_id: str) -> JobView:
         i = self._index(job_id)
-        return self._view(i, self._top_jobs())
+        return views.job_view(self, i, views.top_jobs(self))
 
     def pending_jobs(self) -> list[JobView]:
-        top = self._top_jobs()
-        return [self._view(i, top) for i in sorted(self.pending)]
+        top = views.top_jobs(self)
+        return [views.job_view(self, i, top) for i in sorted(self.pending)]
 
     def running_jobs(self) -> list[JobView]:
         top: set[int] = set()
-        return [self._view(i, top) for i in sorted(self.running)]
+        return [views.job_view(self, i, top) for i in sorted(self.running)]
 
     def all_jobs(self) -> list[JobView]:
-        return self.views(range(len(self.specs)))
+        return self.views_of(range(len(self.specs)))
 
-    def views(self, indices: Iterable[int]) -> list[JobView]:
+    def views_of(self, indices: Iterable[int]) -> list[JobView]:
         """The jobs at these positions (job id minus ``first_id``), in their order."""
-        top = self._top_jobs()
-        return [self._view(i, top) for i in indices]
+        top = views.top_jobs(self)
+        return [views.job_view(self, i, top) for i in indices]
 
     def start_estimate(self, job_id: str) -> int | None:
         """The planned start from the last backfill pass (None if not planned or not pending)."""
         i = self._index(job_id)
         return self.estimate[i] if self.state[i] is PENDING else None
-
-    def _top_jobs(self) -> set[int]:
-        """Each partition's highest-priority startable pending job (reason "Resources")."""
-        best: dict[str, tuple[int, int]] = {}
-        for i in self.pending:
-            if self.eligible_at[i] is None or self.held[i]:
-                continue
-            if self._lim is not None and self._lim.reason(i):
-                continue  # held by a limit: its reason is the limit's
-            key = (-self.priority(i), i)
-            part = self.specs[i].partition
-            if part not in best or key < best[part]:
-                best[part] = key
-        return {key[1] for key in best.values()}
-
-    def _reason(self, i: int, top: set[int]) -> str:
-        if self.held[i]:
-            return "JobHeldUser"
-        if self.dep_state[i] == DEP_NEVER:
-            return "DependencyNeverSatisfied"
-        if self.dep_state[i] == DEP_WAIT:
-            return "Dependency"
-        if self.eligible_at[i] is None:
-            return "BeginTime"
-        if self._lim is not None:
-            held = self._lim.reason(i)
-            if held:
-                return held
-        return "Resources" if i in top else "Priority"
-
-    def _view(self, i: int, top: set[int]) -> JobView:
-        spec, st = self.specs[i], self.state[i]
-        start, end = self.start[i], self.end[i]
-        reason = self._reason(i, top) if st is PENDING else "None"
-        age = (start if start is not None else self.now) - spec.submit
-        limit = self.limit[i]
-        return JobView(
-            job_id=str(i + self.first_id),
-            spec=spec,
-            state=st,
-            reason=reason,
-            eligible=self.eligible_at[i],
-            start=start,
-            end=self._expected_end(i) if st is RUNNING else end,
-            time_limit=None if limit >= INFINITE else limit,
-            priority=self.priority(i) if st is PENDING else 0,
-            estimate=self.estimate[i] if st is PENDING else None,
-            age=max(0, age) if st is not None else 0,
-            held=self.held[i],
-            nodes=tuple(self.node_names[n] for n, _, _ in self.alloc.get(i, ())),
-        )
-
-    def _expected_end(self, i: int) -> int | None:
-        """What squeue shows for a running job: start + limit (the true end is unknown)."""
-        start, limit = self.start[i], self.limit[i]
-        return None if start is None or limit >= INFINITE else start + limit
 
     # ---- fork ----------------------------------------------------------------------
 
@@ -1948,5 +1024,6 @@ class Simulation:
             setattr(clone, name, getattr(self, name).copy())
         if self._lim is not None:
             clone._lim = self._lim.copy()
-        clone._ends = {p: e.copy() for p, e in self._ends.items()}
+        if self._fs is not None:
+            clone._fs = self._fs.copy()
         return clone

@@ -13,7 +13,7 @@ outcome curves:
   patched to "now, if no node is free now; else never"), which only skips a partition's
   jobs when it has no node free now;
 - *lazy*: as the evaluation runs, also skipping jobs that cannot end before the first
-  instant the plan has no node free (``mirage.sim.engine._backfill_counts``).
+  instant the plan has no node free (``mirage.sim.backfill._counts``).
 
 The skip is in the whole-node backfill (ls6, Theta). Shared nodes (CERIT) plan per node;
 the same cut there, at the first instant no node has room for the pass's smallest

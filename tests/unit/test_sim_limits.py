@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from mirage.profile.schema import Association, ClusterProfile, Qos
 from mirage.sim import JobSpec, Simulation
 from mirage.sim.errors import SimError
-from mirage.sim.limits import is_limit_reason
+from mirage.sim.limits import Limits, is_limit_reason
+from mirage.sim.pool import PendingPool
 from mirage.sim.scenario import job, toy_profile
 from mirage.slurm.types import JobState
 
@@ -497,7 +498,7 @@ def test_backfill_order_counts_post_select_skips_against_the_cap() -> None:
 @pytest.mark.parametrize("tracked", [False, True])
 def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, tracked: bool) -> None:
     """While every eligible pending job is held by a limit the passes skip their work
-    (Simulation._all_held, one of Simulation._idle's tests). With begin times, holds
+    (PendingPool.all_held, one of Simulation._idle's tests). With begin times, holds
     released later, dependencies and forks, starts and estimates are those of passes
     that always do it."""
     import random
@@ -529,10 +530,10 @@ def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, trac
         nodes=12,
     )
     skipped: list[int] = []
-    real = Simulation._all_held
+    real = PendingPool.all_held
 
-    def counted(self: Simulation) -> bool:
-        got = real(self)
+    def counted(self: PendingPool, lim: Limits | None, now: int) -> bool:
+        got = real(self, lim, now)
         skipped.append(got)
         return got
 
@@ -549,21 +550,22 @@ def test_all_held_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch, trac
             fork.add_job(ujob(t, 1200, user="a", limit=1800, nodes=3))
             fork.run_until(t + 3000)
             views += [(v.start, v.estimate) for v in fork.all_jobs()]
-            assert fork._ncand == int(fork._pok[: fork._pn].sum())  # kept count: exact
+            pool = fork._pool
+            assert pool.candidates == int(pool.ok[: pool.n].sum())  # kept count: exact
         sim.run()
         return views + [(v.start, v.estimate) for v in sim.all_jobs()]
 
-    monkeypatch.setattr(Simulation, "_all_held", counted)
+    monkeypatch.setattr(PendingPool, "all_held", counted)
     fast = run()
     assert sum(skipped) > 5  # the shortcut was taken
-    monkeypatch.setattr(Simulation, "_all_held", lambda self: False)
+    monkeypatch.setattr(PendingPool, "all_held", lambda self, lim, now: False)
     assert fast == run()
 
 
 def _two_partitions(cap: int, backfill: str, batches: bool) -> ClusterProfile:
     """gpu (6 nodes, QOS "cap": 2 running jobs per user) and cpu (4 nodes), disjoint, with
     every user's nodes capped at 5 by the association: both kinds of rule, both
-    partitions planned apart (Simulation._backfill_counts)."""
+    partitions planned apart (mirage.sim.backfill._counts)."""
     prof = limited(
         qos=(Qos("cap", max_jobs_per_user=2),),
         assocs=(Association("*", grp_tres="node=5"),),
@@ -605,7 +607,7 @@ def test_lazy_backfill_under_limits_starts_the_same_jobs(
     specs: list[JobSpec], cap: int, backfill: str, batches: bool
 ) -> None:
     """Without estimates, backfill walks only the jobs that can start now and counts the
-    others against bf_max_job_test (Simulation._backfill_counts_lazy): limits holding
+    others against bf_max_job_test (mirage.sim.backfill._counts_lazy): limits holding
     jobs before and during a pass, a small cap, two partitions, EASY and Slurm's batches
     give the starts of the full walk."""
     prof = _two_partitions(cap, backfill, batches)

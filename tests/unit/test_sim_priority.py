@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirage.sim import Simulation
-from mirage.sim.engine import DEP_OK
 from mirage.sim.scenario import job, toy_profile
+from mirage.sim.views import DEP_OK
 
 
 def reference(sim: Simulation) -> list[str]:
