@@ -26,7 +26,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mirage.profile.schema import ClusterProfile, load_profile
-from mirage.sim.calibrate import FLOOR_S, Prepared, ks_distance, prepare_trace, replay, sim_waits
+from mirage.sim.prepare import FLOOR_S, Prepared, ks_distance, prepare_trace, replay, sim_waits
 from mirage.trace.readers import load_trace
 
 REPO = Path(__file__).resolve().parents[1]

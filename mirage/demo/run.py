@@ -109,7 +109,7 @@ def load_jobs(
 
     With ``skipped``, the rows the reader skipped are added to it instead of logged one
     by one (the demo counts them in its summary line)."""
-    from mirage.sim.calibrate import prepare_trace
+    from mirage.sim.prepare import prepare_trace
     from mirage.trace.load import skips_reported
     from mirage.trace.readers import load_trace
 

@@ -275,7 +275,7 @@ def probe_sample(sim: Simulation, protocol: Protocol) -> SampleResult:
 
 def load_setting_jobs(setting: Setting) -> tuple[ClusterProfile, list[JobSpec]]:
     """The profile and the prepared jobs of ``setting`` (the trace cut at the split's end)."""
-    from mirage.sim.calibrate import prepare_trace
+    from mirage.sim.prepare import prepare_trace
     from mirage.trace.readers import load_trace
 
     profile = load_profile(setting.profile)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from mirage.profile.schema import ClusterProfile
-    from mirage.sim.calibrate import Prepared, Replay
     from mirage.sim.engine import Simulation
+    from mirage.sim.prepare import Prepared, Replay
     from mirage.sim.workload import TraceUse
     from mirage.trace.load import TraceLoad
 
@@ -96,7 +96,7 @@ def replay(
     much of the trace was left out (default: logged). :class:`ReplayError` for inputs
     that cannot be used.
     """
-    from mirage.sim.calibrate import prepare_trace
+    from mirage.sim.prepare import prepare_trace
 
     if unknown_limit not in UNKNOWN_LIMITS:
         raise ReplayError(
@@ -130,8 +130,8 @@ def replay(
 def _run(prep: Prepared, prof: ClusterProfile, n: int | None, progress: Any) -> Replay:
     """The replay, with the progress asked for; the simulator's refusal as ReplayError."""
     from mirage.progress import fraction_done
-    from mirage.sim.calibrate import replay as run_replay
     from mirage.sim.errors import SimError
+    from mirage.sim.prepare import replay as run_replay
 
     show = progress is True and len(prep.jobs) >= PROGRESS_MIN_JOBS
     try:
@@ -147,7 +147,7 @@ def _summary(
     """The replay's summary, key for key what ``mirage simulate --json`` prints."""
     import numpy as np
 
-    from mirage.sim.calibrate import compare, sim_waits
+    from mirage.sim.prepare import compare, sim_waits
     from mirage.sim.report import summarize, wait_stats
 
     summ = summarize(rep.sim, rep.wall_s, prep.workload.dropped)

@@ -52,8 +52,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile, Partition
-from mirage.sim.calibrate import ks_distance
 from mirage.sim.engine import Simulation
+from mirage.sim.prepare import ks_distance
 from mirage.sim.suite import SACCT_FIELDS
 from mirage.sim.workload import INFINITE, JobSpec
 from mirage.slurm.parse import map_state, parse_sacct_json

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from mirage.extras import missing
-from mirage.sim.calibrate import ks_distance
+from mirage.sim.prepare import ks_distance
 from mirage.synth.arrivals import hourly_counts, interarrivals
 
 #: Numeric columns compared one by one (``hourly_count``: jobs per observed clock hour).
@@ -133,7 +133,7 @@ def queueing_check(
     and waits count from eligible time. Waits under the 60 s scheduling granularity count as
     0 for the KS distance (as in calibration).
     """
-    from mirage.sim.calibrate import FLOOR_S, prepare_trace, replay, sim_waits
+    from mirage.sim.prepare import FLOOR_S, prepare_trace, replay, sim_waits
 
     stats: list[dict[str, Any]] = []
     waits: list[np.ndarray] = []

@@ -5,7 +5,7 @@
 
 Replays the trace (with dependency holds, as calibration does) on each node count, with
 no limit and with a partition QOS MaxJobsPerUser=--limit, and compares waits from
-eligible time with the trace's over the measured jobs (mirage.sim.calibrate.compare: KS
+eligible time with the trace's over the measured jobs (mirage.sim.prepare.compare: KS
 distance, mean, median). Two windows: the whole trace, and the calibration's (jobs
 submitted before --before, America/Chicago).
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import LS6
 
 from mirage.profile.schema import ClusterProfile, Qos, load_profile
-from mirage.sim.calibrate import compare, prepare_trace, replay
+from mirage.sim.prepare import compare, prepare_trace, replay
 from mirage.slurm.syntax import parse_when
 from mirage.trace.readers import load_trace
 

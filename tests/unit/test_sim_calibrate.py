@@ -12,15 +12,8 @@ import pytest
 
 from mirage.profile.schema import profile_from_dict
 from mirage.sim import JobSpec, Simulation
-from mirage.sim.calibrate import (
-    calibrate,
-    calibrated_toml,
-    compare,
-    ks_distance,
-    prepare_trace,
-    replay,
-    restrict,
-)
+from mirage.sim.calibrate import calibrate, calibrated_toml
+from mirage.sim.prepare import compare, ks_distance, prepare_trace, replay, restrict
 from mirage.sim.scenario import toy_profile
 from mirage.slurm.syntax import parse_when
 from mirage.trace.chains import find_chains
@@ -228,8 +221,9 @@ def test_march_never_reaches_chain_detection_or_the_simulator(
         chained.append(int(df["submit"].max()))
         return find_chains(df, *a, **k)
 
-    monkeypatch.setattr("mirage.sim.calibrate.Simulation", Recording)
-    monkeypatch.setattr("mirage.sim.calibrate.find_chains", recording_find)
+    monkeypatch.setattr("mirage.sim.prepare.Simulation", Recording)
+    monkeypatch.setattr("mirage.sim.prepare.find_chains", recording_find)
+    monkeypatch.setattr("mirage.sim.calibrate.find_chains", recording_find)  # the search's
     df = two_months()
     result = calibrate(df, toy_profile(4), CUTOFF, nodes_min=1, nodes_max=3, coarse_step=2)
     assert len(seen) > 1 and max(seen[:-1]) < CUTOFF <= seen[-1]

@@ -150,7 +150,7 @@ def test_default_before_is_the_ls6_training_split(tmp_path: Path) -> None:
 
 def test_sample_is_a_valid_replayable_trace(sampled: Path, model_dir: Path) -> None:
     from mirage.profile.schema import load_profile
-    from mirage.sim.calibrate import prepare_trace
+    from mirage.sim.prepare import prepare_trace
 
     jobs = load_trace(sampled).jobs
     meta = json.loads((model_dir / "metadata.json").read_text())
@@ -193,7 +193,7 @@ def test_held_chains_are_sampled_and_found_again(
     sampled: Path, model_dir: Path, tmp_path: Path
 ) -> None:
     from mirage.profile.schema import load_profile
-    from mirage.sim.calibrate import prepare_trace
+    from mirage.sim.prepare import prepare_trace
     from mirage.synth.chains import fit_chains
 
     fitted = json.loads((model_dir / "chains.json").read_text())
