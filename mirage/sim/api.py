@@ -169,7 +169,8 @@ def _summary(
             "jobs": cmp.jobs,
             "simulated": wait_stats(sim_elig[~np.isnan(sim_elig)]),
             "real": wait_stats(prep.real_waits[prep.measured]),
-            "ks": cmp.ks,
+            # no job after the warm-up (a log shorter than it): no distance, not a perfect misfit
+            "ks": cmp.ks if cmp.jobs else None,
         },
         "holds": prep.holds.as_dict(),
     }

@@ -211,7 +211,13 @@ def _render_summary(out: dict[str, Any]) -> None:
     console = Console()
     console.print(info)
     console.print(waits)
-    console.print(f"KS distance (from eligible, after warm-up): {we['ks']:.3f}")
+    if we["ks"] is None:
+        console.print(
+            "KS distance (from eligible, after warm-up): none, no job was submitted after the "
+            "warm-up (the log is shorter than it)"
+        )
+    else:
+        console.print(f"KS distance (from eligible, after warm-up): {we['ks']:.3f}")
 
 
 @click.command()

@@ -141,6 +141,16 @@ def test_calibrate_errors() -> None:
 HPC2N_SLICE = str(REPO / "traces" / "hpc2n-head300.swf.gz")
 
 
+def test_simulate_on_a_log_shorter_than_the_warm_up_says_there_is_no_distance() -> None:
+    """Issue 28: a day of log leaves no job after the 2-day warm-up: the KS distance is
+    none (null), not 1.000 for 0 jobs."""
+    args = ("simulate", "--trace", LS6_SLICE, "--nodes", "79", "--before", "2022-10-06")
+    we = json.loads(run(*args, "--json").stdout)["wait_from_eligible_s"]
+    assert we["jobs"] == 0 and we["ks"] is None
+    text = run(*args)
+    assert text.exit_code == 0 and "warm-up): none, no job was submitted" in text.stdout
+
+
 def test_simulate_says_how_much_of_the_trace_it_replayed() -> None:
     """Issue 28: HPC2N's first 300 jobs on Pitzer's 40-CPU nodes: the jobs asking more
     CPUs than a node has are left out, which is over 5% of the trace: a warning on
