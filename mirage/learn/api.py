@@ -128,7 +128,10 @@ def _config(
     splits = _splits(cluster, prof.timezone, (first, last), kw)
     schedule = [load_spec(x) for x in kw["loads"]]
     extra = [load_spec(x) for x in kw["train_only_loads"]]
-    protocol = protocol_from(kw)
+    # recalibration reads only the tuning split: --every-h spaces it (else the protocol's 4 h,
+    # the spacing `mirage evaluate` tunes on)
+    recal = kw["recalibrate"] is not None
+    protocol = protocol_from(kw, **({"every_s": int(kw["every_h"] * HOUR)} if recal else {}))
     if not kw["every_h"] * HOUR >= 1 or (kw["train_step_min"] or 1) * 60 < 1:
         raise InputError("--every-h and --train-step-min must be at least one second")
     return TrainConfig(

@@ -64,7 +64,13 @@ log = logging.getLogger(__name__)
 )
 @click.option("--cache", default="out/probe-cache", show_default=True, help="Probe cache.")
 @click.option("--jobs", "n_jobs", default=1, show_default=True, help="Parallel processes.")
-@click.option("--every-h", default=4.0, show_default=True, help="Training sample spacing.")
+@click.option(
+    "--every-h",
+    default=4.0,
+    show_default=True,
+    help="Sample spacing of the training split (with --recalibrate, of the tuning split, the "
+    "only one read).",
+)
 @click.option(
     "--train-step-min",
     default=None,

@@ -378,6 +378,8 @@ def test_recalibrate_keeps_the_model_and_retunes_its_constants(tmp_path: Path) -
         wait = meta.metrics["tune"]["reactive_mean_J_h"]
         assert meta.training["wait_scale_h"] == wait
         assert set(meta.training["splits"]) == {"tune"}
+        # the tuning split, the only one read, is spaced by --every-h (12 h, not 4 h)
+        assert meta.training["protocol"]["every_s"] == 12 * 3600
         tune_start = parse_when("2022-11-15", "America/Chicago")  # the profile's zone
         assert meta.training["splits"]["tune"]["start"] == tune_start
         assert meta.metrics["tune_interval_coverage_90"] >= 0.9 - 1e-9
