@@ -326,9 +326,12 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
 
     from mirage.sim import calibrate as cal_mod
 
+    from mirage.fmt import duration
+
+    floor = duration(cal_mod.latency_floor(result.profile))  # the floor calibrate used
     table = Table(
         title=f"Calibration on {result.jobs} jobs ({result.measured} compared)",
-        caption="waits from eligible time; KS counts waits under a minute as zero",
+        caption=f"waits from eligible time; KS counts waits under {floor} as zero",
     )
     for h in cal_mod.TABLE_HEADER:
         table.add_column(h, justify="left" if h == "settings" else "right")
