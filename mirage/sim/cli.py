@@ -324,9 +324,8 @@ def _render_calibration(result: Any, out: str | None, trace: str, tz: str) -> No
     from rich.console import Console
     from rich.table import Table
 
-    from mirage.sim import calibrate as cal_mod
-
     from mirage.fmt import duration
+    from mirage.sim import calibrate as cal_mod
 
     floor = duration(cal_mod.latency_floor(result.profile))  # the floor calibrate used
     table = Table(
