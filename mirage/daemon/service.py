@@ -130,7 +130,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
         log.debug(
             "cycle: acted=%s skipped=%s reads=%d submitted=%d unknown=%d in %.3fs",
             report.acted,
-            report.skipped,
+            report.skipped or "",
             report.slurm_reads,
             len(report.submitted),
             len(report.unknown),
