@@ -44,8 +44,9 @@ class Nodes:
         for p in profile.partitions:
             if p.name in named:
                 names = list(named[p.name])
-            elif p.node_list and p.name not in over:
-                # a captured profile names its nodes: partitions that share one share it
+            elif p.node_list and _same_nodes(p.node_list, over.get(p.name)):
+                # a captured profile names its nodes: partitions that share one share it (a
+                # count asked equal to the list's is the same nodes, not as many fresh ones)
                 names = expand_hostlist(p.node_list)
             else:
                 n = over.get(p.name, p.nodes)
@@ -76,3 +77,8 @@ class Nodes:
         self.total_nodes = len(self.names)
         self.total_cpus = sum(self.cpus)
         self.part_cpus = {p.name: p.cpus_per_node for p in profile.partitions}
+
+
+def _same_nodes(node_list: str, asked: int | None) -> bool:
+    """Whether a partition keeps its named nodes: no count asked, or the list's own."""
+    return asked is None or asked == len(expand_hostlist(node_list))

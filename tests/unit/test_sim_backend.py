@@ -119,3 +119,25 @@ def test_show_round_trips_through_capture() -> None:
         o.bf_interval_s,
         o.priority_max_age_s,
     )
+
+
+def test_named_nodes_stay_the_same_nodes_at_their_own_count() -> None:
+    """Issue 28: a captured profile's partitions share named nodes. Replayed at the default
+    partition's own count (what `mirage simulate` passes), they are the same nodes, not as
+    many fresh ones beside the named ones; at another count the default partition gets
+    nodes of its own (the others keep theirs)."""
+    from mirage.profile.schema import ClusterProfile, Partition
+
+    def part(name: str, node_list: str, nodes: int, default: bool = False) -> Partition:
+        return Partition(name=name, cpus_per_node=16, memory_mb_per_node=64000, nodes=nodes,
+                         gpus_per_node=4, default=default, node_list=node_list)  # fmt: skip
+
+    prof = ClusterProfile(name="captured", partitions=(
+        part("gpu", "gpu[1-4]", 4, default=True), part("debug", "gpu[1-4]", 4),
+        part("cpu", "cpu[1-2]", 2),
+    ))  # fmt: skip
+    same = Simulation(prof, nodes=4)
+    assert same.total_nodes == 6 and same.node_names == Simulation(prof).node_names
+    assert same.node_names[:4] == ["gpu1", "gpu2", "gpu3", "gpu4"]
+    other = Simulation(prof, nodes=8)
+    assert other.total_nodes == 8 + 4 + 2
