@@ -33,6 +33,7 @@ from mirage.fmt import duration
 if TYPE_CHECKING:
     from mirage.daemon.core import Daemon
     from mirage.daemon.health import StartInfo
+    from mirage.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -651,9 +652,10 @@ def _policy_text(r: dict[str, Any]) -> str:
 @config_option
 @click.option(
     "--backend",
-    type=click.Choice(["cli", "sim"]),
-    default="cli",
-    help="cli: the real cluster; sim: the simulator in accelerated time.",
+    type=click.Choice(["cli", "pyslurm", "sim"]),
+    default=None,
+    help="cli or pyslurm: the real cluster, read through squeue/sacct or through pyslurm "
+    "(default: [slurm] backend); sim: the simulator in accelerated time.",
 )
 @click.option(
     "--profile",
@@ -690,7 +692,7 @@ def _policy_text(r: dict[str, Any]) -> str:
 def daemon_cmd(
     *,
     config_path: str | None,
-    backend: str,
+    backend: str | None,
     profile_name: str,
     speed: float,
     trace_path: str | None,
@@ -724,17 +726,7 @@ def daemon_cmd(
                 nodes=nodes,
             )
             return
-        from mirage.slurm.cli_backend import CliSlurmClient
-        from mirage.slurm.run import SubprocessRunner
-
-        sl = cfg.slurm
-        client = CliSlurmClient(
-            runner=SubprocessRunner(timeout=sl.timeout_s),
-            bin_dir=sl.bin_dir or None,
-            timeout=sl.timeout_s,
-            accounting_timeout=sl.accounting_timeout_s,
-            submit_timeout=sl.submit_timeout_s,
-        )
+        client = read_client(cfg, backend or cfg.slurm.backend)
         daemon = Daemon(
             store,
             client,
@@ -756,6 +748,45 @@ def daemon_cmd(
                 store.release_lease(cfg.daemon.cluster, daemon.holder)
             return
         run_service(daemon, cfg)
+
+
+def read_client(cfg: Config, backend: str) -> SlurmClient:
+    """The daemon's own client (its polls): the CLI backend, or pyslurm over it.
+
+    pyslurm missing, or built for another Slurm release than ``scontrol version`` names,
+    stops the daemon here with one line saying what to install."""
+    from mirage.slurm.cli_backend import CliSlurmClient
+    from mirage.slurm.run import SubprocessRunner
+    from mirage.slurm.types import SlurmError
+
+    sl = cfg.slurm
+    cli = CliSlurmClient(
+        runner=SubprocessRunner(timeout=sl.timeout_s),
+        bin_dir=sl.bin_dir or None,
+        timeout=sl.timeout_s,
+        accounting_timeout=sl.accounting_timeout_s,
+        submit_timeout=sl.submit_timeout_s,
+    )
+    if backend != "pyslurm":
+        return cli
+    from mirage.slurm.pyslurm_backend import (
+        PyslurmClient,
+        PyslurmUnavailableError,
+        check_pyslurm,
+        load_pyslurm,
+    )
+
+    try:
+        module = load_pyslurm()
+        version = check_pyslurm(module, cli)
+    except PyslurmUnavailableError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except SlurmError as exc:
+        raise click.ClickException(
+            f'[slurm] backend = "pyslurm": cannot read the running Slurm\'s release '
+            f"(scontrol version): {exc}"
+        ) from exc
+    return PyslurmClient(cli, module=module, slurm_version=version)
 
 
 def announce(daemon: Daemon, cfg: Config) -> None:

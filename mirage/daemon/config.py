@@ -27,6 +27,10 @@ never silently falls back to a default. Durations are seconds (``_s``).
     allow_root_chains = false      # true: a daemon submitting as owners runs uid 0's chains
 
     [slurm]
+    backend = "cli"                # "cli": squeue/sacct/sbatch/…; "pyslurm": the daemon's reads
+                                   # through pyslurm 22.5 in-process (scripts/build-pyslurm.sh;
+                                   # submissions and actions on jobs still go through sbatch/
+                                   # scancel/scontrol as the chain's owner)
     bin_dir = ""                   # directory of squeue/sacct/sbatch/scancel; "" = $PATH
     timeout_s = 30                 # squeue, scancel, scontrol
     accounting_timeout_s = 120     # sacct
@@ -124,6 +128,7 @@ class DaemonSection:
 
 @dataclass(frozen=True)
 class SlurmSection:
+    backend: Literal["cli", "pyslurm"] = "cli"
     bin_dir: str = ""
     timeout_s: int = 30
     accounting_timeout_s: int = 120

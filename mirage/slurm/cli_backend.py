@@ -34,9 +34,11 @@ from mirage.slurm.parse import (
     parse_sbatch_parsable,
     parse_scontrol_config,
     parse_scontrol_oneliner,
+    parse_scontrol_version,
     parse_squeue_json,
     parse_start_estimates,
     parse_test_only,
+    parse_tres_table,
 )
 from mirage.slurm.run import CommandResult, Runner, SubprocessRunner, check_result
 from mirage.slurm.syntax import format_duration, format_slurm_time
@@ -222,6 +224,16 @@ class CliSlurmClient(SlurmClient):
         if kind not in ("qos", "assoc"):
             raise ValueError(f"accounting_limits() kind must be qos or assoc, not {kind!r}")
         return parsed(self._run("sacctmgr", ["-P", "show", kind]), parse_sacctmgr_parsable)
+
+    def version(self) -> str:
+        """The running Slurm's release, as ``scontrol version`` prints it ("22.05.8")."""
+        return parsed(self._run("scontrol", ["version"]), parse_scontrol_version)
+
+    def tres_names(self) -> dict[int, str]:
+        """Accounting's TRES ids -> names (``sacctmgr -P show tres``): 1 -> "cpu",
+        1001 -> "gres/gpu" (ids past the fixed ones are site-specific)."""
+        args = ["-P", "show", "tres", "format=Type,Name,ID"]
+        return parsed(self._run("sacctmgr", args), parse_tres_table)
 
     # -- actions
     def submit(self, request: SubmitRequest) -> str:

@@ -705,3 +705,26 @@ def parse_sacctmgr_parsable(text: str) -> list[Mapping[str, str]]:
             )
         rows.append(dict(zip(header, fields, strict=True)))
     return rows
+
+
+_SCONTROL_VERSION_RE = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)\.(\d+)\S*", re.IGNORECASE)
+
+
+def parse_scontrol_version(text: str) -> str:
+    """``scontrol version`` ("slurm 22.05.8") -> "22.05.8"; SlurmParseError otherwise."""
+    m = _SCONTROL_VERSION_RE.search(text)
+    if not m:
+        raise _perr("scontrol version printed no Slurm version", text)
+    return f"{int(m.group(1))}.{int(m.group(2)):02d}.{int(m.group(3))}"
+
+
+def parse_tres_table(text: str) -> dict[int, str]:
+    """``sacctmgr -P show tres`` (header ``Type|Name|ID``) -> {id: "cpu", "gres/gpu", ...}:
+    the names accounting's numeric TRES strings ("1=8,1001=2") stand for."""
+    out: dict[int, str] = {}
+    for row in parse_sacctmgr_parsable(text):
+        ident, kind, name = row.get("ID", ""), row.get("Type", ""), row.get("Name", "")
+        if not digits(ident) or not kind:
+            raise _perr(f"sacctmgr show tres row without Type or numeric ID: {dict(row)!r}", text)
+        out[int(ident)] = f"{kind}/{name}" if name else kind
+    return out
