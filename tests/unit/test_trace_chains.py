@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -131,13 +130,12 @@ def test_ls6_slice_dimer_chain() -> None:
     assert [f"dimer.{i}" for i in range(10, 16)] in names
 
 
-def test_full_ls6_is_fast() -> None:
+def test_full_ls6_chains() -> None:
+    """The whole ls6 trace's chains (its speed is scripts/bench/trace_chains.py's)."""
     if not SHARED.is_dir():
         pytest.skip(f"shared traces not present at {SHARED}")
     jobs = load_trace(SHARED / "tacc_ls6_a100/ls6-a100.log.gz").jobs
-    t0 = time.perf_counter()
     ch = find_chains(jobs)
-    assert time.perf_counter() - t0 < 2.0
     assert len(ch.chains) == 3661
     assert sum(len(c) for c in ch.chains) == 13127
     flat = [i for c in ch.chains for i in c]
