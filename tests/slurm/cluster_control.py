@@ -28,4 +28,7 @@ def stop_daemon(pidfile: Path, comm: str) -> None:
 
 
 def restart_cluster() -> None:
-    subprocess.run([str(START_SCRIPT)], check=True, capture_output=True, timeout=180)
+    res = subprocess.run([str(START_SCRIPT)], capture_output=True, text=True, timeout=180,
+                         check=False)  # fmt: skip
+    # a failed restart fails every later Slurm test: say why, with start.sh's own words
+    assert res.returncode == 0, f"start.sh rc {res.returncode}:\n{res.stdout[-3000:]}{res.stderr}"
