@@ -76,6 +76,7 @@ from mirage.slurm.parse import (
 )
 from mirage.slurm.syntax import digits, gres_gpus, parse_tres, tres_count, tres_gpus
 from mirage.slurm.types import (
+    JobState,
     QueueSnapshot,
     SlurmError,
     SlurmJob,
@@ -194,7 +195,8 @@ def error_for(exc: BaseException, call: str, refusal: type[SlurmError] = SlurmEr
             argv, errno, detail, f"pyslurm.{call}: no answer (outcome unknown)"
         )
     if kind is ErrnoKind.UNREACHABLE:
-        return SlurmUnreachableError(argv, errno, detail, "Slurm controller unreachable")
+        daemon = "slurmdbd" if call.startswith("slurmdb") else "Slurm controller"
+        return SlurmUnreachableError(argv, errno, detail, f"{daemon} unreachable")
     if kind is ErrnoKind.REFUSED:
         return refusal(argv, errno, detail, f"pyslurm.{call} refused")
     return SlurmError(argv, errno, detail, f"pyslurm.{call} failed")
@@ -231,6 +233,14 @@ def _queue_gpus(job: Mapping[str, Any], nodes: int) -> int:
     return (gres_gpus(str(job.get("tres_per_node") or "")) or 0) * max(nodes, 1)
 
 
+def _queue_cpus(job: Mapping[str, Any], state: JobState) -> int:
+    """``num_cpus``, but 0 for a finished job that never had an allocation (held, then
+    cancelled): squeue --json prints no CPUs for it (its ``num_cpus`` is the request)."""
+    if state.is_finished and not job.get("tres_alloc_str"):
+        return 0
+    return _number(job.get("num_cpus")) or 0
+
+
 def job_from_queue_dict(
     job: Mapping[str, Any], user_name: Callable[[Any], str] = _uid_name
 ) -> SlurmJob:
@@ -265,7 +275,7 @@ def job_from_queue_dict(
         end=_epoch(job.get("end_time")),
         time_limit=_queue_time_limit(job.get("time_limit")),
         nodes=nodes,
-        cpus=_number(job.get("num_cpus")) or 0,
+        cpus=_queue_cpus(job, state),
         gpus=_queue_gpus(job, nodes),
         priority=_number(job.get("priority")),
         dependency=str(job.get("dependency") or ""),
@@ -279,8 +289,9 @@ def job_from_queue_dict(
 
 def start_estimates_from_queue(jobs: Iterable[Mapping[str, Any]]) -> dict[str, StartEstimate]:
     """Pending jobs' estimates from ``pyslurm.job().get()`` records, as ``squeue --start``
-    prints them: its ``%S`` is the job's ``start_time`` (0: no estimate, N/A), ``%N`` for
-    a pending job its scheduled nodes."""
+    prints them: its ``%S`` is the job's ``start_time`` (0: no estimate, N/A), its ``%N``
+    the job's ``nodes`` (none yet for a pending job; the nodes the backfill pass has in
+    mind are ``%Y``, ``sched_nodes``, which the CLI backend does not ask for either)."""
     out: dict[str, StartEstimate] = {}
     for raw in jobs:
         if not str(raw.get("job_state") or "").upper().startswith("PENDING"):
@@ -289,7 +300,7 @@ def start_estimates_from_queue(jobs: Iterable[Mapping[str, Any]]) -> dict[str, S
         out[rec.job_id] = StartEstimate(
             job_id=rec.job_id,
             start=rec.start,
-            nodes=str(raw.get("sched_nodes") or ""),
+            nodes=str(raw.get("nodes") or ""),
             partition=rec.partition,
         )
     return out
@@ -319,8 +330,11 @@ def job_from_db_dict(job: Mapping[str, Any], tres_names: Mapping[int, str]) -> S
     gives it (allocation only: the steps are dropped). ``tres_names``: TRES id -> name
     (:meth:`CliSlurmClient.tres_names`); an id it lacks raises KeyError.
 
-    The old API's accounting record carries no comment and no state reason: both are ""
-    (Mirage's token is in the job name too, which it does carry)."""
+    What sacct does with the same record, done here too: the comment is the record's
+    ``derived_es`` (where slurmdbd keeps the job's comment under
+    ``AccountingStoreFlags=job_comment``; sacct's Comment prints that field); a job that
+        a job not yet finished has no end (the record carries "now"). The old API's record
+    carries no state reason: ``reason`` is "" (sacct prints ``None`` or the last one)."""
     job_id_num = _number(job.get("jobid"))
     if not job_id_num:
         raise SlurmError(
@@ -342,6 +356,7 @@ def job_from_db_dict(job: Mapping[str, Any], tres_names: Mapping[int, str]) -> S
     if gpus is None:
         gpus = tres_gpus(req)
     cpus = tres_count(alloc, "cpu") or tres_count(req, "cpu") or _number(job.get("req_cpus"))
+    nodes = _number(job.get("alloc_nodes")) or 0
     return SlurmJob(
         job_id=job_id,
         name=str(job.get("jobname") or ""),
@@ -353,14 +368,14 @@ def job_from_db_dict(job: Mapping[str, Any], tres_names: Mapping[int, str]) -> S
         submit=_epoch(job.get("submit")),
         eligible=_epoch(job.get("eligible")),
         start=_epoch(job.get("start")),
-        end=_epoch(job.get("end")),
+        end=_epoch(job.get("end")) if state.is_finished else None,
         time_limit=_minutes(job.get("timelimit")),
-        nodes=_number(job.get("alloc_nodes")) or 0,
+        nodes=nodes,
         cpus=cpus or 0,
         gpus=gpus or 0,
         priority=_number(job.get("priority")),
         dependency="",
-        comment="",
+        comment=str(job.get("derived_es") or ""),
         exit_code=_exit_code(_number(job.get("exitcode"))) if state.is_finished else None,
         array_job_id=array_job_id,
         array_task_id=array_task_id,
@@ -368,10 +383,18 @@ def job_from_db_dict(job: Mapping[str, Any], tres_names: Mapping[int, str]) -> S
     )
 
 
-def local_slurm_time(epoch: int) -> str:
+def local_slurm_time(epoch: int) -> bytes:
     """Epoch seconds as ``slurm_parse_time`` reads them in this process: local time (the
-    library runs here, in the daemon's TZ; the CLI backend's children get TZ=UTC)."""
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%dT%H:%M:%S")
+    library runs here, in the daemon's TZ; the CLI backend's children get TZ=UTC), as
+    bytes (``slurmdb_jobs.get`` takes ``char*`` and refuses a str)."""
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%dT%H:%M:%S").encode()
+
+
+#: ``slurmdb_job_cond_t.flags`` for :meth:`PyslurmClient.accounting`, as ``sacct -X``
+#: sets them: JOBCOND_FLAG_NO_STEP (allocations only: steps are not loaded at all) and
+#: JOBCOND_FLAG_NO_TRUNC (times as recorded; without it slurmdbd truncates them to the
+#: window and gives a job cancelled before it ran its end as its start).
+ACCOUNTING_FLAGS = (1 << 1) | (1 << 2)
 
 
 # ---------------------------------------------------------------------- module, version
@@ -497,7 +520,9 @@ class PyslurmClient(SlurmClient):
         found = self._call(
             "slurmdb_jobs.get",
             lambda: self.pyslurm.slurmdb_jobs().get(
-                starttime=local_slurm_time(start), endtime=local_slurm_time(stop)
+                starttime=local_slurm_time(start),
+                endtime=local_slurm_time(stop),
+                flags=ACCOUNTING_FLAGS,
             ),
         )
         records = list(found.values())

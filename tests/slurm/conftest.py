@@ -25,6 +25,7 @@ import pytest
 from mirage.daemon.store import Store
 from mirage.policy.cost import Transition
 from mirage.slurm.cli_backend import CliSlurmClient
+from mirage.slurm.client import SlurmClient
 from mirage.slurm.run import SubprocessRunner
 from mirage.slurm.types import JobState, SlurmError, SlurmJob, SubmitRequest
 
@@ -64,6 +65,70 @@ def jobdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("slurm-jobs")
 
 
+# ---- the backends (``[slurm] backend``): one contract, tested on both
+
+#: Every SlurmClient backend of a real cluster; the contract tests run once per backend.
+BACKENDS = ("cli", "pyslurm")
+#: How long a test waits for ``make test``'s background pyslurm build (run-tests.sh).
+PYSLURM_BUILD_WAIT_S = 1500.0
+
+
+@cache
+def _pyslurm_missing() -> str | None:
+    """Why the pyslurm backend cannot run here (None: it can). ``make test`` builds it from
+    the vendored source beside the Slurm tests and names, in ``MIRAGE_PYSLURM_BUILD``, the
+    file it writes the build's exit status to: wait for that first."""
+    import importlib
+
+    from mirage.slurm.pyslurm_backend import PyslurmUnavailableError, check_pyslurm, load_pyslurm
+
+    marker = os.environ.get("MIRAGE_PYSLURM_BUILD")
+    if marker:
+        deadline = time.monotonic() + PYSLURM_BUILD_WAIT_S
+        while not Path(marker).exists() and time.monotonic() < deadline:
+            time.sleep(2)
+        rc = Path(marker).read_text().strip() if Path(marker).exists() else "still running"
+        if rc != "0":
+            log = Path(marker).with_suffix(".log")
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            return f"the pyslurm build (scripts/build-pyslurm.sh) ended: {rc}\n{tail}"
+    importlib.invalidate_caches()  # installed after this process started
+    try:
+        check_pyslurm(load_pyslurm(), CliSlurmClient(timeout=60.0))
+    except PyslurmUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def make_client(backend: str) -> SlurmClient:
+    """A client of ``backend`` on the test cluster. pyslurm missing: the test is skipped
+    with the reason, or fails under ``MIRAGE_REQUIRE_PYSLURM=1`` (``make test`` sets it
+    where the vendored source is there to build)."""
+    if backend == "cli":
+        return CliSlurmClient(timeout=60.0)
+    from mirage.slurm.pyslurm_backend import PyslurmClient
+
+    reason = _pyslurm_missing()
+    if reason is not None:
+        if os.environ.get("MIRAGE_REQUIRE_PYSLURM") == "1":
+            pytest.fail(f"MIRAGE_REQUIRE_PYSLURM=1 but {reason}", pytrace=False)
+        pytest.skip(f"pyslurm backend: {reason}")
+    return PyslurmClient(CliSlurmClient(timeout=60.0))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[SlurmClient]:
+    """A client of each backend in turn; jobs recorded in ``client.mine`` are cancelled
+    after the test."""
+    client = make_client(request.param)
+    mine: list[str] = []
+    client.mine = mine  # type: ignore[attr-defined]
+    yield client
+    if mine:
+        with contextlib.suppress(SlurmError):
+            client.cancel(mine)
+
+
 @pytest.fixture
 def slurm() -> Iterator[CliSlurmClient]:
     """A client; jobs recorded in ``client.mine`` are cancelled after the test."""
@@ -77,7 +142,7 @@ def slurm() -> Iterator[CliSlurmClient]:
 
 
 def wait_for(
-    client: CliSlurmClient,
+    client: SlurmClient,
     job_id: str,
     predicate: Callable[[SlurmJob], bool],
     timeout: float = 60.0,

@@ -1,4 +1,7 @@
-"""CliSlurmClient against the real test cluster (scripts/slurm-testbed/start.sh).
+"""Every SlurmClient backend (``cli``, ``pyslurm``) against the real test cluster
+(scripts/slurm-testbed/start.sh): each test runs once per backend (the ``backend`` fixture
+of conftest.py), so both keep one contract. What the two must also agree on record for
+record, and the array and fault cases: test_backends.py.
 
 Every test uses its own jobs and cancels them; tests may run in parallel (pytest-xdist).
 The slow TIMEOUT case submits its job when the module starts and checks it in the last
@@ -17,6 +20,7 @@ import pytest
 
 from mirage.daemon.revoke import HELD_REASONS
 from mirage.slurm.cli_backend import CliSlurmClient
+from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import JobState, SlurmJob, SubmitRequest
 from tests.slurm.conftest import wait_for
 
@@ -29,7 +33,12 @@ def tag() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def submit(client: CliSlurmClient, request: SubmitRequest, jobdir: Path) -> str:
+@pytest.fixture
+def slurm(backend: SlurmClient) -> SlurmClient:
+    return backend
+
+
+def submit(client: SlurmClient, request: SubmitRequest, jobdir: Path) -> str:
     if request.chdir is None:
         request = dataclasses.replace(request, chdir=str(jobdir))
     job_id = client.submit(request)
@@ -51,13 +60,13 @@ def timeout_job(_require_slurm: None, jobdir: Path) -> Iterator[tuple[str, int]]
     client.cancel([job_id])
 
 
-def test_timeout_job_submitted(timeout_job: tuple[str, int], slurm: CliSlurmClient) -> None:
+def test_timeout_job_submitted(timeout_job: tuple[str, int], slurm: SlurmClient) -> None:
     job_id, _ = timeout_job
     job = wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, what="running")
     assert job.time_limit == 60
 
 
-def test_gpu_job_runs_with_its_gres(slurm: CliSlurmClient, tmp_path: Path, jobdir: Path) -> None:
+def test_gpu_job_runs_with_its_gres(slurm: SlurmClient, tmp_path: Path, jobdir: Path) -> None:
     out = tmp_path / "gpu.out"
     script = b'#!/bin/sh\necho "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"\nsleep 30\n'
     job_id = submit(
@@ -83,7 +92,7 @@ def test_gpu_job_runs_with_its_gres(slurm: CliSlurmClient, tmp_path: Path, jobdi
     assert len(devices) == 2 and all(d.isdigit() for d in devices), line
 
 
-def test_dependent_job_waits_for_parent(slurm: CliSlurmClient, jobdir: Path) -> None:
+def test_dependent_job_waits_for_parent(slurm: SlurmClient, jobdir: Path) -> None:
     parent = submit(
         slurm,
         SubmitRequest(
@@ -120,7 +129,7 @@ def test_dependent_job_waits_for_parent(slurm: CliSlurmClient, jobdir: Path) -> 
     assert done.start >= parent_job.end
 
 
-def test_test_only_estimate(slurm: CliSlurmClient) -> None:
+def test_test_only_estimate(slurm: SlurmClient) -> None:
     est = slurm.test_only(SubmitRequest(script=b"#!/bin/sh\ntrue\n", time_limit=600, gres="gpu:1"))
     assert est.job_id is not None and est.job_id.isdigit()
     assert est.start is not None
@@ -129,7 +138,7 @@ def test_test_only_estimate(slurm: CliSlurmClient) -> None:
     assert est.nodes.startswith("gpu")
 
 
-def test_comment_and_name_reach_squeue_and_sacct(slurm: CliSlurmClient, jobdir: Path) -> None:
+def test_comment_and_name_reach_squeue_and_sacct(slurm: SlurmClient, jobdir: Path) -> None:
     name = f"mirage-t-comment-{tag()}"
     comment = f"mirage chain={tag()} step=3"
     since = int(time.time()) - 5
@@ -169,7 +178,7 @@ def _wait_file(path: Path, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def test_hold_update_release_signal_cancel(slurm: CliSlurmClient, jobdir: Path) -> None:
+def test_hold_update_release_signal_cancel(slurm: SlurmClient, jobdir: Path) -> None:
     job_id = submit(
         slurm,
         SubmitRequest(
@@ -195,7 +204,7 @@ def test_hold_update_release_signal_cancel(slurm: CliSlurmClient, jobdir: Path) 
     slurm.cancel([job_id])  # already finished: not an error
 
 
-def _revocation(slurm: CliSlurmClient, jobdir: Path, running: str) -> None:
+def _revocation(slurm: SlurmClient, jobdir: Path, running: str) -> None:
     """What the daemon's revocation relies on (mirage/daemon/revoke.py): hold, then
     ``scancel --state=PENDING``. A running job is held without error (priority 0) and not
     cancelled; a release restores it. A pending job, held, is cancelled."""
@@ -220,7 +229,7 @@ def _revocation(slurm: CliSlurmClient, jobdir: Path, running: str) -> None:
     wait_for(slurm, pending, lambda j: j.state is JobState.CANCELLED, what="revoked")
 
 
-def test_show_partitions_nodes_config(slurm: CliSlurmClient) -> None:
+def test_show_partitions_nodes_config(slurm: SlurmClient) -> None:
     parts = {p["PartitionName"]: p for p in slurm.show("partition")}
     assert parts["gpu"]["MaxTime"] == "2-00:00:00"
     assert parts["debug"]["MaxTime"] == "01:00:00"
@@ -234,7 +243,7 @@ def test_show_partitions_nodes_config(slurm: CliSlurmClient) -> None:
     assert "bf_window=2880" in config["SchedulerParameters"]
 
 
-def test_zz_timeout_reaches_sacct(timeout_job: tuple[str, int], slurm: CliSlurmClient) -> None:
+def test_zz_timeout_reaches_sacct(timeout_job: tuple[str, int], slurm: SlurmClient) -> None:
     """Last in the module: the job was submitted at module start; TIMEOUT comes ~90 s later."""
     job_id, submitted = timeout_job
     deadline = time.monotonic() + 240

@@ -1,5 +1,6 @@
-"""With slurmctld (then slurmdbd) stopped, the client raises SlurmUnreachableError, and
-works again once start.sh has brought the daemon back.
+"""With slurmctld (then slurmdbd) stopped, each backend's client (``cli``, ``pyslurm``)
+raises SlurmUnreachableError, never a refusal or an empty answer, and works again once
+start.sh has brought the daemon back.
 
 Stops daemons, so it must not run beside the other Slurm tests: it is skipped under
 pytest-xdist, and marked ``slurm_last`` so that a plain ``pytest -m slurm`` run takes it
@@ -16,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import SlurmUnreachableError, SubmitRequest
 from tests.slurm.cluster_control import restart_cluster, stop_daemon
-from tests.slurm.conftest import LAB
+from tests.slurm.conftest import BACKENDS, LAB, make_client
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_serial, pytest.mark.slurm_last]
 
@@ -32,8 +32,9 @@ def _not_under_xdist() -> None:
         pytest.skip("stops Slurm daemons: run alone with `pytest -m slurm_serial -p no:xdist`")
 
 
-def test_slurmctld_down_then_back(tmp_path: Path) -> None:
-    client = CliSlurmClient(timeout=60.0)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slurmctld_down_then_back(backend: str, tmp_path: Path) -> None:
+    client = make_client(backend)
     client.queue()
     stop_daemon(LAB / "run" / "slurmctld.pid", "slurmctld")
     try:
@@ -43,6 +44,10 @@ def test_slurmctld_down_then_back(tmp_path: Path) -> None:
             client.submit(TRUE_JOB)
         with pytest.raises(SlurmUnreachableError):
             client.start_estimates()
+        with pytest.raises(SlurmUnreachableError):
+            client.cancel(["1"])  # an action, not only the reads
+        with pytest.raises(SlurmUnreachableError):
+            client.hold(["1"])
     finally:
         restart_cluster()
     assert client.queue().slurm_version
@@ -50,14 +55,18 @@ def test_slurmctld_down_then_back(tmp_path: Path) -> None:
     client.cancel([job_id])
 
 
-def test_slurmdbd_down_then_back() -> None:
-    client = CliSlurmClient(timeout=60.0)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slurmdbd_down_then_back(backend: str) -> None:
+    client = make_client(backend)
     since = int(time.time()) - 3600
     client.accounting(since)
     stop_daemon(LAB / "run" / "slurmdbd.pid", "slurmdbd")
     try:
         with pytest.raises(SlurmUnreachableError):
             client.accounting(since)
+        with pytest.raises(SlurmUnreachableError):
+            client.accounting(since, every_state=True)
+        client.queue()  # the controller still answers
     finally:
         restart_cluster()
     client.accounting(since)

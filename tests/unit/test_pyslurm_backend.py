@@ -112,7 +112,8 @@ def test_queue_record_without_id_is_an_error() -> None:
 def test_start_estimates_from_pending_jobs_only() -> None:
     est = start_estimates_from_queue(QUEUE.values())
     assert set(est) == {"102", "103", "200_[3-5%2]"}
-    assert est["103"].start == 1772460000 and est["103"].nodes == "gpu03"
+    # squeue --start's %N: the job's nodes, none while pending (sched_nodes is %Y)
+    assert est["103"].start == 1772460000 and est["103"].nodes == ""
     assert est["103"].partition == "gpu"
     assert est["102"].start is None  # squeue --start prints N/A
 
@@ -265,8 +266,13 @@ class FakePyslurm:
                 return {int(k): v for k, v in QUEUE.items()}
 
         class slurmdb_jobs:
-            def get(self, starttime: Any = 0, endtime: Any = 0) -> dict[int, dict[str, Any]]:
-                outer.record("slurmdb_jobs.get", (starttime, endtime))
+            def get(
+                self, starttime: Any = 0, endtime: Any = 0, flags: int = 0
+            ) -> dict[int, dict[str, Any]]:
+                # as pyslurm 22.5.3: times are char* ("expected bytes, str found")
+                if not all(isinstance(t, bytes) for t in (starttime, endtime)):
+                    raise TypeError("expected bytes, str found")
+                outer.record("slurmdb_jobs.get", (starttime.decode(), endtime.decode()))
                 return {int(k): v for k, v in DB.items()}
 
         self.job = job
