@@ -769,16 +769,10 @@ def read_client(cfg: Config, backend: str) -> SlurmClient:
     )
     if backend != "pyslurm":
         return cli
-    from mirage.slurm.pyslurm_backend import (
-        PyslurmClient,
-        PyslurmUnavailableError,
-        check_pyslurm,
-        load_pyslurm,
-    )
+    from mirage.slurm.pyslurm_backend import PyslurmUnavailableError, open_pyslurm_client
 
     try:
-        module = load_pyslurm()
-        version = check_pyslurm(module, cli)
+        return open_pyslurm_client(cli)
     except PyslurmUnavailableError as exc:
         raise click.ClickException(str(exc)) from exc
     except SlurmError as exc:
@@ -786,7 +780,6 @@ def read_client(cfg: Config, backend: str) -> SlurmClient:
             f'[slurm] backend = "pyslurm": cannot read the running Slurm\'s release '
             f"(scontrol version): {exc}"
         ) from exc
-    return PyslurmClient(cli, module=module, slurm_version=version)
 
 
 def announce(daemon: Daemon, cfg: Config) -> None:

@@ -55,6 +55,7 @@ call's refusal (:class:`SubmitError` for a submission), anything else a plain
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 import logging
 import pwd
@@ -587,3 +588,25 @@ class PyslurmClient(SlurmClient):
 
     def update_time_limit(self, job_id: str, seconds: int) -> None:
         self.cli.update_time_limit(job_id, seconds)
+
+
+# ---------------------------------------------------------------------- in a worker
+
+
+def open_pyslurm_client(cli: CliSlurmClient, margin_s: float = 5.0) -> SlurmClient:
+    """The pyslurm backend as the daemon runs it: pyslurm checked here (import and
+    release: :class:`PyslurmUnavailableError` saying what to install), then a
+    :class:`PyslurmClient` built and run in a child process
+    (:class:`~mirage.slurm.worker.ProcessClient`): pyslurm holds the GIL through its C
+    calls and has no timeout of its own. Each call's limit is the CLI's for the same
+    call plus ``margin_s``, so that the CLI's own typed errors come first."""
+    from mirage.slurm.worker import ProcessClient
+
+    version = check_pyslurm(load_pyslurm(), cli)
+    return ProcessClient(
+        functools.partial(PyslurmClient, cli, slurm_version=version),
+        timeout=cli.timeout + margin_s,
+        accounting_timeout=cli.accounting_timeout + margin_s,
+        submit_timeout=cli.submit_timeout + margin_s,
+        name="pyslurm",
+    )

@@ -163,9 +163,14 @@ class SlurmError(Exception):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
+        self.message = message
         text = message or f"{self.argv[0] if self.argv else '?'} exited with {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
         super().__init__(f"{text}: {detail}" if detail else text)
+
+    def __reduce__(self) -> tuple[type[SlurmError], tuple[list[str], int | None, str, str]]:
+        # pickled whole, as raised (a backend run in a worker process sends its errors back)
+        return type(self), (self.argv, self.returncode, self.stderr, self.message)
 
 
 class SlurmUnreachableError(SlurmError):

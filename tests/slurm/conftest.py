@@ -106,14 +106,14 @@ def make_client(backend: str) -> SlurmClient:
     where the vendored source is there to build)."""
     if backend == "cli":
         return CliSlurmClient(timeout=60.0)
-    from mirage.slurm.pyslurm_backend import PyslurmClient
+    from mirage.slurm.pyslurm_backend import open_pyslurm_client
 
     reason = _pyslurm_missing()
     if reason is not None:
         if os.environ.get("MIRAGE_REQUIRE_PYSLURM") == "1":
             pytest.fail(f"MIRAGE_REQUIRE_PYSLURM=1 but {reason}", pytrace=False)
         pytest.skip(f"pyslurm backend: {reason}")
-    return PyslurmClient(CliSlurmClient(timeout=60.0))
+    return open_pyslurm_client(CliSlurmClient(timeout=60.0))  # as the daemon runs it
 
 
 @pytest.fixture(params=BACKENDS)
@@ -194,7 +194,7 @@ class MirageDaemon:
     ``kill`` (SIGKILL) and ``stop`` (SIGTERM) can be repeated: a restart keeps the state.
     """
 
-    def __init__(self, root: Path, name: str, **daemon: int | str) -> None:
+    def __init__(self, root: Path, name: str, backend: str = "cli", **daemon: int | str) -> None:
         import tempfile
 
         self.root = root
@@ -221,6 +221,7 @@ class MirageDaemon:
         # the mechanics under test need the fixed lead to act on the idle test cluster: no
         # estimate guard (its own test: test_daemon_cluster.py)
         lines += ["[policy]", 'default = "fixed-lead"', 'guard = "none"', f"lead_s = {self.lead_s}"]
+        lines += ["[slurm]", f'backend = "{backend}"']  # the daemon's reads ([slurm] backend)
         lines += ["[metrics]", 'address = "127.0.0.1"', f"port = {self.metrics_port}"]
         lines += ["[socket]", f'path = "{self.sock_dir / "mirage.sock"}"']
         self.config = root / "mirage.toml"
@@ -346,10 +347,12 @@ def mirage_daemons(tmp_path: Path) -> Iterator[Callable[..., MirageDaemon]]:
     """A factory of :class:`MirageDaemon`; all are stopped and their jobs cancelled after."""
     made: list[MirageDaemon] = []
 
-    def make(name: str, **daemon: int | str) -> MirageDaemon:
+    def make(name: str, backend: str = "cli", **daemon: int | str) -> MirageDaemon:
+        if backend != "cli":
+            make_client(backend)  # skips (or fails) here when that backend cannot run
         root = tmp_path / name
         root.mkdir()
-        d = MirageDaemon(root, name, **daemon)
+        d = MirageDaemon(root, name, backend, **daemon)
         made.append(d)
         return d
 

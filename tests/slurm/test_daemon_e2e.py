@@ -29,6 +29,7 @@ from mirage.daemon.store import Chain, ChainState, Segment
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import JobState
 from tests.slurm.conftest import (
+    BACKENDS,
     MirageDaemon,
     jobs_by_token,
     run_under_load,
@@ -48,11 +49,12 @@ def _not_under_xdist() -> None:
 CHAINS, SEGMENTS, LIMIT_MIN, LEAD_S, PENDING = 2, 3, 1, 45, 2
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_chains_under_background_load_every_gap_from_sacct(
-    mirage_daemons: Callable[..., MirageDaemon],
+    mirage_daemons: Callable[..., MirageDaemon], backend: str
 ) -> None:
     client = CliSlurmClient(timeout=60.0)
-    d = mirage_daemons("e2e")
+    d = mirage_daemons("e2e", backend)
     d.set_lead(LEAD_S)
     run = run_under_load(
         d,

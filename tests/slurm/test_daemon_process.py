@@ -38,7 +38,7 @@ from mirage.daemon.store import (
     SubmissionState,
 )
 from mirage.slurm.cli_backend import CliSlurmClient
-from tests.slurm.conftest import MirageDaemon, until
+from tests.slurm.conftest import BACKENDS, MirageDaemon, until
 
 pytestmark = pytest.mark.slurm
 
@@ -110,11 +110,12 @@ def usr1_count(work: Path, job_id: str) -> int:
 POINTS = ("after-intent", "after-sbatch", "during-handoff")
 
 
-def test_kill_9_at_each_crash_point_then_restart(mirage_daemons: MakeDaemon) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kill_9_at_each_crash_point_then_restart(mirage_daemons: MakeDaemon, backend: str) -> None:
     """The three points side by side (one daemon and database each): ~45 s, not 3 x 45 s."""
     since = int(time.time()) - 60
     client = CliSlurmClient(timeout=60.0)
-    daemons = {p: mirage_daemons(p.replace("-", "")) for p in POINTS}
+    daemons = {p: mirage_daemons(p.replace("-", ""), backend) for p in POINTS}
     chains = {p: register(d) for p, d in daemons.items()}
     for p, d in daemons.items():
         d.start(fault=p)
@@ -208,7 +209,8 @@ def _not_under_xdist() -> None:
 
 @pytest.mark.slurm_serial
 @pytest.mark.usefixtures("_not_under_xdist")
-def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon, backend: str) -> None:
     """The controller goes away for ~20 s (10 poll intervals; a failed poll takes ~9 s) while
     segment 1 runs and the successor's decision falls due: no chain ends, the metrics say
     unreachable, and the successor is pre-submitted at the first good poll after slurmctld
@@ -219,7 +221,7 @@ def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon) -> None:
 
     since = int(time.time()) - 60
     client = CliSlurmClient(timeout=60.0)
-    d = mirage_daemons("outage")
+    d = mirage_daemons("outage", backend)
     d.set_lead(40)  # due 20 s into segment 1: inside the outage below
     chain_id, work = register(d, last_s=5)  # no restart to outlive here
     d.start()

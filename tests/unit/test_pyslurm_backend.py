@@ -5,6 +5,7 @@ old API, RPCError with .errno from the new one)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from mirage.slurm.pyslurm_backend import (
     version_mismatch,
 )
 from mirage.slurm.run import CommandResult
+from mirage.slurm.worker import ProcessClient
 from mirage.slurm.types import (
     JobState,
     SlurmError,
@@ -520,4 +522,9 @@ def test_daemon_read_client_stops_with_one_line(monkeypatch: pytest.MonkeyPatch)
         daemon_cli.read_client(cfg, "pyslurm")
     monkeypatch.setattr(CliSlurmClient, "version", lambda self: "22.05.8")
     got = daemon_cli.read_client(cfg, "pyslurm")
-    assert isinstance(got, PyslurmClient) and got.version() == "22.05.8"
+    # checked here, run in a child process (mirage/slurm/worker.py: pyslurm holds the GIL)
+    assert isinstance(got, ProcessClient) and got.name == "pyslurm"
+    factory = got.factory
+    assert isinstance(factory, functools.partial) and factory.func is PyslurmClient
+    assert factory.keywords == {"slurm_version": "22.05.8"}
+    assert got.timeout == cfg.slurm.timeout_s + 5  # the CLI's limit first, then the worker's
