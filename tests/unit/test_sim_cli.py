@@ -123,6 +123,17 @@ def test_calibrate_table() -> None:
     assert res.exit_code == 0, res.output
     assert "KS" in res.stdout and "best:" in res.stdout
     assert "[[partitions]]" in res.stdout  # the calibrated profile, as TOML
+    # Issue 28: a line per replay as it ends, all before the table (stdout and stderr
+    # as a terminal shows them, one stream)
+    progress = [i for i, ln in enumerate(res.output.splitlines()) if ln.startswith("  nodes=")]
+    table = next(i for i, ln in enumerate(res.output.splitlines()) if "Calibration on" in ln)
+    assert progress and max(progress) < table
+
+
+def test_calibrate_help_says_the_default_node_range() -> None:
+    """Issue 28: the default range (40-120 nodes, made for ls6) is said, with its reason."""
+    out = " ".join(run("calibrate", "--help").output.split())
+    assert "by default 120 down to 40" in out and "your partition's size" in out
 
 
 def test_calibrate_errors() -> None:
