@@ -530,9 +530,10 @@ def _theta_sample(t: _Text, start: int) -> _ThetaSample:
 
 
 def _theta_doubt(t: _Text, start: int) -> str:
-    """A note when an SWF file read as standard SWF may be in the Theta layout ("" if not)."""
+    """A note when an SWF file read as standard SWF (detected so, or forced with --format)
+    may be in the Theta layout ("" if not)."""
     s = _theta_sample(t, start)
-    if not s.argonne or 2 * s.argonne < s.numeric18 or s.layout():
+    if not s.argonne or 2 * s.argonne < s.numeric18:
         return ""
     return (
         f"read as standard SWF although {s.argonne} of {s.numeric18} sampled rows look like "

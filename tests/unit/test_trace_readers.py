@@ -423,6 +423,9 @@ def test_theta_layout_on_few_rows_is_swf_with_a_note(tmp_path: Path) -> None:
     assert any("5 of 5 sampled rows look like the Theta/Cobalt layout" in n for n in load.notes)
     forced = load_trace(pa, "theta")
     assert forced.jobs["time_limit"].notna().all() and forced.jobs["nodes"].notna().all()
+    pa, _ = cobalt_pair(tmp_path)  # all 40 rows: Theta, unless forced to SWF (then noted)
+    notes = load_trace(pa, "swf").notes
+    assert any("40 of 40 sampled rows look like the Theta/Cobalt layout" in n for n in notes)
 
 
 def test_standard_swf_is_not_theta(tmp_path: Path) -> None:
