@@ -55,6 +55,7 @@ from mirage.evaluate.protocol import (
 
 if TYPE_CHECKING:
     from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker
+    from mirage.fmt import HourUnit
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         render_ceiling,
         render_gains,
         render_shipped,
+        table_unit,
         to_json,
     )
     from mirage.evaluate.stats import (
@@ -368,9 +370,10 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     for line in said:
         log.warning("load %g: %s", load, line)
     entry["warnings"] = said
-    text = render(tab, title) + render_ceiling(ceil) + render_gains(gained)
-    text += render_shipped(shipped)
-    return text + _comparisons(h2h, picked, stated, ahead_h2h), entry
+    unit = table_unit(tab)
+    text = render(tab, title, unit) + render_ceiling(ceil) + render_gains(gained, unit)
+    text += render_shipped(shipped, unit)
+    return text + _comparisons(h2h, picked, stated, ahead_h2h, unit), entry
 
 
 def _shipped_json(rows: Any) -> dict[str, Any]:
@@ -421,16 +424,17 @@ def _records(
     return samples, queue, noarr, ahead
 
 
-def _comparisons(h2h: Any, picked: Any, stated: dict[str, float], ahead: Any) -> str:
+def _comparisons(h2h: Any, picked: Any, stated: dict[str, float], ahead: Any,
+                 unit: HourUnit) -> str:  # fmt: skip
     """The text after a load's table: head to head (best learned, selected, look-ahead),
     coverage."""
     from mirage.evaluate.report import render_head_to_head
 
-    text = render_head_to_head(h2h) if h2h else ""
+    text = render_head_to_head(h2h, unit=unit) if h2h else ""
     if picked:
-        text += render_head_to_head(picked, "the method selected on the tuning split")
+        text += render_head_to_head(picked, "the method selected on the tuning split", unit)
     if ahead:
-        text += render_head_to_head(ahead, "lookahead")
+        text += render_head_to_head(ahead, "lookahead", unit)
     if stated:
         text += "\nstated 90% intervals of the successor's wait covering the truth (test): "
         text += ", ".join(f"{m} {c:.0%}" for m, c in stated.items())

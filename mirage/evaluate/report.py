@@ -21,6 +21,7 @@ from mirage.evaluate.stats import (
     ShippedRow,
     load_levels,
 )
+from mirage.fmt import HOURS, HourUnit, hours_unit
 
 SHORT = {
     "mean_J_h": "J h",
@@ -35,15 +36,32 @@ SHORT = {
 }
 
 
-def _fmt(c: Cell) -> str:
+def _fmt(c: Cell, unit: HourUnit = HOURS) -> str:
+    """``value [lo,hi]``, hours in ``unit`` (a share or a count: the default, as it is)."""
     if math.isnan(c.value):
         return "-"
-    lo = "?" if math.isnan(c.lo) else f"{c.lo:.2f}"
-    hi = "?" if math.isnan(c.hi) else f"{c.hi:.2f}"
-    return f"{c.value:.2f} [{lo},{hi}]"
+    lo = "?" if math.isnan(c.lo) else unit.fmt(c.lo)
+    hi = "?" if math.isnan(c.hi) else unit.fmt(c.hi)
+    return f"{unit.fmt(c.value)} [{lo},{hi}]"
 
 
-def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "") -> str:
+def table_unit(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]]) -> HourUnit:
+    """The unit of every figure in hours in a load's text: minutes or seconds where the
+    table's largest is under an hour (a short log's J reads "4.50 min", not "0.08")."""
+    return hours_unit(
+        c.value for per in tab.values() for cells in per.values()
+        for k, c in cells.items() if k.endswith("_h")
+    )  # fmt: skip
+
+
+def _label(metric: str, unit: HourUnit) -> str:
+    """The column's short name, its unit of hours swapped for ``unit``'s."""
+    short = SHORT[metric]
+    return short.removesuffix(" h") + f" {unit.name}" if metric.endswith("_h") else short
+
+
+def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "",
+           unit: HourUnit = HOURS) -> str:  # fmt: skip
     """One block per load level: a row per method, a column per metric (value [95% CI])."""
     lines = [title] if title else []
     methods = list(tab)
@@ -51,8 +69,11 @@ def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "")
         n = next(iter(tab.values()))[level]["mean_J_h"].n if tab else 0
         flag = "" if level == "all" or n >= MIN_N else f"  (n < {MIN_N}: does not count)"
         lines.append(f"\n[{level}] n = {n}{flag}")
-        header = ["method"] + [SHORT[m] for m in METRICS]
-        rows = [[m] + [_fmt(tab[m][level][k]) for k in METRICS] for m in methods]
+        header = ["method"] + [_label(m, unit) for m in METRICS]
+        rows = [
+            [m] + [_fmt(tab[m][level][k], unit if k.endswith("_h") else HOURS) for k in METRICS]
+            for m in methods
+        ]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for r in rows:
@@ -60,11 +81,14 @@ def render(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]], title: str = "")
     return "\n".join(lines)
 
 
-def render_head_to_head(h2h: Mapping[str, HeadToHead], who: str = "best learned") -> str:
+def render_head_to_head(h2h: Mapping[str, HeadToHead], who: str = "best learned",
+                        unit: HourUnit = HOURS) -> str:  # fmt: skip
     """One line per level: ``who`` vs the best baseline, the paired difference."""
-    lines = [f"\n{who} against best non-oracle baseline (paired difference of mean J, h):"]
+    lines = [
+        f"\n{who} against best non-oracle baseline (paired difference of mean J, {unit.name}):"
+    ]
     for level, h in h2h.items():
-        lines.append(f"  [{level}] {h.learned} - {h.baseline}: {_fmt(h.diff)}  {h.verdict}")
+        lines.append(f"  [{level}] {h.learned} - {h.baseline}: {_fmt(h.diff, unit)}  {h.verdict}")
     return "\n".join(lines)
 
 
@@ -79,24 +103,25 @@ def render_ceiling(ceil: Mapping[str, Cell]) -> str:
     )
 
 
-def render_gains(per_level: Mapping[str, LevelGains]) -> str:
+def render_gains(per_level: Mapping[str, LevelGains], unit: HourUnit = HOURS) -> str:
     """Per level that counts: the oracle gain, and per method its share of it and the
     paired interval of its J minus reactive's (no harm: upper bound <= NO_HARM_H)."""
     if not per_level:
         return ""
     lines = [
-        "\noracle gain (reactive's mean J minus the oracle's, h) and each method's share of "
-        f"it; no harm: the paired 95% interval of (method - reactive) J ends at most "
-        f"+{NO_HARM_H:g} h above 0"
+        f"\noracle gain (reactive's mean J minus the oracle's, {unit.name}) and each method's "
+        f"share of it; no harm: the paired 95% interval of (method - reactive) J ends at most "
+        f"+{NO_HARM_H * unit.per_hour:g} {unit.name} above 0"
     ]
     for level, g in per_level.items():
-        lines.append(f"  [{level}] n = {g.oracle_gain.n}, oracle gain {_fmt(g.oracle_gain)}")
-        header = ["method", "share", "method - reactive, h", "no harm"]
+        gain = _fmt(g.oracle_gain, unit)
+        lines.append(f"  [{level}] n = {g.oracle_gain.n}, oracle gain {gain}")
+        header = ["method", "share", f"method - reactive, {unit.name}", "no harm"]
         rows = [
             [
                 m,
                 "-" if math.isnan(x.share) else f"{x.share:.0%}",
-                _fmt(x.harm),
+                _fmt(x.harm, unit),
                 "yes" if x.no_harm else "NO",
             ]
             for m, x in g.methods.items()
@@ -107,7 +132,7 @@ def render_gains(per_level: Mapping[str, LevelGains]) -> str:
     return "\n".join(lines)
 
 
-def render_shipped(rows: Mapping[str, ShippedRow]) -> str:
+def render_shipped(rows: Mapping[str, ShippedRow], unit: HourUnit = HOURS) -> str:
     """The shipped configuration against reactive, the oracle and the best baseline, per
     level that counts; "meets" says whether the level holds the targets (no harm; where
     the oracle gain is at least 1 h, at least 85% of it and better than the best baseline;
@@ -115,17 +140,18 @@ def render_shipped(rows: Mapping[str, ShippedRow]) -> str:
     if not rows:
         return ""
     header = ["level", "n", "reactive", "oracle", "oracle gain", "best baseline", "shipped J",
-              "share", "shipped - reactive, h", "shipped - best, h", "meets"]  # fmt: skip
+              "share", f"shipped - reactive, {unit.name}", f"shipped - best, {unit.name}",
+              "meets"]  # fmt: skip
     body = [
-        [lv, str(r.n), f"{r.reactive_h:.2f}", f"{r.oracle_h:.2f}", f"{r.gain.value:.2f}",
-         f"{r.best_baseline} {r.best_baseline_h:.2f}", f"{r.shipped_h:.2f}",
+        [lv, str(r.n), unit.fmt(r.reactive_h), unit.fmt(r.oracle_h), unit.fmt(r.gain.value),
+         f"{r.best_baseline} {unit.fmt(r.best_baseline_h)}", unit.fmt(r.shipped_h),
          "-" if math.isnan(r.shipped.share) else f"{r.shipped.share:.0%}",
-         _fmt(r.shipped.harm), _fmt(r.against_best),
+         _fmt(r.shipped.harm, unit), _fmt(r.against_best, unit),
          "-" if lv == "all" else "yes" if r.meets else "NO"]
         for lv, r in rows.items()
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = ["\nthe shipped configuration (the daemon's default [policy]; mean J, h):"]
+    lines = [f"\nthe shipped configuration (the daemon's default [policy]; mean J, {unit.name}):"]
     for r in [header, *body]:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     return "\n".join(lines)

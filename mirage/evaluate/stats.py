@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mirage.evaluate.harness import Outcomes
+from mirage.fmt import duration
 
 HOUR = 3600
 MIN_N = 30
@@ -373,14 +374,15 @@ def warnings_for(
         if len(by) > 1 and len(set(by.values())) == 1:
             out.append(
                 f"{method}: every constant tried gives the same mean J on the tuning split "
-                f"({next(iter(by.values())) / HOUR:.2f} h): it cannot tell them apart, so the "
+                f"({duration(next(iter(by.values())))}): it cannot tell them apart, so the "
                 "first is used; the tuning split is too quiet (or too short) for this method"
             )
     scores = (selection or {}).get("tune_mean_J_h") or {}
     if len(scores) > 1 and len(set(scores.values())) == 1:
         out.append(
-            f"selected: every candidate ties on the tuning split ({next(iter(scores.values())):.2f}"
-            f" h), so {selection['chosen'] if selection else '?'} was picked by its place in "
+            "selected: every candidate ties on the tuning split "
+            f"({duration(next(iter(scores.values())) * HOUR)}), so "
+            f"{selection['chosen'] if selection else '?'} was picked by its place in "
             "the list, not by merit"
         )
     few = [f"{lv} ({n})" for lv, n in counts.items() if 0 < n < MIN_N]

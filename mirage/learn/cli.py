@@ -137,7 +137,11 @@ def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"mirage train ({wall:.0f} s): tuning-split mean J, hours")
+    from mirage.fmt import hours_unit
+
+    js = ("mean_J_h", "reactive_mean_J_h", "oracle_mean_J_h")
+    unit = hours_unit(m["tune"][k] for m in metrics.values() for k in js)
+    table = Table(title=f"mirage train ({wall:.0f} s): tuning-split mean J, {unit.name}")
     for col in ("policy", "samples", "J", "reactive J", "oracle J", "fit s", "90% cover", "model"):
         table.add_column(col)
     for kind, m in metrics.items():
@@ -146,9 +150,7 @@ def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:
         table.add_row(
             kind,
             str(t["samples"]),
-            f"{t['mean_J_h']:.2f}",
-            f"{t['reactive_mean_J_h']:.2f}",
-            f"{t['oracle_mean_J_h']:.2f}",
+            *(unit.fmt(t[k]) for k in js),
             f"{m['fit_s']:.0f}",
             "-" if cover is None else f"{cover:.0%}",
             m["folder"],

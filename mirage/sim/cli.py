@@ -229,14 +229,24 @@ def _render_summary(out: dict[str, Any]) -> None:
     required=True,
     help="Use only jobs submitted before this ISO date/time (naive: the profile's zone).",
 )
-@click.option("--nodes-min", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--nodes-max", type=click.IntRange(min=1), default=120, show_default=True)
+@click.option(
+    "--nodes-min",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Fewest nodes tried (40-120 brackets ls6's 88: give your partition's range).",
+)
+@click.option(
+    "--nodes-max", type=click.IntRange(min=1), default=120, show_default=True,
+    help="Most nodes tried.",
+)  # fmt: skip
 @click.option(
     "--step",
     type=click.IntRange(min=1),
     default=8,
     show_default=True,
-    help="Coarse step (then every 2nd and every node count around the best).",
+    help="Coarse step from --nodes-max down (then half of it about the best, a quarter, "
+    "... down to 1: two replays a step).",
 )
 @click.option(
     "--budget-s",
@@ -270,10 +280,13 @@ def calibrate(
 ) -> None:
     """Find the node count (and settings) whose replay best reproduces the trace's waits.
 
-    Loss: KS distance between simulated and real waits from eligible time (dependency holds
-    taken out), over jobs submitted after a 2-day warm-up and before --before. Says how
-    many of those jobs the replays used (at the best size); more than 5% left out is a
-    warning, an error with --strict.
+    Node counts from --nodes-max down to --nodes-min (by default 120 down to 40, made
+    for ls6's 88-node partition: set both around your partition's size), every --step
+    nodes, then about the best at half the step, a quarter, ... down to 1. Loss: KS
+    distance between simulated and real waits from eligible time (dependency holds
+    taken out), over jobs submitted after a 2-day warm-up and before --before. A line per
+    replay as it ends (stderr), then the table. Says how many of those jobs the replays
+    used (at the best size); more than 5% left out is a warning, an error with --strict.
     """
     from mirage.profile.schema import ProfileError, load_profile
     from mirage.sim import calibrate as cal_mod

@@ -328,6 +328,7 @@ class _Row:
     values: dict[str, object] = field(default_factory=dict)
     naive: dict[str, str] = field(default_factory=dict)
     problem: str = ""
+    numeric_tres: bool = False  # GPUs unknown: slurmdbd's numeric TRES, no gpu_tres_id
 
 
 _TIMES = ("submit", "eligible", "start", "end")
@@ -381,6 +382,8 @@ def _read_tres(rec: Mapping[str, str], row: _Row, gpu_tres_id: int | None) -> No
         numeric = any(_INT.match(k) for k in parse_tres(rec[key]))
         if gpus is not None or not numeric or gpu_tres_id is not None:
             found["gpus"] = gpus or 0  # a TRES list without GPUs: none
+        else:  # which numeric id is gres/gpu is the site's: without it, GPUs are unknown
+            row.numeric_tres = True
         for name, out in (("cpu", "cpus"), ("node", "nodes")):
             value = items.get(name, "")
             if _INT.match(value):
@@ -480,6 +483,9 @@ def read_csv_mapped(path: str, raw: bytes, cmap: ColumnMap, tz: str | None = Non
     df, amb, miss = _frame(acc, rows, lines, tz) if rows else (acc.frame(), 0, 0)
     if not df.empty:
         df = check_times(acc, df)
-    if cmap.gpu_tres_id is None and any(k in cmap.columns for k in ("tres_alloc", "tres_req")):
-        notes.append("no gpu_tres_id: numeric TRES ids >= 1000 (gres) are not read as GPUs")
+    if unread := sum(r.numeric_tres and r.values.get("gpus") is None for r in rows):
+        notes.append(
+            f"no gpu_tres_id: GPUs unknown on {unread} rows whose TRES are numeric ids "
+            "(slurmdbd's form; ids >= 1000 are gres, gres/gpu's is the site's tres_table id)"
+        )
     return finish(acc, df, CSV_FORMAT, tz, notes, amb, miss)

@@ -13,10 +13,12 @@ Formats (``FORMATS``; detection is by content, never by file name):
 - ``swf-ext``: the 21-field extended SWF of the CERIT-SC/MetaCentrum logs (no header,
   absolute epoch submits, field 20 = queue name -> ``partition``, field 21 = PBS resource
   spec whose leading ``N:`` gives ``nodes``).
-- ``theta``: the ALCF Theta pair ``theta_argonne.swf`` (wait; field 5 nodes, field 6
-  requested walltime) + ``theta_walltime.swf`` (field 8 requested nodes, field 9 requested
-  walltime), row-aligned; given either file, the partner is looked for beside it
-  (``argonne`` <-> ``walltime`` in the name). User 0 means unknown (-> "").
+- ``theta``: the ALCF Theta/Cobalt pair ``theta_argonne.swf`` (wait; field 5 nodes, field
+  6 requested walltime) + ``theta_walltime.swf`` (19 fields: field 8 requested nodes, field
+  9 requested walltime), row-aligned. Recognised by its rows (``_argonne_shape``,
+  ``_walltime_shape``) under any name or header; given either file, the partner is the
+  file beside it named like ALCF's (``argonne`` <-> ``walltime``), else the one file there
+  in the other layout whose first rows are the same jobs. User 0 means unknown (-> "").
 - ``eagle``: the NREL Eagle CSV (site-local times, default America/Denver).
 - ``parquet``: the canonical table written by :func:`mirage.trace.parquet.write_parquet`.
 
@@ -45,7 +47,7 @@ import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -452,10 +454,10 @@ def _swf_header(t: _Text) -> tuple[dict[str, str], dict[str, str], int]:
 _SAMPLE = 20
 
 
-def _sample_fields(t: _Text, start: int) -> list[list[str]]:
-    """The fields of the first ``_SAMPLE`` data rows (blank and ";" lines left out)."""
+def _sample_fields(t: _Text, start: int, n: int = _SAMPLE) -> list[list[str]]:
+    """The fields of the first ``n`` data rows (blank and ";" lines left out)."""
     rows = (ln for ln in t.lines[start:] if ln.strip() and not ln.lstrip().startswith(";"))
-    return [ln.split() for _, ln in zip(range(_SAMPLE), rows, strict=False)]
+    return [ln.split() for _, ln in zip(range(n), rows, strict=False)]
 
 
 def _mostly(sample: list[list[str]], test: Callable[[list[str]], bool]) -> bool:
@@ -468,10 +470,85 @@ def _numeric(fields: list[str]) -> bool:
     return all(_number(x) is not None for x in fields)
 
 
+#: Rows content-only Theta detection samples, and the fewest it decides on (fewer rows
+#: in the Theta layout read as SWF, with a note saying so).
+_THETA_SAMPLE = 100
+_THETA_MIN_ROWS = 10
+#: Share of the sampled rows that must have the layout's shape (a few odd rows allowed).
+_THETA_SHARE = 0.9
+
+
+def _numbers(sample: list[list[str]], width: int) -> list[list[float]]:
+    """The sampled rows of ``width`` fields that are all numbers, as numbers."""
+    rows = [[_number(x) for x in f] for f in sample if len(f) == width]
+    return [[v for v in r if v is not None] for r in rows if None not in r]
+
+
+def _whole_minutes(value: float) -> bool:
+    return value > 0 and value % 60 == 0
+
+
+def _argonne_shape(row: list[float]) -> bool:
+    """Theta's argonne file: SWF's requested processors and time (fields 8, 9) are -1, field
+    5 holds nodes and field 6 the requested walltime, a whole number of minutes. A standard
+    SWF has its CPU time in field 6, which is seldom whole minutes (1% of HPC2N's
+    rows); where it fills field 9, that field is its requested time."""
+    return row[7] == -1 and row[8] == -1 and row[4] >= 1 and _whole_minutes(row[5])
+
+
+def _walltime_shape(row: list[float]) -> bool:
+    """Theta's walltime file: 19 fields (SWF has 18), the wait (field 3) -1, requested nodes
+    and walltime in fields 8 and 9."""
+    return row[2] == -1 and row[7] >= 1 and _whole_minutes(row[8])
+
+
+@dataclass(frozen=True)
+class _ThetaSample:
+    """How many sampled data rows have each Theta file's shape."""
+
+    sampled: int
+    numeric18: int  # rows of 18 numbers
+    argonne: int  # ... of which in the argonne file's shape
+    walltime: int  # rows of 19 numbers in the walltime file's shape
+
+    def layout(self) -> bool:
+        """Either file's shape on nearly every row (enough rows for an 18-field file)."""
+        if self.walltime:  # no other format has 19 numbers a row
+            return self.walltime >= _THETA_SHARE * self.sampled
+        return self.numeric18 >= _THETA_MIN_ROWS and self.argonne >= _THETA_SHARE * self.numeric18
+
+
+def _theta_sample(t: _Text, start: int) -> _ThetaSample:
+    sample = _sample_fields(t, start, _THETA_SAMPLE)
+    rows18 = _numbers(sample, 18)
+    return _ThetaSample(
+        sampled=len(sample),
+        numeric18=len(rows18),
+        argonne=sum(map(_argonne_shape, rows18)),
+        walltime=sum(map(_walltime_shape, _numbers(sample, 19))),
+    )
+
+
+def _theta_doubt(t: _Text, start: int) -> str:
+    """A note when an SWF file read as standard SWF (detected so, or forced with --format)
+    may be in the Theta layout ("" if not)."""
+    s = _theta_sample(t, start)
+    if not s.argonne or 2 * s.argonne < s.numeric18:
+        return ""
+    return (
+        f"read as standard SWF although {s.argonne} of {s.numeric18} sampled rows look like "
+        "the Theta/Cobalt layout (fields 8-9 -1, field 6 whole minutes): if field 6 is the "
+        "requested walltime and field 5 nodes, read it with --format theta"
+    )
+
+
 def _is_theta(t: _Text) -> bool:
-    """The ALCF pair: exactly this Installation, no Version or UnixStartTime (a standard
-    SWF always has them), tab-separated rows of 18 (argonne) or 19 (walltime) numbers."""
+    """The ALCF Theta/Cobalt layout, by its rows' contents (``_argonne_shape``,
+    ``_walltime_shape``), or as the ALCF pair's header names it: exactly this Installation,
+    no Version or UnixStartTime, tab-separated rows of 18 or 19 numbers."""
     header, _, start = _swf_header(t)
+    if _theta_sample(t, start).layout():
+        return True
     if header.get("Installation") != "Theta Argonne" or {"Version", "UnixStartTime"} & set(header):
         return False
     first = next((ln for ln in t.lines[start:] if ln.strip()), "")
@@ -617,6 +694,8 @@ def read_swf(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
                 zone(tz)
             except ValueError:
                 notes.append(f"header TimeZoneString {tz!r} is not an IANA zone (times are epoch)")
+    if doubt := _theta_doubt(t, first):
+        notes.append(doubt)
     m, _, lines = _swf_matrix(acc, _data_rows(t, first, acc, ";"), 18, 18)
     df = _swf_frame(acc, m, lines, base, notes)
     df["partition"] = [
@@ -652,8 +731,8 @@ def _kept_mask(m: np.ndarray, lines: list[int], df: pd.DataFrame) -> np.ndarray:
     return np.isin(np.asarray(lines, dtype=np.int64), df["_line"].to_numpy())
 
 
-def _theta_partner(path: str) -> Path | None:
-    p = Path(path)
+def _named_partner(p: Path) -> Path | None:
+    """The other file of the pair as ALCF named it (``argonne`` <-> ``walltime``)."""
     for a, b in (("argonne", "walltime"), ("walltime", "argonne")):
         if a in p.name:
             stem = p.name.replace(a, b)
@@ -663,16 +742,83 @@ def _theta_partner(path: str) -> Path | None:
     return None
 
 
+#: The partner search reads this much of each file beside the given one (its first rows,
+#: gunzipped) and looks at no more files than this in the directory.
+_HEAD_BYTES = 1 << 16
+_PARTNER_FILES = 1000
+#: Job id, submit and run time (0-based fields): equal on aligned rows of the two files.
+_KEY_FIELDS = (0, 1, 3)
+
+
+def _head_text(path: Path) -> _Text | None:
+    """The first complete lines of a file (gunzipped); None if it cannot be read."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(_HEAD_BYTES)
+        if raw.startswith(_GZIP_MAGIC):
+            raw = zlib.decompressobj(wbits=31).decompress(raw, _HEAD_BYTES)
+    except (OSError, zlib.error):
+        return None
+    t = _text(str(path), raw)
+    if not t.terminated and t.lines:
+        t.lines.pop()  # cut off mid-line
+    return t
+
+
+def _row_keys(t: _Text, width: int) -> list[tuple[float, ...]]:
+    """(job id, submit, run) of the first rows of ``width`` numbers."""
+    _, _, start = _swf_header(t)
+    return [tuple(r[k] for k in _KEY_FIELDS) for r in _numbers(_sample_fields(t, start), width)]
+
+
+def _content_partners(p: Path, t: _Text, width: int) -> list[Path]:
+    """Files beside ``p`` of the pair's other width whose first rows are ``t``'s jobs."""
+    keys = _row_keys(t, width)
+    if not keys:
+        return []
+    other = 19 if width == 18 else 18
+    try:
+        entries = sorted(p.parent.iterdir())[:_PARTNER_FILES]
+    except OSError:
+        return []
+    found = []
+    for cand in entries:
+        head = _head_text(cand) if cand.is_file() and cand.name != p.name else None
+        if head is not None and _row_keys(head, other)[: len(keys)] == keys:
+            found.append(cand)
+    return found
+
+
+def _theta_partner(path: str, t: _Text, width: int) -> Path | None:
+    """The pair's other file: by ALCF's names, else the one file beside it in the other
+    layout with the same first jobs (TraceFormatError when several are)."""
+    p = Path(path)
+    named = _named_partner(p)
+    if named is not None:
+        return named
+    found = _content_partners(p, t, width)
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found)
+        raise TraceFormatError(
+            path, f"{len(found)} files beside it have its jobs in the other Theta layout "
+            f"({names}): cannot tell which is its partner; leave one beside it"
+        )  # fmt: skip
+    return found[0] if found else None
+
+
 def read_theta(path: str, raw: bytes, tz: str | None = None) -> TraceLoad:
     """The ALCF Theta pair (argonne: wait, nodes, walltime; walltime: requested nodes/time)."""
     t = _text(path, raw)
     _, _, first = _swf_header(t)
     widths = [len(f) for f in _sample_fields(t, first)]
     width = max(set(widths), key=widths.count) if widths else 18
-    partner = _theta_partner(path)
+    partner = _theta_partner(path, t, width)
     if width == 19:  # given the walltime file: the wait is only in the argonne file
         if partner is None:
-            raise TraceFormatError(path, "theta_walltime file needs theta_argonne beside it")
+            raise TraceFormatError(
+                path, "a Theta walltime file (19 fields) needs its argonne file beside it "
+                "(18 fields, the same job ids, submits and run times)"
+            )  # fmt: skip
         return _read_theta_pair(str(partner), read_bytes(partner), path, raw, tz)
     if partner is None:
         return _read_theta_pair(path, raw, None, None, tz)
@@ -687,6 +833,7 @@ class _SwfRows:
     m: np.ndarray  # the kept rows' numbers
     lines: list[int]  # the kept rows' lines
     acc: Acc
+    header: dict[str, str] = field(default_factory=dict)
 
     def positions(self, lines: list[int]) -> np.ndarray:
         """0-based data-row positions of ``lines`` (a truncated last row comes last)."""
@@ -696,10 +843,10 @@ class _SwfRows:
 
 def _swf_rows(path: str, raw: bytes, width: int, acc: Acc) -> _SwfRows:
     t = _text(path, raw)
-    _, _, first = _swf_header(t)
+    header, _, first = _swf_header(t)
     rows = _data_rows(t, first, acc, ";")
     m, _, lines = _swf_matrix(acc, rows, width, width)
-    return _SwfRows(rows, m, lines, acc)
+    return _SwfRows(rows, m, lines, acc, header)
 
 
 def _theta_align(a: _SwfRows, wpath: str, wraw: bytes) -> tuple[_SwfRows, np.ndarray]:
@@ -720,7 +867,7 @@ def _theta_align(a: _SwfRows, wpath: str, wraw: bytes) -> tuple[_SwfRows, np.nda
     a_keep, w_keep = np.isin(a_pos, both), np.isin(w_pos, both)
     wm = w.m[w_keep]
     kept = _SwfRows(a.rows, a.m[a_keep], [ln for ln, k in zip(a.lines, a_keep, strict=True) if k],
-                    a.acc)  # fmt: skip
+                    a.acc, a.header)  # fmt: skip
     if not np.array_equal(wm[:, [0, 1, 3]], kept.m[:, [0, 1, 3]]):
         raise TraceFormatError(
             wpath, f"not row-aligned with {a.acc.path} (job id, submit and run must match)"
@@ -731,6 +878,21 @@ def _theta_align(a: _SwfRows, wpath: str, wraw: bytes) -> tuple[_SwfRows, np.nda
     return kept, wm
 
 
+def _theta_base(header: dict[str, str]) -> tuple[int, list[str]]:
+    """The epoch submits count from (ALCF's files have absolute submits and no
+    UnixStartTime), and notes on how the file was read."""
+    notes = []
+    if header.get("Installation") != "Theta Argonne":
+        notes.append(
+            "read in the Theta/Cobalt layout: field 5 = nodes, field 6 = requested walltime "
+            "(s); a 19-field partner's fields 8-9 = requested nodes and walltime"
+        )
+    if "UnixStartTime" not in header:
+        return 0, notes
+    base, note = _swf_base(header)
+    return base, notes + ([note] if note else [])
+
+
 def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | None,
                      tz: str | None) -> TraceLoad:  # fmt: skip
     acc = Acc(apath)
@@ -739,8 +901,8 @@ def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | N
     if wpath is not None and wraw is not None:
         a, w = _theta_align(a, wpath, wraw)
     m, lines = a.m, a.lines
-    notes: list[str] = []
-    df = _swf_frame(acc, m, lines, 0, notes)
+    base, notes = _theta_base(a.header)
+    df = _swf_frame(acc, m, lines, base, notes)
     keep = _kept_mask(m, lines, df)
     df = df.drop(columns=["_partition_no", "cpus"])  # Theta counts are nodes, not CPUs
     df["nodes"] = np.where(m[keep, 4] >= 0, m[keep, 4], -1)
@@ -758,7 +920,10 @@ def _read_theta_pair(apath: str, araw: bytes, wpath: str | None, wraw: bytes | N
             f"argonne field 6 on {differ} rows)"
         )
     else:
-        notes.append("no theta_walltime partner: nodes are allocated nodes (field 5)")
+        notes.append(
+            "no walltime partner beside it (19 fields, the same jobs): nodes are allocated "
+            "nodes (field 5)"
+        )
     for col in ("nodes", "time_limit"):
         df[col] = df[col].astype("Int64").mask(df[col] < 0)
     df = check_times(acc, df)

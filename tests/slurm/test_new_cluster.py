@@ -127,11 +127,14 @@ def test_the_new_cluster_walkthrough(tmp_path: Path) -> None:
     outputs: list[str] = []
     for n, body in enumerate(steps[1:], start=1):
         started = time.monotonic()
+        # one stream, unbuffered: steps.log shows the output in a terminal's order (stdout
+        # then stderr put calibrate's progress lines after its table)
         res = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", settings + body],
-            capture_output=True, text=True, cwd=work, env=env, timeout=300, check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work,
+            env={**env, "PYTHONUNBUFFERED": "1"}, timeout=300, check=False,
         )  # fmt: skip
-        text = res.stdout + res.stderr
+        text = res.stdout
         with record.open("a", encoding="utf-8") as f:
             f.write(f"===== block {n} ({time.monotonic() - started:.1f} s, rc {res.returncode})"
                     f"\n{body}-----\n{text}\n")  # fmt: skip

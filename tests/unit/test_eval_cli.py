@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,17 @@ def _slice_args(tmp_path: Path, every_h: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_evaluate_smoke(tmp_path: Path) -> None:
+def test_evaluate_smoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     args = [
         *_slice_args(tmp_path, "12"), "--boot", "200",
         "--tune-split", "2022-11-06:2022-11-14", "--test-split", "2023-03-08:2023-03-11",
     ]  # fmt: skip
+    caplog.set_level(logging.INFO, logger="mirage.progress")
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
+    # Issue 28: off a terminal, progress is log lines: samples done, and the last says so
+    said = [r.getMessage() for r in caplog.records if r.name == "mirage.progress"]
+    assert any(re.match(r"probes test: (\d+)/\1 \(100%\) after ", line) for line in said), said
     assert "[all]" in res.output and "oracle" in res.output
     report = json.loads((tmp_path / "out" / "eval-ls6-load2.json").read_text())
     load = report["loads"]["2"]

@@ -419,3 +419,29 @@ def test_shipped_summary_rows_and_targets() -> None:
     assert "best baseline" in text and "qbets" in text and text.count("yes") == 2
     assert not rows["all"].meets  # 75% over all samples: the targets are per level, though
     assert text.splitlines()[3].split()[-1] == "-"  # so "all" shows none
+
+
+def test_report_of_a_minutes_long_log_reads_in_minutes() -> None:
+    """Issue 28: on the test cluster's minutes-long log every hour figure printed as 0.00;
+    the text names the unit it chose (minutes) in each header."""
+    from mirage.evaluate.harness import Outcomes
+    from mirage.evaluate.report import render, render_gains, render_shipped, table_unit
+    from mirage.evaluate.stats import gains, shipped_rows
+
+    def run(intr: np.ndarray) -> Outcomes:
+        none = np.zeros(intr.size, np.int64)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+
+    gap = np.linspace(120.0, 480.0, 40)  # 2 to 8 minutes: reactive's mean J is 5 min
+    runs = {"reactive": run(gap), "oracle": run(gap * 0.1), "shipped": run(gap * 0.5)}
+    tab = table(runs, 0.5, boot=200)
+    unit = table_unit(tab)
+    assert unit.name == "min"
+    text = render(tab, unit=unit)
+    assert "J min" in text and "p90 intr min" in text and " h " not in text
+    reactive = next(ln for ln in text.splitlines() if ln.startswith("reactive"))
+    assert reactive.split()[1] == "5.00"
+    gained = render_gains(gains(runs, 0.5, boot=200), unit)
+    assert "method - reactive, min" in gained and "+3 min above 0" in gained
+    shipped = render_shipped(shipped_rows(runs, 0.5, ["reactive"], boot=200), unit)
+    assert "mean J, min" in shipped and "5.00" in shipped

@@ -1,10 +1,11 @@
-"""mirage.fmt.duration: the one human form of a span, in status lines, tables and logs."""
+"""mirage.fmt: the one human form of a span (status lines, tables, logs), and the unit
+of a table of hours."""
 
 from __future__ import annotations
 
 import math
 
-from mirage.fmt import duration
+from mirage.fmt import duration, hours_unit
 
 
 def test_seconds_under_an_hour_minutes_above() -> None:
@@ -36,3 +37,14 @@ def test_to_the_minute_as_the_demo_table() -> None:
     assert duration(-600, minutes=True, signed=True) == "-10m"
     assert duration(0, minutes=True, signed=True) == "0m"
     assert duration(30 * 3600, minutes=True) == "1d06h00m"
+
+
+def test_a_table_of_minutes_reads_in_minutes() -> None:
+    """Issue 28: a minutes-long log's J (0.075 h) printed "0.08" or "0.00" in hours."""
+    assert hours_unit([0.075, 0.0, 0.02]).name == "min"
+    assert hours_unit([0.075, 0.0]).fmt(0.075) == "4.50"
+    assert hours_unit([2.5, 0.01]).name == "h"
+    assert hours_unit([1e-3, math.nan]).name == "s"  # 3.6 s
+    assert hours_unit([1e-3]).fmt(1e-3) == "3.60"
+    assert hours_unit([0.0, math.nan]).name == "h"
+    assert hours_unit([]).name == "h"

@@ -444,3 +444,14 @@ def test_train_warns_when_intervals_do_not_hold(caplog: pytest.LogCaptureFixture
     assert [r.getMessage()[:60] for r in caplog.records] == [
         "xgb: its stated 90% intervals held only 26% of the tuning sp"
     ]
+
+
+def test_train_table_of_a_short_log_reads_in_minutes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: on the test cluster's minutes-long log every J printed as 0.00 (hours)."""
+    from mirage.learn.cli import _print
+
+    tune = {"samples": 6, "mean_J_h": 0.05, "reactive_mean_J_h": 0.075, "oracle_mean_J_h": 0.0}
+    _print({"rf": {"tune": tune, "fit_s": 1.0, "folder": "m"}}, 5.0)
+    out = capsys.readouterr().out
+    assert "tuning-split mean J, min" in out
+    assert "3.00" in out and "4.50" in out and "0.00" in out

@@ -123,6 +123,17 @@ def test_calibrate_table() -> None:
     assert res.exit_code == 0, res.output
     assert "KS" in res.stdout and "best:" in res.stdout
     assert "[[partitions]]" in res.stdout  # the calibrated profile, as TOML
+    # Issue 28: a line per replay as it ends, all before the table (stdout and stderr
+    # as a terminal shows them, one stream)
+    progress = [i for i, ln in enumerate(res.output.splitlines()) if ln.startswith("  nodes=")]
+    table = next(i for i, ln in enumerate(res.output.splitlines()) if "Calibration on" in ln)
+    assert progress and max(progress) < table
+
+
+def test_calibrate_help_says_the_default_node_range() -> None:
+    """Issue 28: the default range (40-120 nodes, made for ls6) is said, with its reason."""
+    out = " ".join(run("calibrate", "--help").output.split())
+    assert "by default 120 down to 40" in out and "your partition's size" in out
 
 
 def test_calibrate_errors() -> None:
@@ -198,3 +209,43 @@ def test_calibrate_says_how_much_of_the_trace_it_used() -> None:
     assert "warning: only 284 of the trace's 300 jobs" in res.stderr
     strict = run(*base, "--strict")
     assert strict.exit_code == 1 and "(--strict)" in strict.output
+
+
+def small_swf(tmp_path: Path, procs: int, limits: list[int]) -> str:
+    """An SWF log of jobs all submitted at once, each asking ``procs`` processors for an
+    hour, with these requested times (-1: unknown)."""
+    rows = "".join(
+        f"{i} {i} 0 3600 {procs} -1 -1 {procs} {lim} -1 1 1 1 -1 -1 -1 -1 -1\n"
+        for i, lim in enumerate(limits, start=1)
+    )
+    path = tmp_path / "small.swf"
+    path.write_text("; Version: 2.2\n; UnixStartTime: 1700000000\n" + rows)
+    return str(path)
+
+
+def test_utilisation_of_shared_nodes_from_a_trace(tmp_path: Path) -> None:
+    """Issue 28: eight 64-CPU jobs on one of ls6's 128-CPU nodes run two at a time and keep
+    it full: utilisation 1 (it was 2.0, counting a whole node per job)."""
+    trace = small_swf(tmp_path, 64, [7200] * 8)
+    res = run("simulate", "--trace", trace, "--nodes", "1", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["started"] == 8 and out["span_s"] == 4 * 3600 + 1
+    assert out["utilisation"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_unknown_limit_option_from_a_trace(tmp_path: Path) -> None:
+    """Issue 28: an SWF log with the requested time unknown (-1) on 3 of 8 jobs: each
+    --unknown-limit choice is said in the output, and 'drop' leaves those jobs out."""
+    trace = small_swf(tmp_path, 64, [7200] * 5 + [-1] * 3)
+    base = ("simulate", "--trace", trace, "--nodes", "4", "--json")
+    runtime = json.loads(run(*base).stdout)["trace_use"]
+    assert runtime["used"] == 8
+    assert runtime["unknown"]["time limit (taken as the run time)"] == 3
+    top = json.loads(run(*base, "--unknown-limit", "partition-max").stdout)["trace_use"]
+    assert top["used"] == 8
+    assert top["unknown"]["time limit (taken as the partition's MaxTime, else the run time)"] == 3
+    drop = run(*base, "--unknown-limit", "drop")
+    use = json.loads(drop.stdout)["trace_use"]
+    assert use["used"] == 5 and use["dropped"] == {"unknown time limit": 3}
+    assert "warning: only 5 of the trace's 8 jobs (62.5%) were replayed" in drop.stderr

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from mirage.cli import main
+from mirage.trace import inspect
 from mirage.trace.csvmap import ColumnMapError, load_columns_file, parse_columns, state_text
 from mirage.trace.load import TraceFormatError
 from mirage.trace.readers import load_trace
@@ -130,7 +131,7 @@ def test_slurmdbd_without_gpu_tres_id_leaves_gpus_unknown() -> None:
     cmap = parse_columns(DBD_COLUMNS.removesuffix(",gpu_tres_id=1001"))
     load = load_trace(DBD, columns=cmap)
     assert load.jobs["gpus"].isna().all()
-    assert any("gpu_tres_id" in n for n in load.notes)
+    assert any(n.startswith("no gpu_tres_id: GPUs unknown on 6 rows") for n in load.notes)
 
 
 def test_toml_mapping_and_cli(tmp_path: Path) -> None:
@@ -161,7 +162,11 @@ def test_sacct_text_values(tmp_path: Path) -> None:
     )
     cols = ("job_id=JobID,submit=Submit,start=Start,end=End,time_limit=Timelimit,"
             "nodes=NNodes,state=State,tres_alloc=AllocTRES,exit_code=ExitCode")  # fmt: skip
-    jobs = load_trace(path, tz="UTC", columns=parse_columns(cols)).jobs
+    load = load_trace(path, tz="UTC", columns=parse_columns(cols))
+    jobs = load.jobs
+    # GPUs named (gres/gpu=4), not a numeric TRES id: nothing for gpu_tres_id to name.
+    assert not any("gpu_tres_id" in n for n in load.notes)
+    assert inspect(str(path), tz="UTC", columns=cols)["gpus"] == [[4, 1]]
     assert jobs["state"].tolist() == ["CANCELLED", "PENDING"]
     assert jobs["time_limit"].tolist() == [93784, 3600]
     assert jobs["gpus"].iloc[0] == 4

@@ -368,8 +368,75 @@ def test_theta_alone_and_misaligned(tmp_path: Path) -> None:
     assert load.jobs.set_index("job_id").loc["639448", "nodes"] == 256  # allocated
     pa.unlink()
     pw2 = write(tmp_path, "theta_walltime.swf", THETA_HEAD + "1\t2\t-1" + "\t-1" * 16 + "\n")
-    with pytest.raises(TraceFormatError, match="needs theta_argonne"):
+    with pytest.raises(TraceFormatError, match="needs its argonne file beside it"):
         load_trace(pw2)
+
+
+THETA_HEAD40 = REPO / "tests" / "data" / "trace" / "theta-head40-{}.swf"
+
+
+def cobalt_pair(tmp_path: Path, header: str = "", rows: int = 40) -> tuple[Path, Path]:
+    """The Theta fixture pair renamed, its ALCF header replaced by ``header``."""
+    paths = []
+    for part, name in (("argonne", "cobalt_a.swf"), ("walltime", "cobalt_b.swf")):
+        lines = THETA_HEAD40.with_name(THETA_HEAD40.name.format(part)).read_text().splitlines()
+        paths.append(write(tmp_path, name, header + "\n".join(lines[4 : 4 + rows]) + "\n"))
+    return paths[0], paths[1]
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["", "; Version: 2.2\n; Installation: Cobalt at some site\n; UnixStartTime: 0\n"],
+)
+def test_theta_layout_and_partner_found_by_content(tmp_path: Path, header: str) -> None:
+    named = load_trace(THETA_HEAD40.with_name(THETA_HEAD40.name.format("argonne")))
+    pa, pb = cobalt_pair(tmp_path, header)
+    write(tmp_path, "other.swf", SWF_HEADER + "1 0 10 100 4 -1 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n")
+    for path in (pa, pb):
+        load = load_trace(path)
+        assert load.format == "theta"
+        pd.testing.assert_frame_equal(load.jobs, named.jobs)
+        assert any("from cobalt_b.swf" in n for n in load.notes)
+        assert any("read in the Theta/Cobalt layout" in n for n in load.notes)
+    # Before: read as SWF, with nodes, time limits and states all unknown.
+    assert named.jobs["nodes"].notna().all() and named.jobs["time_limit"].notna().all()
+
+
+def test_theta_partner_by_content_ambiguous_or_missing(tmp_path: Path) -> None:
+    pa, pb = cobalt_pair(tmp_path)
+    write(tmp_path, "cobalt_c.swf", pb.read_text())
+    with pytest.raises(TraceFormatError, match=r"2 files beside it .*cannot tell which"):
+        load_trace(pa)
+    assert load_trace(pb).format == "theta"  # its one argonne partner
+    for extra in (tmp_path / "cobalt_c.swf", pb):
+        extra.unlink()
+    load = load_trace(pa)  # alone: allocated nodes, said so
+    assert load.format == "theta"
+    assert any("no walltime partner beside it" in n for n in load.notes)
+
+
+def test_theta_layout_on_few_rows_is_swf_with_a_note(tmp_path: Path) -> None:
+    pa, _ = cobalt_pair(tmp_path, rows=5)
+    load = load_trace(pa)
+    assert load.format == "swf"
+    assert load.jobs["time_limit"].isna().all()
+    assert any("5 of 5 sampled rows look like the Theta/Cobalt layout" in n for n in load.notes)
+    forced = load_trace(pa, "theta")
+    assert forced.jobs["time_limit"].notna().all() and forced.jobs["nodes"].notna().all()
+    pa, _ = cobalt_pair(tmp_path)  # all 40 rows: Theta, unless forced to SWF (then noted)
+    notes = load_trace(pa, "swf").notes
+    assert any("40 of 40 sampled rows look like the Theta/Cobalt layout" in n for n in notes)
+
+
+def test_standard_swf_is_not_theta(tmp_path: Path) -> None:
+    load = load_trace(SWF_SLICE)
+    assert load.format == "swf"
+    assert not any("Theta" in n for n in load.notes)
+    # CPU time in field 6 in whole minutes, but the requested time in field 9: standard SWF.
+    row = "{} {} 10 100 4 120 -1 4 3600 -1 1 3 1 -1 -1 -1 -1 -1\n"
+    rows = "".join(row.format(i, i * 60) for i in range(30))
+    load = load_trace(write(tmp_path, "s.swf", SWF_HEADER + rows))
+    assert (load.format, set(load.jobs["time_limit"])) == ("swf", {3600})
 
 
 # --------------------------------------------------------------------------- parquet
