@@ -49,7 +49,7 @@ def _serve(conn: Connection, factory: Callable[[], SlurmClient]) -> None:
     """The child: build the client, then answer calls until the pipe closes."""
     try:
         client: SlurmClient | None = factory()
-        broken: SlurmError | None = None
+        broken: BaseException | None = None
     except Exception as exc:  # e.g. pyslurm not importable here: every call says so
         client, broken = None, _as_slurm_error(exc, "worker start")
     while True:

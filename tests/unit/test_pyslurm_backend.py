@@ -35,7 +35,6 @@ from mirage.slurm.pyslurm_backend import (
     version_mismatch,
 )
 from mirage.slurm.run import CommandResult
-from mirage.slurm.worker import ProcessClient
 from mirage.slurm.types import (
     JobState,
     SlurmError,
@@ -44,6 +43,7 @@ from mirage.slurm.types import (
     SubmitError,
     SubmitRequest,
 )
+from mirage.slurm.worker import ProcessClient
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm" / "pyslurm"
 QUEUE: dict[str, dict[str, Any]] = json.loads((DATA / "job_get.json").read_text())

@@ -130,7 +130,7 @@ def test_a_client_that_cannot_start_says_why_on_every_call() -> None:
     c = ProcessClient(broken_factory, timeout=20.0)
     try:
         for _ in range(2):
-            with pytest.raises(SlurmError, match="No module named .pyslurm"):
+            with pytest.raises(SlurmError, match=r"No module named .pyslurm"):
                 c.queue()
     finally:
         c.close()
