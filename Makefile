@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | sha1sum | cu
 # Unit tests in parallel; real-Slurm tests in their own run, sharing one cluster start.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test venv lint unit slurm-tests slurm-up slurm-down fidelity fidelity-record clean
+.PHONY: demo test venv lint unit slurm-tests slurm-slow slurm-up slurm-down fidelity fidelity-record clean
 
 venv: $(STAMP)
 
@@ -49,8 +49,14 @@ slurm-down:
 # its recorded fixtures and the simulator, ~3 min, the whole cluster to itself) runs in the same session on the same cluster start, in module order (after the
 # cluster and daemon tests, before test_unreachable, marked slurm_last; it drains the queue first).
 slurm-tests: venv slurm-up
-	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m slurm -q; rc=$$?; \
+	MIRAGE_REQUIRE_SLURM=1 MIRAGE_FIDELITY=1 $(BIN)/pytest -m "slurm and not slurm_slow" -q; rc=$$?; \
 	  scripts/slurm-testbed/stop.sh; exit $$rc
+
+# The slow live runs `make test` leaves out (marked slurm_slow: the daemon's end-to-end
+# chain test under load with [slurm] backend = "pyslurm", ~4 min), pyslurm built first.
+slurm-slow: venv slurm-up
+	scripts/build-pyslurm.sh $(VENV) && MIRAGE_REQUIRE_SLURM=1 MIRAGE_REQUIRE_PYSLURM=1 \
+	  $(BIN)/pytest -p no:xdist -m slurm_slow -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc
 
 # Lint and unit tests run (niced) beside the real-Slurm tests, which mostly wait on real
 # time: about 5 minutes less than one after the other (scripts/run-tests.sh).

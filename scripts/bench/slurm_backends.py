@@ -3,15 +3,23 @@
     .venv/bin/python scripts/bench/slurm_backends.py [--jobs 100,1000,10000] [--repeat 5]
         [--partition P] [--json]
 
-NOT RUN YET (issue 29): it needs the Slurm test cluster to itself, and pyslurm built into
-the environment (scripts/build-pyslurm.sh). For each job count it submits that many held
-single jobs (``sbatch --hold``; an array's pending tasks would stay one record, so
-``--array`` submitting one array is only a smoke test), then times ``--repeat`` calls of
-each backend's ``queue()`` and ``start_estimates()``, and ``accounting()`` over the last
-hour, and cancels the jobs. Per call: wall seconds, this process's CPU seconds plus its
-children's (the CLI's squeue/sacct), and slurmctld's RPC counts by type from ``sdiag``
-before and after (``REQUEST_JOB_INFO`` for a queue read; ``sdiag -r`` is not used: it
-resets the counters for everyone).
+Needs the Slurm test cluster to itself (scripts/slurm-testbed/start.sh; its MaxJobCount
+leaves room for 10,000 queued jobs) and pyslurm built into the environment
+(scripts/build-pyslurm.sh). For each job count it submits that many held single jobs
+(``sbatch --hold``; an array's pending tasks stay one record, so ``--array``, one array,
+is only a smoke test), then times ``--repeat`` calls of each backend, and cancels them.
+
+Backends: ``cli`` (squeue/sacct), ``pyslurm`` (in this process: the C API's own cost) and
+``pyslurm-worker`` (what the daemon runs: pyslurm in a child process,
+mirage/slurm/worker.py; the records cross a pipe). Calls: ``queue``, ``start_estimates``,
+``accounting`` over the last hour (plain, ``sacct -S -E``), and ``poll``: the daemon's
+one poll, ``queue()`` then ``accounting(since, every_state=True)`` (selection by state is
+sacct's alone, so pyslurm's poll reads accounting through sacct too).
+
+Per call: wall seconds (best of ``--repeat``), CPU seconds of this process, its finished
+children (the CLI's commands) and the worker child, and slurmctld's RPC counts by type
+from ``sdiag`` before and after (``sdiag -r`` is not used: it resets the counters for
+everyone).
 """
 
 from __future__ import annotations
@@ -32,8 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.client import SlurmClient
-from mirage.slurm.pyslurm_backend import PyslurmClient, check_pyslurm, load_pyslurm
+from mirage.slurm.pyslurm_backend import (
+    PyslurmClient,
+    check_pyslurm,
+    load_pyslurm,
+    open_pyslurm_client,
+)
 from mirage.slurm.types import SubmitRequest
+from mirage.slurm.worker import ProcessClient
 
 _RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", re.MULTILINE)
 
@@ -41,24 +55,35 @@ _RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", re.MULTILINE)
 def rpc_counts() -> dict[str, int]:
     """slurmctld's RPC counts by message type (``sdiag``'s per-type section)."""
     out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
-    return {m.group(1): int(m.group(2)) for m in _RPC_LINE.finditer(out)}
+    section = out.partition("by message type")[2].partition("by user")[0]
+    return {m.group(1): int(m.group(2)) for m in _RPC_LINE.finditer(section)}
 
 
-def cpu_s() -> float:
+def cpu_s(worker_pid: int | None = None) -> float:
+    """CPU seconds of this process, its waited-for children and the live worker child
+    (a child is counted in RUSAGE_CHILDREN only once it has exited)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    total = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    if worker_pid is not None:
+        fields = Path(f"/proc/{worker_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
-def measure(call: Callable[[], Any], repeat: int) -> dict[str, Any]:
+def measure(
+    call: Callable[[], Any], repeat: int, worker: Callable[[], int | None]
+) -> dict[str, Any]:
+    call()  # a worker's child starts on its first call: not timed
     before = rpc_counts()
     walls, cpus = [], []
     for _ in range(repeat):
-        c0, w0 = cpu_s(), time.perf_counter()
+        c0, w0 = cpu_s(worker()), time.perf_counter()
         call()
         walls.append(time.perf_counter() - w0)
-        cpus.append(cpu_s() - c0)
+        cpus.append(cpu_s(worker()) - c0)
     after = rpc_counts()
+    # the untimed first call is outside before/after; sdiag's own reads are left out below
     rpcs = {k: (after.get(k, 0) - before.get(k, 0)) for k in after}
     return {
         "wall_s": min(walls),
@@ -82,6 +107,51 @@ def submit_held(cli: CliSlurmClient, n: int, partition: str | None, array: bool)
     return [cli.submit(req) for _ in range(n)]
 
 
+def worker_pid(client: SlurmClient) -> Callable[[], int | None]:
+    def pid() -> int | None:
+        proc = client._proc if isinstance(client, ProcessClient) else None
+        return int(proc.pid) if proc is not None else None
+
+    return pid
+
+
+def calls(client: SlurmClient, since: int) -> dict[str, Callable[[], Any]]:
+    def poll() -> None:
+        client.queue()
+        client.accounting(since, every_state=True)
+
+    return {
+        "queue": client.queue,
+        "start_estimates": client.start_estimates,
+        "accounting": lambda: client.accounting(since),
+        "poll": poll,
+    }
+
+
+def table(rows: list[dict[str, Any]], backends: list[str]) -> str:
+    """One line per (jobs, call), the backends side by side, and pyslurm-worker / cli."""
+    head = f"{'jobs':>6} {'call':<16}" + "".join(f" {b + ' wall/cpu s':>24}" for b in backends)
+    lines = [head + "   worker/cli wall   RPCs per call (cli | pyslurm)"]
+    keys = sorted({(r["jobs"], r["call"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    by = {(r["jobs"], r["call"], r["backend"]): r for r in rows}
+    for n, call in keys:
+        cells = []
+        for b in backends:
+            r = by[(n, call, b)]
+            cells.append(f" {r['wall_s']:>11.3f} / {r['cpu_s']:>8.3f}")
+        ratio = by[(n, call, "pyslurm-worker")]["wall_s"] / max(
+            by[(n, call, "cli")]["wall_s"], 1e-9
+        )
+        rpc = " | ".join(_rpcs(by[(n, call, b)]["rpcs_per_call"]) for b in ("cli", "pyslurm"))
+        lines.append(f"{n:>6} {call:<16}" + "".join(cells) + f"   {ratio:>15.2f}   {rpc}")
+    return "\n".join(lines)
+
+
+def _rpcs(counts: dict[str, float]) -> str:
+    short = {k.removeprefix("REQUEST_"): v for k, v in counts.items()}
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(short.items())) or "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", default="100,1000,10000")
@@ -90,36 +160,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--array", action="store_true", help="one array of N (smoke test)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    cli = CliSlurmClient()
+    cli = CliSlurmClient(timeout=120.0)
     module = load_pyslurm()
     version = check_pyslurm(module, cli)
     backends: dict[str, SlurmClient] = {
         "cli": cli,
         "pyslurm": PyslurmClient(cli, module=module, slurm_version=version),
+        "pyslurm-worker": open_pyslurm_client(cli),
     }
     results: list[dict[str, Any]] = []
     for n in (int(x) for x in args.jobs.split(",")):
+        t0 = time.perf_counter()
         ids = submit_held(cli, n, args.partition, args.array)
+        print(f"{n} held jobs submitted in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         try:
             since = int(time.time()) - 3600
             for name, client in backends.items():
-                for what, call in (
-                    ("queue", client.queue),
-                    ("start_estimates", client.start_estimates),
-                    ("accounting", lambda c=client, t=since: c.accounting(t)),
-                ):
+                for what, call in calls(client, since).items():
                     row = {"jobs": n, "backend": name, "call": what}
-                    row.update(measure(call, args.repeat))
+                    row.update(measure(call, args.repeat, worker_pid(client)))
                     results.append(row)
-                    if not args.json:
-                        print(
-                            f"{n:>6} {name:<8} {what:<16} wall {row['wall_s']:.3f}s "
-                            f"cpu {row['cpu_s']:.3f}s rpcs {row['rpcs_per_call']}"
-                        )
+                    print(f"  {n} {name} {what}: {row['wall_s']:.3f} s", file=sys.stderr)
         finally:
             cli.cancel(ids)
     if args.json:
         print(json.dumps({"slurm": version, "pid": os.getpid(), "results": results}, indent=1))
+    else:
+        print(f"Slurm {version}; best of {args.repeat} calls; CPU = this process + children")
+        print(table(results, list(backends)))
     return 0
 
 

@@ -178,6 +178,9 @@ PriorityFavorSmall=NO
 KillWait=2
 OverTimeLimit=0
 MinJobAge=300
+# room for scripts/bench/slurm_backends.py's 10,000 queued jobs beside the finished ones
+# slurmctld keeps for MinJobAge (the default, 10000, counts both)
+MaxJobCount=30000
 InactiveLimit=0
 ReturnToService=2
 SlurmctldTimeout=30

@@ -49,7 +49,13 @@ def _not_under_xdist() -> None:
 CHAINS, SEGMENTS, LIMIT_MIN, LEAD_S, PENDING = 2, 3, 1, 45, 2
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+#: pyslurm's run: `make slurm-slow` (4 minutes more than `make test` should take)
+E2E_BACKENDS = [
+    pytest.param(b, marks=pytest.mark.slurm_slow) if b != "cli" else b for b in BACKENDS
+]
+
+
+@pytest.mark.parametrize("backend", E2E_BACKENDS)
 def test_chains_under_background_load_every_gap_from_sacct(
     mirage_daemons: Callable[..., MirageDaemon], backend: str
 ) -> None:
