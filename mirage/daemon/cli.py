@@ -70,12 +70,12 @@ def _store(cfg: Config) -> Any:
         raise click.ClickException(str(exc)) from exc
 
 
-def _socket(cfg: Config) -> Path | None:
+def daemon_socket(cfg: Config) -> Path | None:
     path = Path(cfg.socket.path)
     return path if path.is_socket() else None
 
 
-def _ask(path: Path, request: dict[str, Any]) -> dict[str, Any]:
+def ask_daemon(path: Path, request: dict[str, Any]) -> dict[str, Any]:
     from mirage.daemon.api import call
 
     try:
@@ -160,11 +160,11 @@ def chain_submit(
         data = Path(script).read_bytes()
     except OSError as exc:
         raise click.ClickException(f"cannot read the script {script}: {exc.strerror}") from exc
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
         import base64
 
-        answer = _ask(
+        answer = ask_daemon(
             sock,
             {
                 "op": "register",
@@ -330,9 +330,9 @@ def chain_list(config_path: str | None, as_json: bool, show_all: bool) -> None:
     from mirage.daemon.status import hide_ended, list_chains
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        rows = _ask(sock, {"op": "list"})["chains"]
+        rows = ask_daemon(sock, {"op": "list"})["chains"]
     else:
         rows = list_chains(_store(cfg), _uid())
     # the daemon answers every chain (older daemons know no filter): the CLI filters
@@ -363,9 +363,9 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     from mirage.daemon.status import show_chain
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        data = _ask(sock, {"op": "show", "chain_id": chain_id})["chain"]
+        data = ask_daemon(sock, {"op": "show", "chain_id": chain_id})["chain"]
     else:
         data = show_chain(_store(cfg), chain_id, _uid())
     if data is None:
@@ -437,9 +437,9 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
     from mirage.daemon.store import Chain, ChainState, event_row
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        was_text = _ask(sock, {"op": "cancel", "chain_id": chain_id})["was"]
+        was_text = ask_daemon(sock, {"op": "cancel", "chain_id": chain_id})["was"]
         if as_json:
             echo_json({"chain_id": chain_id, "was": was_text, "state": "CANCELLED"})
         else:
@@ -479,9 +479,9 @@ def status_cmd(config_path: str | None, as_json: bool, show_all: bool) -> None:
 
     cfg = config_or_fail(config_path)
     now = int(time.time())
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        data = _ask(sock, {"op": "status"})["status"]
+        data = ask_daemon(sock, {"op": "status"})["status"]
         now = int(data.get("now") or now)  # the daemon's clock: its times are relative to it
     else:
         data = status(_store(cfg), now, _uid(), cluster=cfg.daemon.cluster)

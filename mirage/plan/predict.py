@@ -19,10 +19,10 @@ takes ``n = ceil(W / (L - o))`` segments and ``W + n o`` of run. Then
 - **with a trained forecaster** (``forecast``: its median and stated 90% interval of a
   submission's wait for each shape, e.g. the daemon's ``rf``/``xgb``): the later waits
   are its median, and the interval is every wait at its low (high) end.
-- **without one**: the interval is the 10-90% spread over ``draws`` look-ahead passes,
-  each with every queued job's run drawn from its history (:meth:`RunTimes.drawn`): the
-  uncertainty of the present queue's run times only, not of later arrivals. With no
-  draws the interval is the point itself.
+- **without one**: the interval is the 10-90% spread over ``draws`` queue passes, each
+  with every queued job's run drawn from its history (:meth:`RunTimes.drawn`), about
+  their median, put around the point: the uncertainty of the present queue's run times
+  only, not of later arrivals. With no draws the interval is the point itself.
 
 The recommendation is the earliest predicted completion; ties go to the shape that
 requests fewer GPU-hours.
@@ -34,7 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirage.plan.queue import Snapshot, spread, start_times
+from mirage.plan.draws import FastDraw
+from mirage.plan.queue import COARSE_STEP_S, Snapshot, spread, start_times
 from mirage.plan.shapes import Shape
 from mirage.plan.work import PlanInputError, Work
 from mirage.policy.lookahead import HORIZON_S, MAX_DRAWS, RunTimes
@@ -66,10 +67,18 @@ class Candidate:
     source: str  # what the later waits and interval come from: "lookahead" or "forecast"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.shape.to_dict(), "segments": self.segments, "run_s": self.run_s,
-                "first_wait_s": self.first_wait_s, "later_wait_s": self.later_wait_s,
-                "completion": self.completion, "interval": list(self.interval),
-                "resource_hours": round(self.resource_hours, 1), "source": self.source}  # fmt: skip
+        return {
+            **self.shape.to_dict(),
+            "gpus": self.shape.gpus,
+            "segments": self.segments,
+            "run_s": self.run_s,
+            "first_wait_s": self.first_wait_s,
+            "later_wait_s": self.later_wait_s,
+            "completion": self.completion,
+            "interval": list(self.interval),
+            "resource_hours": round(self.resource_hours, 1),
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -169,10 +178,11 @@ def _drawn_starts(q: Snapshot, shapes: Sequence[Shape], o: Options) -> list[list
         raise PlanInputError(f"at most {MAX_DRAWS} draws")
     return [
         start_times(
-            Snapshot(q.snapshot, q.profile, q.now, q.runtimes.drawn(k), q.to_limit, q.user),
+            Snapshot(q.snapshot, q.profile, q.now, FastDraw(q.runtimes, k), q.to_limit, q.user),
             shapes,
             method=o.method,
             horizon_s=o.horizon_s,
+            step_s=COARSE_STEP_S,
         )
         for k in range(o.draws)
     ]
@@ -202,10 +212,13 @@ def _candidate(  # noqa: PLR0917 - one shape's figures, each from its own source
             now + hi + run + round((n - 1) * hi * share),
         )
     elif drawn:
-        ends = [now + w + run + round((n - 1) * w * o.later_wait_share)
+        # the draws' spread about their own median, around the point (their coarser
+        # step may shift them all: mirage.plan.queue.COARSE_STEP_S)
+        ends = [w + round((n - 1) * w * o.later_wait_share)
                 for w in (max(0, s - now) for s in drawn)]  # fmt: skip
         lo, hi = spread(ends)
-        interval = (min(lo, completion), max(hi, completion))
+        mid = spread(ends, 0.5, 0.5)[0]
+        interval = (max(now + run, completion + lo - mid), completion + max(0, hi - mid))
     else:
         interval = (completion, completion)
     hours = n * shape.time_limit * shape.size(work.unit) / HOUR

@@ -10,17 +10,19 @@ run now) planned **once**, as a conservative backfill would plan it knowing the 
 1. the snapshot's jobs go into the look-ahead's simulation and its scheduling pass at
    ``now`` places the running jobs (and whatever starts at once) on nodes;
 2. every pending job, in priority order, reserves the earliest slot where it fits for
-   its predicted run (jobs waiting on a dependency after their parents' planned ends);
+   its predicted run;
 3. each candidate, ranked below all of them (a new job has age 0), gets the earliest
-   slot left for its whole time limit: its predicted start.
+   slot left for its whole time limit: its predicted start. Jobs waiting on a
+   dependency rank below it (they become eligible later), and a conservative plan never
+   lets a lower job delay a higher one: they are left out.
 
 What this leaves out, against the event simulation (``method="simulate"``,
 :func:`mirage.policy.lookahead.lookahead_starts`, kept for small queues and checks):
 Slurm plans with time limits, not predicted runs, and tests at most ``bf_max_job_test``
 jobs per pass, so the real scheduler leaves holes the plan fills: the plan's starts are
 earlier on deep queues, for every shape alike. QOS and association limits are not
-applied. Runs are planned in steps of :data:`RESOLUTION_S`. Starts past ``horizon_s``
-read as ``now + horizon_s``.
+applied. Runs are planned in steps of the profile's ``bf_resolution_s`` (Slurm's own),
+or of ``step_s`` when given. Starts past ``horizon_s`` read as ``now + horizon_s``.
 """
 
 from __future__ import annotations
@@ -47,11 +49,12 @@ from mirage.sim.workload import JobSpec
 from mirage.slurm.types import QueueSnapshot
 
 METHODS = ("plan", "simulate")
-#: The plan's time step: runs are planned in whole steps (Slurm's backfill plans in
-#: bf_resolution steps, a minute on ls6; waits read in hours lose nothing by a coarser
-#: one; scripts/bench/plan_time.py: 4 drawn passes over 2,000 jobs took 2.4 s at 60 s
-#: steps, 1.3 s at 900 s).
-RESOLUTION_S = 900
+#: The step of the passes that only measure a spread (drawn run times): the passes at
+#: Slurm's minute cost 0.5 s each on 2,000 jobs, at 15 minutes 0.25 s
+#: (scripts/bench/plan_time.py). Coarse steps shift starts on a deep queue (the ls6
+#: slice's busiest hour: 7h00m at 900 s, 5h24m at 60 s as the event simulation says),
+#: so they give only the spread around the point, never the point.
+COARSE_STEP_S = 900
 
 
 def request_of(shape: Shape, user: str = "") -> Request:
@@ -71,9 +74,15 @@ class Snapshot:
 
 
 def start_times(
-    q: Snapshot, shapes: Sequence[Shape], *, method: str = "plan", horizon_s: int = HORIZON_S
+    q: Snapshot,
+    shapes: Sequence[Shape],
+    *,
+    method: str = "plan",
+    horizon_s: int = HORIZON_S,
+    step_s: int | None = None,
 ) -> list[int]:
-    """Predicted start of each shape if submitted alone at ``q.now``."""
+    """Predicted start of each shape if submitted alone at ``q.now`` (``step_s``: the
+    plan's time step, default the profile's ``bf_resolution_s``)."""
     if method == "simulate":
         reqs = [request_of(s, q.user) for s in shapes]
         return lookahead_starts(
@@ -82,7 +91,8 @@ def start_times(
         )  # fmt: skip
     if method != "plan":
         raise ValueError(f"unknown method {method!r}: use {' or '.join(METHODS)}")
-    return _planned(q, shapes, horizon_s)
+    step = step_s or max(1, q.profile.scheduler.bf_resolution_s)
+    return _planned(q, shapes, horizon_s, step)
 
 
 class _Ranked(Simulation):
@@ -92,14 +102,13 @@ class _Ranked(Simulation):
         return 0 if self.held[i] else 2 * 10**9 - i
 
 
-def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int) -> list[int]:
-    plan = _on_grid(queue_specs(q.snapshot, q.profile, q.now, q.runtimes, q.to_limit))
+def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int, step: int) -> list[int]:
+    plan = _on_grid(queue_specs(q.snapshot, q.profile, q.now, q.runtimes, q.to_limit), step)
     sim = _Ranked(q.profile, start_time=q.now, track_estimates=False)
-    ids = sim.add_jobs_skipping_invalid(plan.ahead)
+    sim.add_jobs_skipping_invalid(plan.ahead)
     sim.run_until(q.now)  # the pass at now: running jobs on their nodes
     nodes = _node_plan(sim)
-    ends = _by_name(plan, ids, _reserve_pending(sim, nodes, horizon_s))
-    _reserve_dependents(sim, nodes, plan, ends, horizon_s)
+    _reserve_pending(sim, nodes, horizon_s)
     last = q.now + horizon_s
     out = []
     for shape in shapes:
@@ -109,25 +118,16 @@ def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int) -> list[int]:
     return out
 
 
-def _on_grid(plan: QueuePlan, step: int = RESOLUTION_S) -> QueuePlan:
-    """Every run rounded up to ``step``: fewer distinct ends, fewer breakpoints to search,
-    and more jobs that share a floor (:class:`_Floors`)."""
+def _on_grid(plan: QueuePlan, step: int) -> QueuePlan:
+    """Every run rounded to the nearest ``step`` (at least one): fewer distinct ends, fewer
+    breakpoints to search, and more jobs that share a floor (:class:`_Floors`). Rounded
+    up, the errors would add up along a deep queue (a job after fifteen on its node
+    started two hours late on the ls6 slice); to the nearest, they cancel."""
 
     def up(spec: JobSpec) -> JobSpec:
-        return replace(spec, run=-(-max(1, spec.run) // step) * step)
+        return replace(spec, run=max(1, round(spec.run / step)) * step)
 
     return QueuePlan([up(s) for s in plan.ahead], [(up(s), p) for s, p in plan.after])
-
-
-def _by_name(plan: QueuePlan, ids: Sequence[str], ends: dict[int, int]) -> dict[str, int]:
-    """Planned ends by snapshot job id (the specs' names); the simulation numbers the jobs
-    it took in the order they were added (one left out has no id)."""
-    out, k = {}, 0
-    for spec, sim_id in zip(plan.ahead, ids, strict=True):
-        if sim_id:
-            out[spec.name] = ends.get(k, 0)
-            k += 1
-    return out
 
 
 def _node_plan(sim: Simulation) -> NodePlan:
@@ -218,27 +218,6 @@ class _Floors:
         # keep only what can still raise a floor: a longer run with an earlier start never does
         seen[:] = [(r, t) for r, t in seen if not (r >= spec.run and t <= start)]
         seen.append((spec.run, start))
-
-
-def _reserve_dependents(
-    sim: Simulation,
-    plan: NodePlan,
-    queue: QueuePlan,
-    ends: dict[str, int],
-    horizon_s: int,
-) -> None:
-    """Jobs waiting on a dependency, in submission order, after their parents' ends."""
-    last = sim.now + horizon_s
-    for spec, parents in queue.after:
-        after = max((ends[p] for p in parents if p in ends), default=sim.now)
-        if after >= last:
-            ends[spec.name] = last
-            continue
-        found = _fit(sim, plan, replace(spec, submit=sim.now), after, spec.run)
-        if found is None or found[0] > last:
-            ends[spec.name] = last
-            continue
-        ends[spec.name] = _reserve(sim, plan, spec, found[0], found[1])
 
 
 def spread(values: Sequence[int], low: float = 0.1, high: float = 0.9) -> tuple[int, int]:

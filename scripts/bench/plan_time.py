@@ -120,7 +120,8 @@ def timed(q: Snapshot, cands: list[Shape], options: Options, repeat: int) -> tup
         plan = plan_chain(q, work, cands, options=options)
         times.append(time.perf_counter() - t0)
         c = plan.recommended
-        best = f"{c.shape.gpus} GPUs x {c.shape.time_limit // H} h, in {(c.completion - q.now) / H:.0f} h"
+        done_h = (c.completion - q.now) / H
+        best = f"{c.shape.gpus} GPUs x {c.shape.time_limit // H} h, in {done_h:.0f} h"
     return statistics.median(times), best
 
 
