@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -65,10 +65,14 @@ def plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def plan_request_of(params: dict[str, Any]) -> dict[str, Any]:
-    """The request (mirage.plan.request) from the options' values."""
+    """The request (mirage.plan.request) from the options' values, checked before any
+    queue is read: a bad work spec is one line at once."""
+    from mirage.plan.request import check_request
+    from mirage.plan.work import PlanInputError
+
     if not params.get("work"):
         raise click.UsageError("--work TIME@SIZE is needed, e.g. --work 96h@4gpu")
-    return {
+    request = {
         "work": params["work"],
         "scaling": params["scaling"],
         "points": list(params["points"]),
@@ -81,6 +85,11 @@ def plan_request_of(params: dict[str, Any]) -> dict[str, Any]:
         "method": params["method"],
         "partition": params["partitions"][0] if params["partitions"] else None,
     }
+    try:
+        check_request(request)
+    except PlanInputError as exc:
+        raise click.UsageError(str(exc)) from exc
+    return request
 
 
 @click.command("plan")
@@ -208,7 +217,7 @@ def _sim_snapshot(params: dict[str, Any]) -> Any:
     return read_snapshot(client, profile, user=getpass.getuser())
 
 
-def _busiest(profile: Any, jobs: list[Any]) -> int:
+def _busiest(profile: Any, jobs: Sequence[Any]) -> int:
     """The hour of the replay with the most pending jobs."""
     from mirage.sim import Simulation
 

@@ -19,7 +19,7 @@ from mirage.plan.predict import Options, Plan, WaitForecast, plan_chain
 from mirage.plan.queue import METHODS, Snapshot
 from mirage.plan.shapes import candidates
 from mirage.plan.source import habitual_shape
-from mirage.plan.work import PlanInputError, parse_amount, parse_work
+from mirage.plan.work import PlanInputError, Work, parse_amount, parse_work
 from mirage.policy.lookahead import MAX_DRAWS
 
 DEFAULT_OVERHEAD = "10m"
@@ -56,13 +56,27 @@ def options_of(req: Mapping[str, Any]) -> Options:
     return Options(overhead_s=overhead, later_wait_share=float(share), draws=draws, method=method)
 
 
-def plan_request(q: Snapshot, req: Mapping[str, Any], forecast: WaitForecast | None = None) -> Plan:
-    """The plan ``req`` asks for, on the queue ``q``; PlanInputError for bad options."""
-    work = parse_work(
+def check_request(req: Mapping[str, Any]) -> None:
+    """What can be checked before a queue is read: the work and the options."""
+    _work(req)
+    options_of(req)
+    _strings(req, "partitions")
+    _ints(req, "sizes")
+    for x in _strings(req, "limits"):
+        parse_amount(x)
+
+
+def _work(req: Mapping[str, Any]) -> Work:
+    return parse_work(
         str(req.get("work") or ""),
         scaling=str(req.get("scaling") or "linear"),
         points=_strings(req, "points"),
     )
+
+
+def plan_request(q: Snapshot, req: Mapping[str, Any], forecast: WaitForecast | None = None) -> Plan:
+    """The plan ``req`` asks for, on the queue ``q``; PlanInputError for bad options."""
+    work = _work(req)
     options = options_of(req)
     try:
         shapes = candidates(
