@@ -15,7 +15,8 @@ Requests (one JSON object, newline-terminated; the answer likewise):
                                         (mirage.plan.request; on the daemon's last poll)
     {"op": "register", "script_b64": "…", "script_path": "…", "sbatch_args": [...],
      "segments": 6, "until_file": null, "name": null, "cwd": "/home/…",
-     "environ": {...}}                  -> {"ok": true, "chain_id": "c…"}
+     "environ": {...}, "plan": null}    -> {"ok": true, "chain_id": "c…"}
+                                        ("plan": chain submit --plan's, stored as is)
     errors                              -> {"ok": false, "error": "…"}
 
 Limits, so that no client holds the daemon: a request line is at most ``MAX_REQUEST``
@@ -183,6 +184,9 @@ class Api:
         segments = req.get("segments")
         if segments is not None and (not isinstance(segments, int) or isinstance(segments, bool)):
             return {"ok": False, "error": "segments must be an integer"}
+        plan = req.get("plan")
+        if plan is not None and not isinstance(plan, dict):
+            return {"ok": False, "error": "plan must be a JSON object (chain submit --plan)"}
         chain = build_chain(
             fields["script_path"] or "script",
             script,
@@ -197,6 +201,7 @@ class Api:
             groups=os.getgrouplist(user.pw_name, gid),
             cluster=self.cluster,
         )
+        chain.plan = plan
         if self.partitions is not None:
             check_limits(chain, self.partitions(int(self.clock())))
         with self._register_lock:
