@@ -244,7 +244,7 @@ def _planned_shape(
     request = plan_request_of(params)
     plan = plan_for_chain(request, config_path)
     best = plan["recommended"]
-    record = plan_record(plan, request)
+    record = plan_record(plan, request, segments_from_plan=segments is None)
     return record, (*sbatch_args, *shape_args(best)), segments or best["segments"]
 
 

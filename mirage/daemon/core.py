@@ -113,6 +113,8 @@ class Daemon:
         self.advancer = Advancer(self.ctx, self.router)
         # `mirage plan` on the socket plans on this daemon's last poll (planning.py)
         self.planner = Planner(client, self._plan_profile)
+        if self.config.plan.replan:
+            self.advancer.planner = self.planner
         self._model_metrics()
         # A chain of uid 0 would have its jobs run as root by a daemon that submits as each
         # owner: one registered as root, or a row written into the database by anyone who

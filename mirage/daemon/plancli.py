@@ -120,12 +120,16 @@ def shape_args(best: dict[str, Any]) -> list[str]:
     return args
 
 
-def plan_record(plan: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def plan_record(
+    plan: dict[str, Any], request: dict[str, Any], *, segments_from_plan: bool = True
+) -> dict[str, Any]:
     """What the chain keeps of its plan (``chains.plan``): the request, to plan again
     with the work left, and the shape chosen with its predicted completion."""
     best = plan["recommended"]
     return {
         "request": request,
+        "overhead_s": plan["overhead_s"],
+        "segments_from_plan": segments_from_plan,
         "shape": best,
         "completion": best["completion"],
         "interval": best["interval"],

@@ -6,7 +6,9 @@ read the options one way.
      "partitions": [], "sizes": [], "limits": ["12h"], "overhead": "10m",
      "later_wait_share": 1.0, "draws": 4, "method": "plan", "partition": null}
 
-Empty lists take the profile's defaults (:mod:`.shapes`); ``partition`` is where the
+``work_left`` (:meth:`Work.to_dict`), when present, replaces ``work``: a chain re-planned
+between segments (mirage.daemon.replan) plans what it has left. Empty lists take the
+profile's defaults (:mod:`.shapes`); ``partition`` is where the
 habitual shape goes (the default partition when null).
 """
 
@@ -67,6 +69,10 @@ def check_request(req: Mapping[str, Any]) -> None:
 
 
 def _work(req: Mapping[str, Any]) -> Work:
+    """``work_left`` (a Work's dict: what a chain re-planned has left) else ``work``."""
+    left = req.get("work_left")
+    if isinstance(left, dict):
+        return Work.from_dict(left)
     return parse_work(
         str(req.get("work") or ""),
         scaling=str(req.get("scaling") or "linear"),
