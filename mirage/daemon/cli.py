@@ -416,6 +416,8 @@ def _show_fields(data: dict[str, Any], now: int) -> list[tuple[str, str]]:
         ("reason", data.get("reason") or "-"),
         ("current", _current_job(data, now)),
         ("policy", data.get("policy") or "-"),
+        ("shape", _shape_text(data)),
+        ("plan", _plan_text(data, now)),
         ("created", _when(data.get("created_at"), now)),
         ("updated", _when(data.get("updated_at"), now)),
     ]
@@ -641,7 +643,30 @@ def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
             f"    predicted start: {pred}; Slurm's estimate: {_when(r.get('slurm_estimate'), now)}"
         )
         lines.append(f"    policy: {_policy_text(r)}")
+        lines.append(f"    shape: {_shape_text(r)}; {_plan_text(r, now)}")
     return lines + _trouble_lines(r, now)
+
+
+def _shape_text(r: dict[str, Any]) -> str:
+    """ "gpu-a100, 2 node(s) x 2 GPUs, 12h00m": what each segment asks for."""
+    gpus = f" x {r['gpus_per_node']} GPUs" if r.get("gpus_per_node") else ""
+    return (
+        f"{r.get('partition') or 'default partition'}, {r.get('nodes', 1)} node(s){gpus}, "
+        f"{duration(r['time_limit_s'])}"
+    )
+
+
+def _plan_text(r: dict[str, Any], now: int) -> str:
+    """The whole chain's predicted completion, where it was planned (chain submit --plan)."""
+    plan = r.get("plan")
+    if not plan or plan.get("completion") is None:
+        return "not planned"
+    text = f"whole chain done {_when(plan['completion'], now)}"
+    lo, hi = plan.get("interval") or (None, None)
+    if lo is not None and lo != hi:
+        text += f" [{_when(lo, now)} .. {_when(hi, now)}]"
+    replans = plan.get("replans") or 0
+    return text + (f", re-planned {replans} time(s)" if replans else "")
 
 
 def _successor_text(r: dict[str, Any], now: int) -> str:

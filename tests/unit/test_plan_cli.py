@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Iterator
@@ -9,14 +10,24 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import select
 
 from mirage.cli import main
 from mirage.daemon.api import Api, ApiServer
-from mirage.daemon.config import Config, DaemonSection
+from mirage.daemon.config import Config, DaemonSection, PlanSection
 from mirage.daemon.core import Daemon
+from mirage.daemon.status import list_chains
+from mirage.daemon.store import Chain, Event
 from mirage.sim.scenario import toy_profile
 from mirage.slurm.types import SubmitRequest
-from tests.unit.daemon_support import make_config, make_sim, make_store
+from tests.unit.daemon_support import (
+    chain_state,
+    make_chain,
+    make_config,
+    make_sim,
+    make_store,
+    run_cycles,
+)
 
 H = 3600
 SLICE = ["--backend", "sim", "--trace", "traces/ls6-a100-slice.log.gz",
@@ -89,7 +100,8 @@ def test_daemon_plans_on_its_last_poll(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def planning_socket(tmp_path: Path) -> Iterator[Path]:
+def planning_daemon(tmp_path: Path) -> Iterator[tuple[Path, Daemon]]:
+    """A busy daemon's socket (its configuration file, the daemon)."""
     sockdir = Path(tempfile.mkdtemp(prefix="mirage-plan-"))
     sockdir.chmod(0o755)
     daemon = busy_daemon(tmp_path)
@@ -97,14 +109,16 @@ def planning_socket(tmp_path: Path) -> Iterator[Path]:
     api = Api(daemon.store, config=config, planner=daemon.planner.answer)
     srv = ApiServer(sockdir / "mirage.sock", api)
     srv.start()
-    yield sockdir / "mirage.sock"
+    cfg = tmp_path / "mirage.toml"
+    sock = sockdir / "mirage.sock"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[socket]\npath = "{sock}"\n')
+    yield cfg, daemon
     srv.stop()
     sockdir.rmdir()
 
 
-def test_plan_asks_the_daemon_when_one_runs(tmp_path: Path, planning_socket: Path) -> None:
-    cfg = tmp_path / "mirage.toml"
-    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[socket]\npath = "{planning_socket}"\n')
+def test_plan_asks_the_daemon_when_one_runs(planning_daemon: tuple[Path, Daemon]) -> None:
+    cfg, _ = planning_daemon
     args = ["--work", "16h@4gpu", "--limit", "4h", "--limit", "8h", "--size", "4", "--json"]
     result = CliRunner().invoke(main, ["plan", "--config", str(cfg), *args])
     assert result.exit_code == 0, result.output
@@ -119,3 +133,69 @@ def test_a_daemon_without_a_planner_says_so(tmp_path: Path) -> None:
         "ok": False,
         "error": "this daemon does not plan chains",
     }
+
+
+PLAN_ARGS = ["--plan", "--work", "16h@4gpu", "--limit", "4h", "--limit", "8h", "--size", "4",
+             "--draws", "0", "--overhead", "0"]  # fmt: skip
+
+
+def test_chain_submit_plan_registers_the_recommended_shape(
+    tmp_path: Path, planning_daemon: tuple[Path, Daemon]
+) -> None:
+    cfg, daemon = planning_daemon
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\npython train.py --resume\n")
+    args = ["chain", "submit", str(script), *PLAN_ARGS, "--config", str(cfg)]
+    result = CliRunner().invoke(main, [*args, "--", "--time=1:00:00", "--gres=gpu:1"])
+    assert result.exit_code == 0, result.output
+    assert "plan: gpu, 1 node(s) x 4 GPUs, --time=8h00m, 2 segment(s)" in result.output
+    (row,) = list_chains(daemon.store, None)
+    # the plan's options win over the sbatch options given; its count is --segments'
+    assert (row["time_limit_s"], row["nodes"], row["gpus_per_node"]) == (8 * H, 1, 4)
+    assert (row["partition"], row["segments"]) == ("gpu", 2)
+    assert row["plan"]["work"] == "16h@4gpu"
+    assert row["plan"]["completion"] == 60 + 6 * H - 60 + 16 * H + (6 * H - 60)
+    show = CliRunner().invoke(main, ["chain", "show", row["id"], "--config", str(cfg)])
+    assert "shape: gpu, 1 node(s) x 4 GPUs, 8h00m" in show.output
+    assert "plan: whole chain done" in show.output
+
+
+def test_plan_options_need_plan() -> None:
+    result = CliRunner().invoke(main, ["chain", "submit", __file__, "--work", "16h@4gpu"])
+    assert result.exit_code == 2
+    assert "--work and the other plan options need --plan" in result.output
+
+
+def test_replan_gives_the_next_segment_the_shape_planned_then(tmp_path: Path) -> None:
+    client = make_sim(4)
+    config = dataclasses.replace(make_config(), plan=PlanSection(replan=True))
+    daemon = Daemon(make_store(tmp_path), client, config=config, profile=toy_profile(4))
+    chain = make_chain(daemon.store, limit=H, segments=5)
+    request = {"work": "16h@4gpu", "limits": ["8h"], "sizes": [4], "draws": 0}
+    with daemon.store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        assert c is not None
+        c.plan = {"request": request, "overhead_s": 0, "for_segment": 0, "replans": 0}
+        s.commit()
+    run_cycles([daemon], client, 0, 300)  # segment 1 (1 h) runs: 2 h or less left
+    c = chain_state(daemon.store, chain.id)
+    # 15 h left after the running hour: two 8-hour segments after it
+    assert (c.time_limit_s, c.segments_target, c.gres) == (8 * H, 3, "gpu:4")
+    assert c.plan is not None and (c.plan["for_segment"], c.plan["replans"]) == (1, 1)
+    with daemon.store.sessions() as s:
+        kinds = [e.kind for e in s.scalars(select(Event).where(Event.chain_id == chain.id))]
+    assert kinds.count("chain.replan") == 1  # once per segment
+
+
+def test_without_replan_the_shape_stays(tmp_path: Path) -> None:
+    client = make_sim(4)
+    daemon = Daemon(make_store(tmp_path), client, config=make_config(), profile=toy_profile(4))
+    chain = make_chain(daemon.store, limit=H, segments=5)
+    with daemon.store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        assert c is not None
+        c.plan = {"request": {"work": "16h@4gpu"}, "overhead_s": 0, "for_segment": 0}
+        s.commit()
+    run_cycles([daemon], client, 0, 300)
+    c = chain_state(daemon.store, chain.id)
+    assert (c.time_limit_s, c.segments_target) == (H, 5)
