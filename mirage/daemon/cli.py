@@ -34,6 +34,7 @@ from mirage.daemon.clicommon import (
 from mirage.daemon.config import Config
 from mirage.daemon.plancli import plan_options
 from mirage.fmt import duration
+from mirage.slurm.syntax import format_duration
 
 if TYPE_CHECKING:
     from mirage.daemon.core import Daemon
@@ -253,8 +254,8 @@ def _plan_line(plan: dict[str, Any]) -> str:
     now = int(plan["planned_at"])
     return (
         f"plan: {best['partition']}, {best['nodes']} node(s) x {best['gpus_per_node']} GPUs, "
-        f"--time={duration(best['time_limit_s'])}, {best['segments']} segment(s); whole chain "
-        f"done {_when(plan['completion'], now)}"
+        f"--time={format_duration(best['time_limit_s'])}, {best['segments']} segment(s); "
+        f"whole chain done {_when(plan['completion'], now)}"
     )
 
 
