@@ -148,7 +148,7 @@ def test_chain_submit_plan_registers_the_recommended_shape(
     args = ["chain", "submit", str(script), *PLAN_ARGS, "--config", str(cfg)]
     result = CliRunner().invoke(main, [*args, "--", "--time=1:00:00", "--gres=gpu:1"])
     assert result.exit_code == 0, result.output
-    assert "plan: gpu, 1 node(s) x 4 GPUs, --time=08:00:00, 2 segment(s)" in result.output
+    assert "plan: gpu, 1 node(s) x 4 GPUs, --time=0-08:00:00, 2 segment(s)" in result.output
     (row,) = list_chains(daemon.store, None)
     # the plan's options win over the sbatch options given; its count is --segments'
     assert (row["time_limit_s"], row["nodes"], row["gpus_per_node"]) == (8 * H, 1, 4)
