@@ -112,7 +112,7 @@ class Daemon:
                                    policies=policies)  # fmt: skip
         self.advancer = Advancer(self.ctx, self.router)
         # `mirage plan` on the socket plans on this daemon's last poll (planning.py)
-        self.planner = Planner(client, self._plan_profile)
+        self.planner = Planner(client, self._plan_profile, self._plan_forecaster)
         if self.config.plan.replan:
             self.advancer.planner = self.planner
         self._model_metrics()
@@ -147,6 +147,13 @@ class Daemon:
             return self.router.profile
         parts = self.router.partitions(self._last_ok_poll or int(time.time()))
         return ClusterProfile(name="live", partitions=parts) if parts else None
+
+    def _plan_forecaster(self) -> Policy | None:
+        """The trained default policy, for plans, unless it is set aside at start."""
+        used = self.router.used
+        if used.kind != "learned" or self.router.policy_summary().get("fallback"):
+            return None
+        return used.policy
 
     # ---- what callers see of the steps -------------------------------------------------
 

@@ -6,20 +6,25 @@ finished jobs); a ``{"op": "plan", ...}`` request on the socket is planned on th
 controller itself. The first request reads the accounting history once (the look-ahead's
 14 days) when the cycles have not yet seen enough. A lock keeps a cycle from changing the
 snapshot or the run times while a request is planned on them (a plan takes about a
-second; the cycle waits that long at most).
+second; the cycle waits that long at most). Where the daemon's policy is a trained
+forecaster (``rf``, ``xgb``) that is not set aside, its waits and stated intervals give
+the later waits and the interval (:mod:`mirage.plan.predict`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from mirage.plan.predict import WaitForecast
 from mirage.plan.queue import Snapshot
 from mirage.plan.request import plan_request
-from mirage.plan.source import HISTORY_S
+from mirage.plan.shapes import Shape
+from mirage.plan.source import HISTORY_S, policy_forecast
 from mirage.plan.work import PlanInputError
+from mirage.policy.base import DecisionContext, Policy
 from mirage.policy.lookahead import RunTimes
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.client import SlurmClient
@@ -34,9 +39,17 @@ MIN_HISTORY = 50
 class Planner:
     """The last poll and the run-time history, for plans asked on the socket."""
 
-    def __init__(self, client: SlurmClient, profile: Callable[[], ClusterProfile | None]) -> None:
+    def __init__(
+        self,
+        client: SlurmClient,
+        profile: Callable[[], ClusterProfile | None],
+        forecaster: Callable[[], Policy | None] = lambda: None,
+    ) -> None:
         self.client = client
         self.profile = profile  # the daemon's (its policies'), else the live cluster's
+        # the daemon's trained forecaster (rf, xgb) when it decides: later waits and the
+        # interval from its stated 90% intervals (mirage.plan.predict)
+        self.forecaster = forecaster
         self.runtimes = RunTimes()
         self._snapshot: QueueSnapshot | None = None
         self._now = 0
@@ -59,10 +72,25 @@ class Planner:
             self._read_history()
             q = Snapshot(self._snapshot, profile, self._now, self.runtimes, user=user)
             try:
-                plan = plan_request(q, request)
+                plan = plan_request(q, request, self._forecast(q))
             except PlanInputError as exc:
                 return {"ok": False, "error": str(exc)}
         return {"ok": True, "plan": plan.to_dict()}
+
+    def _forecast(self, q: Snapshot) -> WaitForecast | None:
+        policy = self.forecaster()
+        if policy is None:
+            return None
+        ask = policy_forecast(policy, DecisionContext(q.now, q.snapshot, q.profile), q.user)
+
+        def guarded(shapes: Sequence[Shape]) -> list[tuple[int, int, int] | None]:
+            try:
+                return list(ask(shapes))
+            except Exception as exc:  # a model that cannot read this queue: plan without
+                log.warning("plan: the forecaster %s gave no waits: %r", policy.name, exc)
+                return [None] * len(shapes)
+
+        return guarded
 
     def _read_history(self) -> None:
         if self._history_read or len(self.runtimes) >= MIN_HISTORY:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,10 @@ from mirage.cli import main
 from mirage.daemon.api import Api, ApiServer
 from mirage.daemon.config import Config, DaemonSection, PlanSection
 from mirage.daemon.core import Daemon
+from mirage.daemon.planning import Planner
 from mirage.daemon.status import list_chains
 from mirage.daemon.store import Chain, Event
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.sim.scenario import toy_profile
 from mirage.slurm.types import SubmitRequest
 from tests.unit.daemon_support import (
@@ -199,3 +201,30 @@ def test_without_replan_the_shape_stays(tmp_path: Path) -> None:
     run_cycles([daemon], client, 0, 300)
     c = chain_state(daemon.store, chain.id)
     assert (c.time_limit_s, c.segments_target) == (H, 5)
+
+
+class StatedWaits(Policy):
+    """A forecaster stand-in: every successor waits 1 h, 90% interval 0 .. 3 h."""
+
+    name = "stated"
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        return [Decision(False, ctx.now + H, (ctx.now, ctx.now + 3 * H)) for _ in pending]
+
+
+class Broken(StatedWaits):
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        raise KeyError("gpu")
+
+
+def test_the_daemon_s_forecaster_gives_later_waits_and_the_interval(tmp_path: Path) -> None:
+    daemon = busy_daemon(tmp_path)
+    planner = Planner(daemon.client, lambda: toy_profile(4), StatedWaits)
+    planner.observe(60, daemon.client.queue(), [])
+    best = planner.answer(REQUEST, "alice")["plan"]["recommended"]
+    assert (best["source"], best["later_wait_s"]) == ("forecast", H)
+    assert best["first_wait_s"] == 6 * H - 60  # the first wait is still the queue's
+    broken = Planner(daemon.client, lambda: toy_profile(4), Broken)
+    broken.observe(60, daemon.client.queue(), [])
+    answer = broken.answer(REQUEST, "alice")
+    assert answer["ok"] and answer["plan"]["recommended"]["source"] == "lookahead"
