@@ -1,17 +1,17 @@
 """One plan for 20 candidate shapes on a 2,000-job queue (target: <= 2 s on 2 cores).
 
     .venv/bin/python scripts/bench/plan_time.py [--jobs 2000] [--repeat 3] [--draws 4]
-        [--trace traces/ls6-a100-slice.log.gz] [--simulate]
+        [--trace traces/ls6-a100-slice.log.gz] [--nodes 60] [--simulate]
 
 Two queues on ls6's calibrated profile (79 nodes x 3 A100s): a synthetic one of
 ``--jobs`` jobs (ls6-like sizes and limits, every node busy, the rest pending with
-priorities), and the bundled ls6 slice replayed on ``--nodes`` nodes to its busiest moment of its
-first month (a real queue, smaller). Run times are learned from 3,000 synthetic finished jobs (the
+priorities), and the bundled ls6 slice replayed on ``--nodes`` nodes to its busiest hour
+(a real queue, smaller). Run times are learned from 3,000 synthetic finished jobs (the
 slice: from its own finished jobs). The 20 shapes are 1, 2, 3, 4 and 6 GPUs x limits of
 6, 12, 24 and 48 hours. Times ``plan_chain`` (queue pass, draws, ranking), median of
 ``--repeat``, for no draws and for ``--draws``; ``--simulate`` also times the event
-simulation (``method="simulate"``, the look-ahead's ``lookahead_starts``) on one
-shape of the real queue, for comparison.
+simulation (``method="simulate"``, the look-ahead's ``lookahead_starts``) on one shape
+of each queue, for comparison (tens of seconds on the synthetic one).
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def synthetic(profile: ClusterProfile, n: int, seed: int = 1) -> Snapshot:
     return Snapshot(QueueSnapshot(taken_at=NOW, jobs=tuple(jobs)), profile, NOW, runtimes)
 
 
-def busiest(profile: ClusterProfile, trace: str, nodes: int, days: int = 30) -> Snapshot:
-    """The slice replayed on ``nodes`` nodes (70 of ls6's 79: load 1.13); the largest
-    queue at a twice-daily look over its first days."""
+def busiest(profile: ClusterProfile, trace: str, nodes: int) -> Snapshot:
+    """The slice replayed on ``nodes`` nodes (60 of ls6's 79: a deeper queue); the
+    largest queue at an hourly look (as ``mirage plan --backend sim`` finds it)."""
     from mirage.trace.readers import load_trace
 
     part = profile.partition()
@@ -102,8 +102,8 @@ def busiest(profile: ClusterProfile, trace: str, nodes: int, days: int = 30) -> 
     sim.add_jobs_skipping_invalid(jobs)
     client = SimSlurmClient(sim)
     best = client.queue()
-    for k in range(1, 2 * days):
-        sim.run_until(first + k * 43200)
+    for t in range(first + H, max(j.submit for j in jobs), H):
+        sim.run_until(t)
         snap = client.queue()
         if len(snap.jobs) > len(best.jobs):
             best = snap
@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--trace", default=str(REPO / "traces" / "ls6-a100-slice.log.gz"))
-    ap.add_argument("--nodes", type=int, default=70, help="the slice's nodes")
+    ap.add_argument("--nodes", type=int, default=60, help="the slice's nodes")
     ap.add_argument("--simulate", action="store_true")
     args = ap.parse_args()
     profile = load_profile(str(REPO / "models" / "ls6" / "profile.toml"))
@@ -150,10 +150,10 @@ def main() -> None:
             s, best = timed(q, cands, Options(overhead_s=600, draws=draws), args.repeat)
             print(f"{name:<10} {len(q.snapshot.jobs):>5} {pending:>7} {draws:>5} {s:>7.2f} "
                   f"{s / TARGET_S:>8.2f}  {best}")  # fmt: skip
-    if args.simulate:
-        q = queues["ls6 slice"]
-        s, _ = timed(q, cands[:1], Options(overhead_s=600, method="simulate"), 1)
-        print(f"event simulation (lookahead_starts), ls6 slice, 1 shape: {s:.2f} s")
+    if args.simulate:  # the look-ahead's event simulation, one shape, for comparison
+        for name, q in queues.items():
+            s, _ = timed(q, cands[:1], Options(overhead_s=600, method="simulate"), 1)
+            print(f"event simulation (method=simulate), {name}, 1 shape: {s:.2f} s")
 
 
 if __name__ == "__main__":
