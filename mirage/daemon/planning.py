@@ -34,6 +34,21 @@ log = logging.getLogger(__name__)
 
 #: Fewer finished jobs than this seen by the cycles: the first plan reads the history.
 MIN_HISTORY = 50
+#: A plan holds the cycle up (the lock) while it runs: at most this many drawn passes
+#: (about 0.25 s each on 2,000 jobs), and never the event simulation (tens of seconds
+#: per shape on such a queue: ``mirage plan --backend cli --method simulate`` runs it in
+#: the user's own process).
+MAX_DAEMON_DRAWS = 8
+
+
+def _refused(request: Mapping[str, Any]) -> str:
+    """Why the daemon does not make this plan; "" when it does."""
+    if (request.get("method") or "plan") != "plan":
+        return "the daemon plans with --method plan only: use --backend cli for the simulation"
+    draws = request.get("draws")
+    if isinstance(draws, int) and draws > MAX_DAEMON_DRAWS:
+        return f"the daemon draws at most {MAX_DAEMON_DRAWS} times (--draws)"
+    return ""
 
 
 class Planner:
@@ -63,6 +78,9 @@ class Planner:
 
     def answer(self, request: Mapping[str, Any], user: str) -> dict[str, Any]:
         """``{"ok": true, "plan": {...}}`` (Plan.to_dict), or the error in one line."""
+        refused = _refused(request)
+        if refused:
+            return {"ok": False, "error": refused}
         with self._lock:
             if self._snapshot is None:
                 return {"ok": False, "error": "the daemon has not polled Slurm yet: try again"}

@@ -103,6 +103,7 @@ class _Ranked(Simulation):
 
 
 def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int, step: int) -> list[int]:
+    """The module's three steps: place, reserve the queue, fit each shape after it."""
     plan = _on_grid(queue_specs(q.snapshot, q.profile, q.now, q.runtimes, q.to_limit), step)
     sim = _Ranked(q.profile, start_time=q.now, track_estimates=False)
     sim.add_jobs_skipping_invalid(plan.ahead)
@@ -120,14 +121,15 @@ def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int, step: int) ->
 
 def _on_grid(plan: QueuePlan, step: int) -> QueuePlan:
     """Every run rounded to the nearest ``step`` (at least one): fewer distinct ends, fewer
-    breakpoints to search, and more jobs that share a floor (:class:`_Floors`). Rounded
-    up, the errors would add up along a deep queue (a job after fifteen on its node
-    started two hours late on the ls6 slice); to the nearest, they cancel."""
+    breakpoints to search, and more jobs that share a floor (:class:`_Floors`). Coarse
+    steps move starts along a deep queue (the ls6 slice's busiest hour, a 6-GPU request:
+    7h15m at 900 s rounded up, 7h00m to the nearest, 5h24m at 60 s, as the event
+    simulation says), so the point is planned at Slurm's own bf_resolution."""
 
-    def up(spec: JobSpec) -> JobSpec:
+    def on_step(spec: JobSpec) -> JobSpec:
         return replace(spec, run=max(1, round(spec.run / step)) * step)
 
-    return QueuePlan([up(s) for s in plan.ahead], [(up(s), p) for s, p in plan.after])
+    return QueuePlan([on_step(s) for s in plan.ahead], [(on_step(s), p) for s, p in plan.after])
 
 
 def _node_plan(sim: Simulation) -> NodePlan:

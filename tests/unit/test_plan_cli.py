@@ -99,6 +99,9 @@ def test_daemon_plans_on_its_last_poll(tmp_path: Path) -> None:
     assert best["first_wait_s"] == 6 * H - 60
     bad = daemon.planner.answer({**REQUEST, "work": "16h@4tpu"}, "alice")
     assert bad == {"ok": False, "error": "cannot read the size '4tpu': use e.g. 4gpu or 2node"}
+    slow = daemon.planner.answer({**REQUEST, "method": "simulate"}, "alice")
+    assert "--backend cli" in slow["error"]
+    assert "at most 8" in daemon.planner.answer({**REQUEST, "draws": 64}, "alice")["error"]
 
 
 @pytest.fixture
