@@ -51,6 +51,7 @@ def _register() -> None:
     # Subcommand groups live beside their concept; imported here so that `mirage --help`
     # lists them all. Each import is cheap (heavy libraries are imported inside commands).
     from mirage.cli.evaluate import evaluate
+    from mirage.cli.plan import plan_cmd
     from mirage.daemon.cli import chain, daemon_cmd, status_cmd
     from mirage.demo.cli import demo_cmd
     from mirage.learn.cli import train_cmd
@@ -66,6 +67,7 @@ def _register() -> None:
     main.add_command(sim)
     main.add_command(chain)
     main.add_command(status_cmd)
+    main.add_command(plan_cmd)
     main.add_command(daemon_cmd)
     main.add_command(demo_cmd)
     main.add_command(evaluate)

@@ -15,9 +15,10 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirage.daemon import revoke
+from mirage.daemon import replan, revoke
 from mirage.daemon.context import StepContext, set_note
 from mirage.daemon.outcomes import CycleReport, SegmentOutcome, Want
+from mirage.daemon.planning import Planner
 from mirage.daemon.routing import PolicyRouter
 from mirage.daemon.states import Action, segment_action
 from mirage.daemon.store import Chain, ChainState, Event, Segment, event_row
@@ -36,6 +37,8 @@ class Advancer:
     def __init__(self, ctx: StepContext, router: PolicyRouter) -> None:
         self.ctx = ctx
         self.router = router
+        # [plan] replan: a planned chain's next segment planned again (replan.py)
+        self.planner: Planner | None = None
 
     def advance(
         self,
@@ -107,6 +110,8 @@ class Advancer:
         if has_unresolved:
             set_note(chain, "a submission's outcome is not known yet: no new one until then")
             return None  # never a new submission while one may exist
+        if self.planner is not None and replan.due(chain, segs, now):
+            replan.replan(s, chain, segs, self.planner, now)
         return self._next_want(chain, segs, now)
 
     def _next_want(self, chain: Chain, segs: list[Segment], now: int) -> Want | None:

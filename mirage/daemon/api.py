@@ -11,9 +11,12 @@ Requests (one JSON object, newline-terminated; the answer likewise):
     {"op": "show", "chain_id": "c…"}    -> {"ok": true, "chain": {...}}
     {"op": "status"}                    -> {"ok": true, "status": {...}}
     {"op": "cancel", "chain_id": "c…"}  -> {"ok": true, "was": "ACTIVE"}
+    {"op": "plan", "work": "96h@4gpu", ...}  -> {"ok": true, "plan": {...}}
+                                        (mirage.plan.request; on the daemon's last poll)
     {"op": "register", "script_b64": "…", "script_path": "…", "sbatch_args": [...],
      "segments": 6, "until_file": null, "name": null, "cwd": "/home/…",
-     "environ": {...}}                  -> {"ok": true, "chain_id": "c…"}
+     "environ": {...}, "plan": null}    -> {"ok": true, "chain_id": "c…"}
+                                        ("plan": chain submit --plan's, stored as is)
     errors                              -> {"ok": false, "error": "…"}
 
 Limits, so that no client holds the daemon: a request line is at most ``MAX_REQUEST``
@@ -39,7 +42,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +101,13 @@ class Api:
         wake: Callable[[], None] | None = None,
         config: Config | None = None,
         partitions: Callable[[int], Sequence[Partition]] | None = None,
+        planner: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None,
     ) -> None:
         self.store = store
         # the cluster's partitions (default, MaxTime), to refuse what would pend forever
         self.partitions = partitions
+        # plans on the daemon's last poll (mirage.daemon.planning.Planner.answer)
+        self.planner = planner
         self.cluster = cluster
         self.clock = clock
         self.wake = wake
@@ -131,6 +137,8 @@ class Api:
                 return self._cancel(str(request.get("chain_id")), own, uid)
             if op == "register":
                 return self._register(request, uid, gid)
+            if op == "plan":
+                return self._plan(request, uid)
         except ChainSpecError as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -176,6 +184,9 @@ class Api:
         segments = req.get("segments")
         if segments is not None and (not isinstance(segments, int) or isinstance(segments, bool)):
             return {"ok": False, "error": "segments must be an integer"}
+        plan = req.get("plan")
+        if plan is not None and not isinstance(plan, dict):
+            return {"ok": False, "error": "plan must be a JSON object (chain submit --plan)"}
         chain = build_chain(
             fields["script_path"] or "script",
             script,
@@ -190,6 +201,7 @@ class Api:
             groups=os.getgrouplist(user.pw_name, gid),
             cluster=self.cluster,
         )
+        chain.plan = plan
         if self.partitions is not None:
             check_limits(chain, self.partitions(int(self.clock())))
         with self._register_lock:
@@ -200,6 +212,15 @@ class Api:
         if self.wake is not None:
             self.wake()
         return {"ok": True, "chain_id": chain.id}
+
+    def _plan(self, request: Mapping[str, Any], uid: int) -> dict[str, Any]:
+        if self.planner is None:
+            return {"ok": False, "error": "this daemon does not plan chains"}
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
+        return self.planner(request, user)
 
     def _refused_registrant(self, uid: int) -> str:
         """Why ``uid`` may not register chains here, or "" when it may."""

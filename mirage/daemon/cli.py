@@ -22,43 +22,25 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mirage.daemon.config import (
-    DEFAULT_CONFIG_PATH,
-    Config,
-    ConfigError,
-    load_config,
+from mirage.daemon.clicommon import (
+    ask_daemon,
+    config_option,
+    config_or_fail,
+    daemon_socket,
+    echo_json,
+    json_option,
+    read_client,
 )
+from mirage.daemon.config import Config
+from mirage.daemon.plancli import plan_options
 from mirage.fmt import duration
+from mirage.slurm.syntax import format_duration
 
 if TYPE_CHECKING:
     from mirage.daemon.core import Daemon
     from mirage.daemon.health import StartInfo
-    from mirage.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help=f"Daemon configuration (default $MIRAGE_CONFIG, else {DEFAULT_CONFIG_PATH} if present).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def config_or_fail(path: str | None) -> Config:
-    """The configuration (``--config``, ``$MIRAGE_CONFIG`` or the default), its ``[log]
-    level`` applied to Mirage's loggers unless ``-v`` asked for debug lines."""
-    try:
-        cfg = load_config(path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    ctx = click.get_current_context(silent=True)
-    verbose = ctx.find_root().params.get("verbose", 0) if ctx is not None else 0
-    if not verbose:
-        logging.getLogger("mirage").setLevel(cfg.log.level.upper())
-    return cfg
 
 
 def _store(cfg: Config) -> Any:
@@ -68,25 +50,6 @@ def _store(cfg: Config) -> Any:
         return open_store(cfg)
     except StartupError as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-def _socket(cfg: Config) -> Path | None:
-    path = Path(cfg.socket.path)
-    return path if path.is_socket() else None
-
-
-def _ask(path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    from mirage.daemon.api import call
-
-    try:
-        answer = call(path, request)
-    except OSError as exc:
-        raise click.ClickException(f"cannot reach the daemon at {path}: {exc}") from exc
-    except ValueError as exc:  # it closed the connection early, or is not Mirage's daemon
-        raise click.ClickException(f"the daemon at {path} gave no valid answer: {exc}") from exc
-    if not answer.get("ok"):
-        raise click.ClickException(str(answer.get("error")))
-    return answer
 
 
 def _uid() -> int | None:
@@ -104,10 +67,6 @@ def _when(t: int | None, now: int) -> str:
         "now" if delta == 0 else f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
     )
     return f"{stamp}Z ({rel})"
-
-
-def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 # ---- mirage chain ----------------------------------------------------------------------
@@ -130,6 +89,14 @@ def chain() -> None:
 @click.option("--until-file", default=None, help="The chain ends when the job writes this file.")
 @click.option("--name", default=None, help="The chain's name (default: the script's name).")
 @click.option("--no-submit", is_flag=True, help="Register only; the daemon submits segment 1.")
+@click.option(
+    "--plan",
+    "use_plan",
+    is_flag=True,
+    help="Choose the shape (partition, GPUs, time limit) by `mirage plan` (needs --work): "
+    "its options override the sbatch options', and its segment count is --segments' default.",
+)
+@plan_options(partition=("--plan-partition",))
 @config_option
 @json_option
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
@@ -140,48 +107,46 @@ def chain_submit(
     until_file: str | None,
     name: str | None,
     no_submit: bool,
+    use_plan: bool,
     config_path: str | None,
     as_json: bool,
     sbatch_args: tuple[str, ...],
+    **plan_params: Any,
 ) -> None:
     """Register SCRIPT as a chain and submit its first segment.
 
     sbatch options follow the script (after `--`): e.g.
-    `mirage chain submit job.sbatch --segments 6 -- --time=2-00:00:00 -p gpu --gres=gpu:4`.
+    `mirage chain submit job.sbatch --segments 6 -- --time=2-00:00:00 -p gpu --gres=gpu:4`;
+    or let the plan choose the shape:
+    `mirage chain submit job.sbatch --plan --work 96h@4gpu --overhead 10m`.
     """
     from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
-    from mirage.daemon.identity import action_clients
-    from mirage.daemon.ledger import perform_submission, register_chain
-    from mirage.daemon.outcomes import SubmitOutcome
-    from mirage.daemon.store import Chain, ChainState
 
     cfg = config_or_fail(config_path)
     try:
         data = Path(script).read_bytes()
     except OSError as exc:
         raise click.ClickException(f"cannot read the script {script}: {exc.strerror}") from exc
-    sock = _socket(cfg)
-    if sock is not None:
-        import base64
-
-        answer = _ask(
-            sock,
-            {
-                "op": "register",
-                "script_b64": base64.b64encode(data).decode(),
-                "script_path": script,
-                "sbatch_args": list(sbatch_args),
-                "segments": segments,
-                "until_file": until_file,
-                "name": name,
-                "cwd": str(Path.cwd()),
-                "environ": dict(os.environ),
-            },
+    plan = None
+    if use_plan:
+        plan, sbatch_args, segments = _planned_shape(
+            plan_params, config_path, sbatch_args, segments
         )
-        if as_json:
-            echo_json({"chain_id": answer["chain_id"], "first_segment": "daemon"})
-        else:
-            click.echo(f"chain {answer['chain_id']} registered; the daemon submits segment 1")
+        if not as_json:
+            click.echo(_plan_line(plan))
+    elif plan_params.get("work"):
+        raise click.UsageError("--work and the other plan options need --plan")
+    sock = daemon_socket(cfg)
+    if sock is not None:
+        request = {
+            "script_path": script,
+            "sbatch_args": list(sbatch_args),
+            "segments": segments,
+            "until_file": until_file,
+            "name": name,
+            "plan": plan,
+        }
+        _register_via_daemon(sock, data, request, as_json=as_json)
         return
     try:
         new = build_chain(
@@ -195,9 +160,42 @@ def chain_submit(
             environ=dict(os.environ),
             cluster=cfg.daemon.cluster,
         )
+        new.plan = plan
         check_limits(new, _cluster_partitions(cfg))
     except ChainSpecError as exc:
         raise click.ClickException(str(exc)) from exc
+    _register_here(cfg, new, no_submit=no_submit, as_json=as_json)
+
+
+def _register_via_daemon(
+    sock: Path, data: bytes, request: dict[str, Any], *, as_json: bool
+) -> None:
+    """The daemon registers the chain (as the socket's peer) and submits segment 1."""
+    import base64
+
+    answer = ask_daemon(
+        sock,
+        {
+            "op": "register",
+            "script_b64": base64.b64encode(data).decode(),
+            **request,
+            "cwd": str(Path.cwd()),
+            "environ": dict(os.environ),
+        },
+    )
+    if as_json:
+        echo_json({"chain_id": answer["chain_id"], "first_segment": "daemon"})
+    else:
+        click.echo(f"chain {answer['chain_id']} registered; the daemon submits segment 1")
+
+
+def _register_here(cfg: Config, new: Any, *, no_submit: bool, as_json: bool) -> None:
+    """No daemon: register in the database and submit segment 1 (unless --no-submit)."""
+    from mirage.daemon.identity import action_clients
+    from mirage.daemon.ledger import perform_submission, register_chain
+    from mirage.daemon.outcomes import SubmitOutcome
+    from mirage.daemon.store import Chain, ChainState
+
     store = _store(cfg)
     now = int(time.time())
     sub = register_chain(store, new, now, first_intent=not no_submit)
@@ -232,6 +230,33 @@ def chain_submit(
             "token",
         }[outcome]
         click.echo(f"chain {new.id} registered{tail}")
+
+
+def _planned_shape(
+    params: dict[str, Any],
+    config_path: str | None,
+    sbatch_args: tuple[str, ...],
+    segments: int | None,
+) -> tuple[dict[str, Any], tuple[str, ...], int | None]:
+    """The plan (as the chain keeps it), the sbatch options with the recommended shape
+    last (they win), and the segment count (the plan's unless --segments gave one)."""
+    from mirage.daemon.plancli import plan_for_chain, plan_record, plan_request_of, shape_args
+
+    request = plan_request_of(params)
+    plan = plan_for_chain(request, config_path)
+    best = plan["recommended"]
+    record = plan_record(plan, request, segments_from_plan=segments is None)
+    return record, (*sbatch_args, *shape_args(best)), segments or best["segments"]
+
+
+def _plan_line(plan: dict[str, Any]) -> str:
+    best = plan["shape"]
+    now = int(plan["planned_at"])
+    return (
+        f"plan: {best['partition']}, {best['nodes']} node(s) x {best['gpus_per_node']} GPUs, "
+        f"--time={format_duration(best['time_limit_s'])}, {best['segments']} segment(s); "
+        f"whole chain done {_when(plan['completion'], now)}"
+    )
 
 
 all_option = click.option(
@@ -330,9 +355,9 @@ def chain_list(config_path: str | None, as_json: bool, show_all: bool) -> None:
     from mirage.daemon.status import hide_ended, list_chains
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        rows = _ask(sock, {"op": "list"})["chains"]
+        rows = ask_daemon(sock, {"op": "list"})["chains"]
     else:
         rows = list_chains(_store(cfg), _uid())
     # the daemon answers every chain (older daemons know no filter): the CLI filters
@@ -363,9 +388,9 @@ def chain_show(chain_id: str, config_path: str | None, as_json: bool) -> None:
     from mirage.daemon.status import show_chain
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        data = _ask(sock, {"op": "show", "chain_id": chain_id})["chain"]
+        data = ask_daemon(sock, {"op": "show", "chain_id": chain_id})["chain"]
     else:
         data = show_chain(_store(cfg), chain_id, _uid())
     if data is None:
@@ -392,6 +417,8 @@ def _show_fields(data: dict[str, Any], now: int) -> list[tuple[str, str]]:
         ("reason", data.get("reason") or "-"),
         ("current", _current_job(data, now)),
         ("policy", data.get("policy") or "-"),
+        ("shape", _shape_text(data)),
+        ("plan", _plan_text(data, now)),
         ("created", _when(data.get("created_at"), now)),
         ("updated", _when(data.get("updated_at"), now)),
     ]
@@ -437,9 +464,9 @@ def chain_cancel(chain_id: str, config_path: str | None, as_json: bool) -> None:
     from mirage.daemon.store import Chain, ChainState, event_row
 
     cfg = config_or_fail(config_path)
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        was_text = _ask(sock, {"op": "cancel", "chain_id": chain_id})["was"]
+        was_text = ask_daemon(sock, {"op": "cancel", "chain_id": chain_id})["was"]
         if as_json:
             echo_json({"chain_id": chain_id, "was": was_text, "state": "CANCELLED"})
         else:
@@ -479,9 +506,9 @@ def status_cmd(config_path: str | None, as_json: bool, show_all: bool) -> None:
 
     cfg = config_or_fail(config_path)
     now = int(time.time())
-    sock = _socket(cfg)
+    sock = daemon_socket(cfg)
     if sock is not None:
-        data = _ask(sock, {"op": "status"})["status"]
+        data = ask_daemon(sock, {"op": "status"})["status"]
         now = int(data.get("now") or now)  # the daemon's clock: its times are relative to it
     else:
         data = status(_store(cfg), now, _uid(), cluster=cfg.daemon.cluster)
@@ -617,7 +644,30 @@ def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
             f"    predicted start: {pred}; Slurm's estimate: {_when(r.get('slurm_estimate'), now)}"
         )
         lines.append(f"    policy: {_policy_text(r)}")
+        lines.append(f"    shape: {_shape_text(r)}; {_plan_text(r, now)}")
     return lines + _trouble_lines(r, now)
+
+
+def _shape_text(r: dict[str, Any]) -> str:
+    """ "gpu-a100, 2 node(s) x 2 GPUs, 12h00m": what each segment asks for."""
+    gpus = f" x {r['gpus_per_node']} GPUs" if r.get("gpus_per_node") else ""
+    return (
+        f"{r.get('partition') or 'default partition'}, {r.get('nodes', 1)} node(s){gpus}, "
+        f"{duration(r['time_limit_s'])}"
+    )
+
+
+def _plan_text(r: dict[str, Any], now: int) -> str:
+    """The whole chain's predicted completion, where it was planned (chain submit --plan)."""
+    plan = r.get("plan")
+    if not plan or plan.get("completion") is None:
+        return "not planned"
+    text = f"whole chain done {_when(plan['completion'], now)}"
+    lo, hi = plan.get("interval") or (None, None)
+    if lo is not None and lo != hi:
+        text += f" [{_when(lo, now)} .. {_when(hi, now)}]"
+    replans = plan.get("replans") or 0
+    return text + (f", re-planned {replans} time(s)" if replans else "")
 
 
 def _successor_text(r: dict[str, Any], now: int) -> str:
@@ -748,38 +798,6 @@ def daemon_cmd(
                 store.release_lease(cfg.daemon.cluster, daemon.holder)
             return
         run_service(daemon, cfg)
-
-
-def read_client(cfg: Config, backend: str) -> SlurmClient:
-    """The daemon's own client (its polls): the CLI backend, or pyslurm over it.
-
-    pyslurm missing, or built for another Slurm release than ``scontrol version`` names,
-    stops the daemon here with one line saying what to install."""
-    from mirage.slurm.cli_backend import CliSlurmClient
-    from mirage.slurm.run import SubprocessRunner
-    from mirage.slurm.types import SlurmError
-
-    sl = cfg.slurm
-    cli = CliSlurmClient(
-        runner=SubprocessRunner(timeout=sl.timeout_s),
-        bin_dir=sl.bin_dir or None,
-        timeout=sl.timeout_s,
-        accounting_timeout=sl.accounting_timeout_s,
-        submit_timeout=sl.submit_timeout_s,
-    )
-    if backend != "pyslurm":
-        return cli
-    from mirage.slurm.pyslurm_backend import PyslurmUnavailableError, open_pyslurm_client
-
-    try:
-        return open_pyslurm_client(cli)
-    except PyslurmUnavailableError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except SlurmError as exc:
-        raise click.ClickException(
-            f'[slurm] backend = "pyslurm": cannot read the running Slurm\'s release '
-            f"(scontrol version): {exc}"
-        ) from exc
 
 
 def announce(daemon: Daemon, cfg: Config) -> None:

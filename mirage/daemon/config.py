@@ -64,6 +64,11 @@ never silently falls back to a default. Durations are seconds (``_s``).
     [policy.partitions]            # per-partition policy names (override `default`)
     # gpu-a100 = "reactive"
 
+    [plan]
+    replan = false                 # true: a chain registered with `chain submit --plan` is
+                                   # planned again before each segment (`mirage plan` on the
+                                   # daemon's poll, the work left): its shape may change
+
     [metrics]
     address = "127.0.0.1"          # Prometheus exporter; port 0 = off
     port = 9750
@@ -155,6 +160,11 @@ class PolicySection:
 
 
 @dataclass(frozen=True)
+class PlanSection:
+    replan: bool = False
+
+
+@dataclass(frozen=True)
 class MetricsSection:
     address: str = "127.0.0.1"
     port: int = 9750
@@ -178,6 +188,7 @@ class Config:
     daemon: DaemonSection = field(default_factory=DaemonSection)
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicySection = field(default_factory=PolicySection)
+    plan: PlanSection = field(default_factory=PlanSection)
     metrics: MetricsSection = field(default_factory=MetricsSection)
     socket: SocketSection = field(default_factory=SocketSection)
     log: LogSection = field(default_factory=LogSection)
@@ -187,6 +198,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "daemon": DaemonSection,
     "slurm": SlurmSection,
     "policy": PolicySection,
+    "plan": PlanSection,
     "metrics": MetricsSection,
     "socket": SocketSection,
     "log": LogSection,

@@ -49,6 +49,7 @@ from mirage.daemon.context import (
 )
 from mirage.daemon.metrics import FALLBACK_WHYS, DaemonMetrics
 from mirage.daemon.outcomes import CycleReport, Skip, SubmitOutcome, Want
+from mirage.daemon.planning import Planner
 from mirage.daemon.policies import model_key
 from mirage.daemon.routing import PolicyChoice, PolicyRouter
 from mirage.daemon.store import (
@@ -110,6 +111,10 @@ class Daemon:
         self.router = PolicyRouter(self.config, client, self.ctx, profile=profile,
                                    policies=policies)  # fmt: skip
         self.advancer = Advancer(self.ctx, self.router)
+        # `mirage plan` on the socket plans on this daemon's last poll (planning.py)
+        self.planner = Planner(client, self._plan_profile, self._plan_forecaster)
+        if self.config.plan.replan:
+            self.advancer.planner = self.planner
         self._model_metrics()
         # A chain of uid 0 would have its jobs run as root by a daemon that submits as each
         # owner: one registered as root, or a row written into the database by anyone who
@@ -135,6 +140,20 @@ class Daemon:
             self.metrics.model_age.set(0)  # a baseline has no trained model
         for name, lp in self.router.loaded.items():
             self.store.set_value(model_key(name), str(int(lp.created_at)) if lp.created_at else "")
+
+    def _plan_profile(self) -> ClusterProfile | None:
+        """What plans are made on: the policies' profile, else the live partitions."""
+        if self.router.profile is not None:
+            return self.router.profile
+        parts = self.router.partitions(self._last_ok_poll or int(time.time()))
+        return ClusterProfile(name="live", partitions=parts) if parts else None
+
+    def _plan_forecaster(self) -> Policy | None:
+        """The trained default policy, for plans, unless it is set aside at start."""
+        used = self.router.used
+        if used.kind != "learned" or self.router.policy_summary().get("fallback"):
+            return None
+        return used.policy
 
     # ---- what callers see of the steps -------------------------------------------------
 
@@ -236,6 +255,7 @@ class Daemon:
         snapshot, records, accounting = polled
         report.acted = True
         self.router.observe(now, snapshot, accounting)
+        self.planner.observe(now, snapshot, accounting)
         self.router.refresh_live(now)
         with self.store.sessions() as s:
             self.router.check_coverage(s)

@@ -166,6 +166,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
                 wake=wake,
                 config=config,
                 partitions=daemon.partitions,
+                planner=daemon.planner.answer,
             ),
         )
     except OSError as exc:

@@ -96,6 +96,10 @@ def chain_summary(chain: Chain) -> dict[str, Any]:
         "time_limit_s": chain.time_limit_s,
         "trained_s": chain.trained_s,
         "partition": chain.partition,
+        # the shape every segment is submitted with, and the plan it came from
+        "nodes": chain.nodes,
+        "gpus_per_node": chain.gpus_per_node,
+        "plan": plan_view(chain.plan),
         "policy": policy_label(chain),
         "script_sha256": chain.script_sha256,
         "created_at": chain.created_at,
@@ -106,6 +110,21 @@ def chain_summary(chain: Chain) -> dict[str, Any]:
         "error_at": chain.error_at,
         "errors": chain.errors or 0,
         "note": chain.note or "",
+    }
+
+
+def plan_view(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the status views show of a chain's plan: its work, when it was made and for
+    which segment, and the whole chain's predicted completion with its interval."""
+    if not plan:
+        return None
+    return {
+        "work": (plan.get("request") or {}).get("work"),
+        "planned_at": plan.get("planned_at"),
+        "for_segment": plan.get("for_segment", 0),
+        "completion": plan.get("completion"),
+        "interval": plan.get("interval"),
+        "replans": plan.get("replans", 0),
     }
 
 

@@ -162,6 +162,10 @@ class Chain(Base):
     # Why the chain is not being pre-submitted as its policy would (a fallback and its
     # reason, the last segment running, ...); "" when nothing needs saying.
     note: Mapped[str] = mapped_column(Text, default="")
+    # `chain submit --plan`: the plan request (the work, scaling, overhead, candidates),
+    # the shape chosen, its predicted completion and interval, and the segment it was
+    # made for (mirage.daemon.replan); None for a chain registered with a shape of its own
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
 

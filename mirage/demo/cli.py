@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
-from mirage.daemon.cli import config_option, config_or_fail, echo_json, json_option, startup_errors
+from mirage.daemon.cli import startup_errors
+from mirage.daemon.clicommon import config_option, config_or_fail, echo_json, json_option
 from mirage.daemon.config import MAX_DURATION_S, Config, PolicySection
 
 if TYPE_CHECKING:

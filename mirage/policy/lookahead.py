@@ -218,10 +218,13 @@ class Draw:
     runtimes: RunTimes
     k: int
 
-    def predict_job(self, job: SlurmJob, now: int) -> int:
+    def uniform(self, job: SlurmJob) -> float:
+        """The job's uniform in (0, 1) for this draw."""
         digest = hashlib.blake2b(f"{job.job_id}:{self.k}".encode(), digest_size=8).digest()
-        u = (int.from_bytes(digest, "big") + 0.5) / 2**64
-        return self.runtimes.draw(job.user, plan_limit(job), _elapsed(job, now), u)
+        return (int.from_bytes(digest, "big") + 0.5) / 2**64
+
+    def predict_job(self, job: SlurmJob, now: int) -> int:
+        return self.runtimes.draw(job.user, plan_limit(job), _elapsed(job, now), self.uniform(job))
 
 
 def _elapsed(job: SlurmJob, now: int) -> int:

@@ -1,7 +1,9 @@
-"""`mirage profile capture` and `mirage trace import` against the real test cluster."""
+"""`mirage profile capture`, `mirage trace import` and `mirage plan` against the real test
+cluster."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -65,3 +67,35 @@ def test_trace_import_round_trips_a_finished_job(slurm: CliSlurmClient, tmp_path
     assert rec["time_limit"] == 120
     assert rec["submit"] <= rec["start"] < rec["end"]
     assert 1 <= rec["end"] - rec["start"] <= 30
+
+
+def test_plan_reads_the_test_cluster_s_queue(slurm: CliSlurmClient, tmp_path: Path) -> None:
+    """`mirage plan` without a daemon: one squeue, one sacct, the captured profile. Four
+    1-hour jobs take every GPU node: a 4-GPU segment waits for one of them (at most an
+    hour, less what they have run), whatever its limit."""
+    for k in range(4):
+        job_id = slurm.submit(
+            SubmitRequest(
+                script=b"#!/bin/sh\nsleep 600\n",
+                job_name=f"mirage-t-plan-{k}",
+                time_limit=3600,
+                nodes=1,
+                gres="gpu:4",
+                partition="gpu",
+                chdir=str(tmp_path),
+            )
+        )
+        slurm.mine.append(job_id)  # type: ignore[attr-defined]
+        wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, timeout=60, what="running")
+    args = ["--work", "3h@4gpu", "--partition", "gpu", "--size", "4", "--limit", "30m",
+            "--limit", "2h", "--draws", "2", "--backend", "cli", "--json"]  # fmt: skip
+    result = CliRunner().invoke(main, ["plan", *args])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert len(plan["candidates"]) == 2
+    for c in plan["candidates"]:
+        assert 0 < c["first_wait_s"] <= 3600, c
+        assert (c["partition"], c["nodes"], c["gpus_per_node"]) == ("gpu", 1, 4)
+    assert plan["habitual"]["time_limit_s"] == 2 * 86400  # gpu's MaxTime
+    text = CliRunner().invoke(main, ["plan", *args[:-1]])
+    assert "recommended: gpu, 4 gpu (1x4)" in text.output, text.output

@@ -504,7 +504,7 @@ def test_config_backend_key() -> None:
 
 
 def test_daemon_read_client_stops_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage.daemon import cli as daemon_cli
+    from mirage.daemon import clicommon as daemon_cli
     from mirage.slurm import pyslurm_backend
 
     def missing(importer: Any = None) -> Any:

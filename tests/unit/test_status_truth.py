@@ -399,8 +399,10 @@ def test_ended_chains_hidden_from_the_daemons_answer(
         "status": {"status": status(world.store, NOW, UID)},
         "list": {"chains": list_chains(world.store, UID)},
     }
-    monkeypatch.setattr(cli_module, "_socket", lambda cfg: Path("/run/mirage/mirage.sock"))
-    monkeypatch.setattr(cli_module, "_ask", lambda path, req: copy.deepcopy(answers[req["op"]]))
+    monkeypatch.setattr(cli_module, "daemon_socket", lambda cfg: Path("/run/mirage/mirage.sock"))
+    monkeypatch.setattr(
+        cli_module, "ask_daemon", lambda path, req: copy.deepcopy(answers[req["op"]])
+    )
     assert {r["name"] for r in world.json("status")["chains"]} == ACTIVE_NAMES
     assert {r["name"] for r in world.json("chain", "list")} == ACTIVE_NAMES
     assert "3 ended chains hidden (--all)" in world.run("status")

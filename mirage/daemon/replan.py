@@ -1,0 +1,123 @@
+"""``[plan] replan = true``: a chain registered with ``chain submit --plan`` is planned
+again before each segment, since the queue changes while a chain runs.
+
+When: once per segment, at the first cycle where its predecessor has at most
+:data:`REPLAN_LEAD_S` left (or no segment is live): close to the successor's submission,
+when the queue the plan reads is nearly the one the successor meets, yet before the
+policy's pre-submission (which, on a busy queue, comes up to a few hours early).
+
+What: the work left is the chain's work less what its segments did (each ran
+``trained_s`` in all, less the restart overhead per segment; a running predecessor is
+counted as doing its full segment), at the chain's present size; the plan of that on
+the daemon's last poll (:meth:`mirage.daemon.planning.Planner.answer`) gives the
+successor's shape (partition, nodes, GPUs per node, time limit) and, unless
+``--segments`` was given, how many segments are left. Without the daemon's poll, or
+with no work left, the shape stays.
+Each change is an event (``chain.replan``) and the chain's plan record is rewritten.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from mirage.daemon.store import Chain, Segment, event_row
+from mirage.plan.work import PlanInputError, Work, parse_work
+
+if TYPE_CHECKING:
+    from mirage.daemon.planning import Planner
+
+log = logging.getLogger(__name__)
+
+#: Re-plan a segment's successor once its predecessor has this long left (seconds).
+REPLAN_LEAD_S = 2 * 3600
+
+
+def due(chain: Chain, segs: list[Segment], now: int) -> bool:
+    """Is the chain's next segment to be planned again now?"""
+    plan = chain.plan
+    if not plan or chain.next_index == 0 or plan.get("for_segment") == chain.next_index:
+        return False
+    if not segs:
+        return True
+    pred = segs[0]
+    if len(segs) > 1 or pred.start is None:
+        return False
+    limit = pred.time_limit_s or chain.time_limit_s
+    return pred.start + limit - now <= REPLAN_LEAD_S
+
+
+def work_left(chain: Chain, running: Segment | None) -> Work | None:
+    """The chain's work less what its segments did; None when nothing is left."""
+    assert chain.plan is not None
+    req = chain.plan.get("request") or {}
+    overhead = int(chain.plan.get("overhead_s") or 0)
+    work = parse_work(str(req.get("work") or ""), scaling=str(req.get("scaling") or "linear"),
+                      points=list(req.get("points") or []))  # fmt: skip
+    finished = chain.next_index - (1 if running is not None else 0)
+    done = max(0, chain.trained_s - overhead * finished)
+    if running is not None:
+        done += max(0, (running.time_limit_s or chain.time_limit_s) - overhead)
+    size = chain.nodes if work.unit == "node" else chain.nodes * chain.gpus_per_node
+    left = work.remaining(done, max(1, size))
+    return left if left.run_at(max(1, size)) > 0 else None
+
+
+def replan(s: Session, chain: Chain, segs: list[Segment], planner: Planner, now: int) -> None:
+    """Plan the chain's next segment again and take the shape chosen (see the module)."""
+    assert chain.plan is not None
+    record = dict(chain.plan)
+    record["for_segment"] = chain.next_index  # once per segment, whatever comes of it
+    chain.plan = record
+    try:
+        left = work_left(chain, segs[0] if segs else None)
+    except PlanInputError as exc:  # a plan stored by another version
+        log.warning("chain %s: cannot re-plan: %s", chain.id, exc)
+        return
+    if left is None:
+        return
+    answer = planner.answer({**record["request"], "work_left": left.to_dict()}, chain.owner)
+    if not answer.get("ok"):
+        log.info("chain %s: no re-plan: %s", chain.id, answer.get("error"))
+        return
+    _take(s, chain, answer["plan"], now)
+
+
+def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:
+    """The chain's shape from here on is the plan's recommendation."""
+    best = plan["recommended"]
+    before = _shape(chain)
+    chain.partition = best["partition"]
+    chain.nodes = best["nodes"]
+    chain.gpus_per_node = best["gpus_per_node"]
+    chain.gres = f"gpu:{best['gpus_per_node']}" if best["gpus_per_node"] > 0 else None
+    chain.time_limit_s = best["time_limit_s"]
+    assert chain.plan is not None
+    record = dict(chain.plan)
+    if record.get("segments_from_plan", True):
+        chain.segments_target = chain.next_index + best["segments"]
+    record.update(shape=best, completion=best["completion"], interval=best["interval"],
+                  planned_at=plan["now"], replans=int(record.get("replans", 0)) + 1)  # fmt: skip
+    chain.plan = record
+    chain.updated_at = now
+    after = _shape(chain)
+    reason = f"{before} -> {after}"
+    s.add(
+        event_row(
+            now,
+            "chain.replan",
+            chain.id,
+            reason,
+            completion=best["completion"],
+            segment=chain.next_index,
+        )
+    )
+
+
+def _shape(chain: Chain) -> str:
+    return (
+        f"{chain.partition or '-'}: {chain.nodes} x {chain.gpus_per_node} GPUs, "
+        f"{chain.time_limit_s} s, {chain.segments_target or '-'} segments"
+    )

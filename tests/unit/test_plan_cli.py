@@ -1,0 +1,233 @@
+"""``mirage plan``: the command on a replayed trace, the daemon's plan op and socket."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from mirage.cli import main
+from mirage.daemon.api import Api, ApiServer
+from mirage.daemon.config import Config, DaemonSection, PlanSection
+from mirage.daemon.core import Daemon
+from mirage.daemon.planning import Planner
+from mirage.daemon.status import list_chains
+from mirage.daemon.store import Chain, Event
+from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
+from mirage.sim.scenario import toy_profile
+from mirage.slurm.types import SubmitRequest
+from tests.unit.daemon_support import (
+    chain_state,
+    make_chain,
+    make_config,
+    make_sim,
+    make_store,
+    run_cycles,
+)
+
+H = 3600
+SLICE = ["--backend", "sim", "--trace", "traces/ls6-a100-slice.log.gz",
+         "--profile", "models/ls6/profile.toml", "--nodes", "60"]  # fmt: skip
+REQUEST = {"work": "16h@4gpu", "limits": ["4h", "8h"], "sizes": [4], "draws": 0}
+
+
+def busy_daemon(tmp_path: Path) -> Daemon:
+    """A daemon that has polled a 4-node cluster with every node busy for 6 hours."""
+    client = make_sim(4)
+    for _ in range(5):
+        client.submit(SubmitRequest(time_limit=6 * H, nodes=1, gres="gpu:4"))
+    client.advance_to(60)
+    daemon = Daemon(make_store(tmp_path), client, config=make_config(), profile=toy_profile(4))
+    daemon.cycle(60)
+    return daemon
+
+
+def test_plan_on_a_replayed_trace_prints_the_ranked_table() -> None:
+    args = [*SLICE, "--work", "96h@4gpu", "--limit", "6h", "--limit", "48h", "--size", "6"]
+    result = CliRunner().invoke(main, ["plan", *args, "--draws", "0"])
+    assert result.exit_code == 0, result.output
+    assert "recommended: gpu-a100, 6 gpu (2x3), --time=2-00:00:00: 2 segment(s)" in result.output
+    assert "habitual (its own size" in result.output
+
+
+def test_plan_json_has_the_ranking_and_the_habitual_shape() -> None:
+    args = [*SLICE, "--work", "96h@4gpu", "--limit", "12h", "--size", "3", "--size", "6"]
+    result = CliRunner().invoke(main, ["plan", *args, "--draws", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output[result.output.index("{") :])
+    ranked = [c["completion"] for c in plan["candidates"]]
+    assert ranked == sorted(ranked) and len(ranked) == 2
+    assert plan["recommended"] == plan["candidates"][0]
+    assert plan["habitual"]["time_limit_s"] == 48 * H
+    lo, hi = plan["recommended"]["interval"]
+    assert lo <= plan["recommended"]["completion"] <= hi
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--work", "96x@4gpu"], "cannot read the duration"),
+        (["--work", "96h@4gpu", "--point", "2node=1h"], "in nodes"),
+        (["--work", "96h@4gpu", "--limit", "soon"], "cannot read the duration"),
+        ([], "--work TIME@SIZE is needed"),
+    ],
+)
+def test_bad_options_are_one_line_before_any_queue_is_read(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(main, ["plan", "--backend", "sim", *args])
+    assert result.exit_code == 2
+    assert says in result.output
+    assert "Traceback" not in result.output
+
+
+def test_daemon_plans_on_its_last_poll(tmp_path: Path) -> None:
+    client = make_sim(4)
+    daemon = Daemon(make_store(tmp_path), client, config=make_config(), profile=toy_profile(4))
+    assert "not polled" in daemon.planner.answer(REQUEST, "alice")["error"]
+    daemon = busy_daemon(tmp_path)
+    answer = daemon.planner.answer(REQUEST, "alice")
+    assert answer["ok"], answer
+    best = answer["plan"]["recommended"]
+    # one node frees after 6 h (the fifth job then takes it): the request waits for the
+    # other nodes' end at 6 h, and 8-hour segments need 2 waits instead of 4
+    assert (best["time_limit_s"], best["segments"]) == (8 * H, 2)
+    assert best["first_wait_s"] == 6 * H - 60
+    bad = daemon.planner.answer({**REQUEST, "work": "16h@4tpu"}, "alice")
+    assert bad == {"ok": False, "error": "cannot read the size '4tpu': use e.g. 4gpu or 2node"}
+    slow = daemon.planner.answer({**REQUEST, "method": "simulate"}, "alice")
+    assert "--backend cli" in slow["error"]
+    assert "at most 8" in daemon.planner.answer({**REQUEST, "draws": 64}, "alice")["error"]
+
+
+@pytest.fixture
+def planning_daemon(tmp_path: Path) -> Iterator[tuple[Path, Daemon]]:
+    """A busy daemon's socket (its configuration file, the daemon)."""
+    sockdir = Path(tempfile.mkdtemp(prefix="mirage-plan-"))
+    sockdir.chmod(0o755)
+    daemon = busy_daemon(tmp_path)
+    config = Config(daemon=DaemonSection(allow_root_chains=True))
+    api = Api(daemon.store, config=config, planner=daemon.planner.answer)
+    srv = ApiServer(sockdir / "mirage.sock", api)
+    srv.start()
+    cfg = tmp_path / "mirage.toml"
+    sock = sockdir / "mirage.sock"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[socket]\npath = "{sock}"\n')
+    yield cfg, daemon
+    srv.stop()
+    sockdir.rmdir()
+
+
+def test_plan_asks_the_daemon_when_one_runs(planning_daemon: tuple[Path, Daemon]) -> None:
+    cfg, _ = planning_daemon
+    args = ["--work", "16h@4gpu", "--limit", "4h", "--limit", "8h", "--size", "4", "--json"]
+    result = CliRunner().invoke(main, ["plan", "--config", str(cfg), *args])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["recommended"]["time_limit_s"] == 8 * H
+    assert plan["now"] == 60  # the daemon's poll, not this command's clock
+
+
+def test_a_daemon_without_a_planner_says_so(tmp_path: Path) -> None:
+    api = Api(make_store(tmp_path))
+    assert api.handle({"op": "plan", **REQUEST}, 1000, 1000) == {
+        "ok": False,
+        "error": "this daemon does not plan chains",
+    }
+
+
+PLAN_ARGS = ["--plan", "--work", "16h@4gpu", "--limit", "4h", "--limit", "8h", "--size", "4",
+             "--draws", "0", "--overhead", "0"]  # fmt: skip
+
+
+def test_chain_submit_plan_registers_the_recommended_shape(
+    tmp_path: Path, planning_daemon: tuple[Path, Daemon]
+) -> None:
+    cfg, daemon = planning_daemon
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\npython train.py --resume\n")
+    args = ["chain", "submit", str(script), *PLAN_ARGS, "--config", str(cfg)]
+    result = CliRunner().invoke(main, [*args, "--", "--time=1:00:00", "--gres=gpu:1"])
+    assert result.exit_code == 0, result.output
+    assert "plan: gpu, 1 node(s) x 4 GPUs, --time=0-08:00:00, 2 segment(s)" in result.output
+    (row,) = list_chains(daemon.store, None)
+    # the plan's options win over the sbatch options given; its count is --segments'
+    assert (row["time_limit_s"], row["nodes"], row["gpus_per_node"]) == (8 * H, 1, 4)
+    assert (row["partition"], row["segments"]) == ("gpu", 2)
+    assert row["plan"]["work"] == "16h@4gpu"
+    assert row["plan"]["completion"] == 60 + 6 * H - 60 + 16 * H + (6 * H - 60)
+    show = CliRunner().invoke(main, ["chain", "show", row["id"], "--config", str(cfg)])
+    assert "shape: gpu, 1 node(s) x 4 GPUs, 8h00m" in show.output
+    assert "plan: whole chain done" in show.output
+
+
+def test_plan_options_need_plan() -> None:
+    result = CliRunner().invoke(main, ["chain", "submit", __file__, "--work", "16h@4gpu"])
+    assert result.exit_code == 2
+    assert "--work and the other plan options need --plan" in result.output
+
+
+def test_replan_gives_the_next_segment_the_shape_planned_then(tmp_path: Path) -> None:
+    client = make_sim(4)
+    config = dataclasses.replace(make_config(), plan=PlanSection(replan=True))
+    daemon = Daemon(make_store(tmp_path), client, config=config, profile=toy_profile(4))
+    chain = make_chain(daemon.store, limit=H, segments=5)
+    request = {"work": "16h@4gpu", "limits": ["8h"], "sizes": [4], "draws": 0}
+    with daemon.store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        assert c is not None
+        c.plan = {"request": request, "overhead_s": 0, "for_segment": 0, "replans": 0}
+        s.commit()
+    run_cycles([daemon], client, 0, 300)  # segment 1 (1 h) runs: 2 h or less left
+    c = chain_state(daemon.store, chain.id)
+    # 15 h left after the running hour: two 8-hour segments after it
+    assert (c.time_limit_s, c.segments_target, c.gres) == (8 * H, 3, "gpu:4")
+    assert c.plan is not None and (c.plan["for_segment"], c.plan["replans"]) == (1, 1)
+    with daemon.store.sessions() as s:
+        kinds = [e.kind for e in s.scalars(select(Event).where(Event.chain_id == chain.id))]
+    assert kinds.count("chain.replan") == 1  # once per segment
+
+
+def test_without_replan_the_shape_stays(tmp_path: Path) -> None:
+    client = make_sim(4)
+    daemon = Daemon(make_store(tmp_path), client, config=make_config(), profile=toy_profile(4))
+    chain = make_chain(daemon.store, limit=H, segments=5)
+    with daemon.store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        assert c is not None
+        c.plan = {"request": {"work": "16h@4gpu"}, "overhead_s": 0, "for_segment": 0}
+        s.commit()
+    run_cycles([daemon], client, 0, 300)
+    c = chain_state(daemon.store, chain.id)
+    assert (c.time_limit_s, c.segments_target) == (H, 5)
+
+
+class StatedWaits(Policy):
+    """A forecaster stand-in: every successor waits 1 h, 90% interval 0 .. 3 h."""
+
+    name = "stated"
+
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        return [Decision(False, ctx.now + H, (ctx.now, ctx.now + 3 * H)) for _ in pending]
+
+
+class Broken(StatedWaits):
+    def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
+        raise KeyError("gpu")
+
+
+def test_the_daemon_s_forecaster_gives_later_waits_and_the_interval(tmp_path: Path) -> None:
+    daemon = busy_daemon(tmp_path)
+    planner = Planner(daemon.client, lambda: toy_profile(4), StatedWaits)
+    planner.observe(60, daemon.client.queue(), [])
+    best = planner.answer(REQUEST, "alice")["plan"]["recommended"]
+    assert (best["source"], best["later_wait_s"]) == ("forecast", H)
+    assert best["first_wait_s"] == 6 * H - 60  # the first wait is still the queue's
+    broken = Planner(daemon.client, lambda: toy_profile(4), Broken)
+    broken.observe(60, daemon.client.queue(), [])
+    answer = broken.answer(REQUEST, "alice")
+    assert answer["ok"] and answer["plan"]["recommended"]["source"] == "lookahead"
