@@ -74,7 +74,10 @@ def test_a_mismatched_model_stops_the_daemon_with_its_reason(tmp_path: Path) -> 
         Daemon(make_store(tmp_path), make_sim(), config=learned_config(models))
     cfg = tmp_path / "mirage.toml"
     cfg.write_text(
-        f'[policy]\ndefault = "rf"\nmodels_dir = "{models}"\ncluster = "toy"\n', encoding="utf-8"
+        # its own state_dir: the default (/var/lib/mirage) is the machine's, not the test's
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[policy]\ndefault = "rf"\nmodels_dir = "{models}"\ncluster = "toy"\n',
+        encoding="utf-8",
     )
     res = CliRunner().invoke(main, ["daemon", "--config", str(cfg), "--cycles", "1"])
     assert res.exit_code != 0 and "retrain" in res.output
