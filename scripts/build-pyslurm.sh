@@ -22,7 +22,8 @@ if [ $# -lt 1 ]; then
     echo "usage: $0 VENV [TARBALL]" >&2
     exit 2
 fi
-venv=$1
+[ -d "$1" ] || { echo "$0: no virtual environment at $1 (create it first)" >&2; exit 1; }
+venv=$(cd "$1" && pwd)  # absolute: the last step runs from / (not the source tree)
 here=$(cd "$(dirname "$0")/.." && pwd)
 tarball=${2:-${PYSLURM_TARBALL:-$here/../shared/vendor/pyslurm-22.5.3.tar.gz}}
 py=$venv/bin/python
