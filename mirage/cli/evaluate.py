@@ -122,6 +122,12 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     help="--plans: MIN:MAX hours of work left (less: not sampled; more: capped).",
 )
 @click.option(
+    "--plan-sizes",
+    default="1,2,4",
+    show_default=True,
+    help="--plans: sizes, in GPUs (in whole nodes on a trace that records only nodes).",
+)
+@click.option(
     "--plan-replan/--plan-no-replan",
     default=True,
     show_default=True,
@@ -193,6 +199,7 @@ def _evaluate_plans(kw: dict[str, Any]) -> None:
             min_work_s=round(float(low) * hour),
             max_work_s=round(float(high or low) * hour),
             replan=kw["plan_replan"],
+            sizes=tuple(int(x) for x in kw["plan_sizes"].split(",") if x.strip()),
         )
         ev = run_plans(
             kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"],

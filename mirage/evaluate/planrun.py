@@ -64,6 +64,10 @@ def run_plans(
     part = prof.partition(None)
     if part.nodes is None:
         raise InputError(f"profile {profile_name!r} has no node count: calibrate it first")
+    if part.gpus_per_node <= 0:
+        # mirage.plan sizes work in GPUs or whole nodes; CPU requests on shared nodes
+        # (CERIT's) have no unit there yet
+        raise InputError(f"--plans needs GPUs: partition {part.name!r} has none")
     pp = _unit(plan or PlanProtocol(), df, part.gpus_per_node)
     first, last = int(df["submit"].min()), int(df["submit"].max())
     test = default_splits(cluster, prof.timezone, first, last)["test"]

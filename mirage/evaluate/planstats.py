@@ -114,8 +114,8 @@ def targets(s: dict[str, Any]) -> dict[str, bool | None]:
 def render(rows: dict[str, dict[str, Any]], title: str) -> str:
     """The table: one row per load."""
     head = (
-        f"{'load':>5} {'nodes':>5} {'n':>4}  {'habitual h':>18}  {'planned h':>18}  "
-        f"{'best h':>18}  {'planned-habitual h':>20}  {'best gain':>9} {'plan gain':>9} "
+        f"{'load':>5} {'nodes':>5} {'n':>4}  {'habitual h':>20}  {'planned h':>20}  "
+        f"{'best h':>20}  {'planned-habitual h':>20}  {'best gain':>9} {'plan gain':>9} "
         f"{'share':>6} {'vs best':>7}  targets"
     )
     lines = [title, head]
@@ -126,8 +126,8 @@ def render(rows: dict[str, dict[str, Any]], title: str) -> str:
         t = s["targets"]
         verdict = f"gain {_yes(t['gain'])}, within {NEAR:.0%} of best {_yes(t['near_best'])}"
         lines.append(
-            f"{load:>5} {s['nodes']:>5} {s['n']:>4}  {_cell(s['habitual']):>18}  "
-            f"{_cell(s['planned']):>18}  {_cell(s['best']):>18}  "
+            f"{load:>5} {s['nodes']:>5} {s['n']:>4}  {_cell(s['habitual']):>20}  "
+            f"{_cell(s['planned']):>20}  {_cell(s['best']):>20}  "
             f"{_cell(s['planned_minus_habitual']):>20}  {s['best_gain']['value']:>9.0%} "
             f"{s['planned_gain']['value']:>9.0%} "
             f"{s['planned_share_of_best_gain']['value']:>6.0%} "
