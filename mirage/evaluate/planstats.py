@@ -15,6 +15,7 @@ within ``NEAR`` (10%) of the hindsight best.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,9 +129,9 @@ def render(rows: dict[str, dict[str, Any]], title: str) -> str:
         lines.append(
             f"{load:>5} {s['nodes']:>5} {s['n']:>4}  {_cell(s['habitual']):>20}  "
             f"{_cell(s['planned']):>20}  {_cell(s['best']):>20}  "
-            f"{_cell(s['planned_minus_habitual']):>20}  {s['best_gain']['value']:>9.0%} "
-            f"{s['planned_gain']['value']:>9.0%} "
-            f"{s['planned_share_of_best_gain']['value']:>6.0%} "
+            f"{_cell(s['planned_minus_habitual']):>20}  {_pct(s['best_gain']['value']):>9} "
+            f"{_pct(s['planned_gain']['value']):>9} "
+            f"{_pct(s['planned_share_of_best_gain']['value']):>6} "
             f"{s['planned_over_best']:>+7.0%}  {verdict}"
         )
     for load, s in rows.items():
@@ -147,6 +148,13 @@ def render(rows: dict[str, dict[str, Any]], title: str) -> str:
 
 def _cell(c: dict[str, float]) -> str:
     return f"{c['value']:.1f} [{c['lo']:.1f}, {c['hi']:.1f}]"
+
+
+def _pct(x: float | None) -> str:
+    """A share; a dash where there is none (no hindsight gain to take a share of)."""
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{x + 0.0:.0%}" if round(x, 2) else "0%"
 
 
 def _yes(v: bool | None) -> str:
