@@ -23,7 +23,7 @@ from mirage.evaluate.plans import (
     run_planned,
     work_of,
 )
-from mirage.evaluate.planstats import summarize
+from mirage.evaluate.planstats import render, summarize
 from mirage.evaluate.protocol import Protocol
 from mirage.plan import Shape
 from mirage.profile.schema import ClusterProfile
@@ -164,8 +164,7 @@ def fake(t: int, habitual_h: float, planned_h: float, best_h: float) -> PlanReco
 def test_targets_need_the_gain_a_paired_interval_below_zero_and_the_best_near() -> None:
     rng = np.random.default_rng(1)
     hab = 20 + rng.uniform(0, 10, 40)
-    good = [fake(k, h, 0.52 * h, 0.5 * h) for k, h in enumerate(hab)]
-    s = summarize(good, boot=300)
+    s = summarize([fake(k, h, 0.52 * h, 0.5 * h) for k, h in enumerate(hab)], boot=300)
     assert s["best_gain"]["value"] == pytest.approx(0.5, abs=1e-4)
     assert s["planned_gain"]["value"] == pytest.approx(0.48, abs=1e-4)
     assert s["planned_minus_habitual"]["hi"] < 0
@@ -175,6 +174,9 @@ def test_targets_need_the_gain_a_paired_interval_below_zero_and_the_best_near() 
     assert habit["targets"] == {"gain": False, "near_best": False}
     small = summarize([fake(k, h, h, 0.9 * h) for k, h in enumerate(hab)], boot=300)
     assert small["targets"]["gain"] is None  # the best gains 10%: no gain target here
+    table = render({"1": {"nodes": 2, **s}, "1.1": {"nodes": 2, **small}}, "title")
+    assert "gain yes, within 10% of best yes" in table
+    assert "gain n/a, within 10% of best NO" in table
 
 
 # ---- the command ---------------------------------------------------------------------------
