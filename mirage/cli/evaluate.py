@@ -125,7 +125,14 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     "--plan-sizes",
     default="1,2,4",
     show_default=True,
-    help="--plans: sizes, in GPUs (in whole nodes on a trace that records only nodes).",
+    help="--plans: sizes, in --plan-size-unit.",
+)
+@click.option(
+    "--plan-size-unit",
+    type=click.Choice(["auto", "gpu", "node"]),
+    default="auto",
+    show_default=True,
+    help="--plans: GPUs or whole nodes (auto: nodes on a trace that records no GPU counts).",
 )
 @click.option(
     "--plan-replan/--plan-no-replan",
@@ -200,6 +207,7 @@ def _evaluate_plans(kw: dict[str, Any]) -> None:
             max_work_s=round(float(high or low) * hour),
             replan=kw["plan_replan"],
             sizes=tuple(int(x) for x in kw["plan_sizes"].split(",") if x.strip()),
+            unit=kw["plan_size_unit"],
         )
         ev = run_plans(
             kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"],

@@ -54,8 +54,8 @@ def run_plans(
     out_dir: str | Path | None = "out/eval",
 ) -> Evaluation:
     """Habitual, planned and hindsight-best completion per load on the test split.
-    ``plan``: the grid and horizon (default :class:`PlanProtocol`; its size unit is set
-    from the trace: a node's GPUs where the trace records no GPU counts)."""
+    ``plan``: the grid and horizon (default :class:`PlanProtocol`; an "auto" size unit
+    is set from the trace: whole nodes where the trace records no GPU counts)."""
     trace = trace or default_trace(cluster)
     if trace is None:
         raise InputError(f"no known trace for {cluster!r}: give trace=")
@@ -68,7 +68,7 @@ def run_plans(
         # mirage.plan sizes work in GPUs or whole nodes; CPU requests on shared nodes
         # (CERIT's) have no unit there yet
         raise InputError(f"--plans needs GPUs: partition {part.name!r} has none")
-    pp = _unit(plan or PlanProtocol(), df, part.gpus_per_node)
+    pp = _unit(plan or PlanProtocol(), df)
     first, last = int(df["submit"].min()), int(df["submit"].max())
     test = default_splits(cluster, prof.timezone, first, last)["test"]
     if test_split:
@@ -101,12 +101,13 @@ def run_plans(
     return out
 
 
-def _unit(pp: PlanProtocol, df: pd.DataFrame, gpus_per_node: int) -> PlanProtocol:
-    """Sizes in whole nodes on a trace of whole-node requests (no GPU counts)."""
+def _unit(pp: PlanProtocol, df: pd.DataFrame) -> PlanProtocol:
+    """The "auto" size unit: whole nodes on a trace of whole-node requests (no GPU
+    counts), else GPUs."""
+    if pp.unit != "auto":
+        return pp
     gpus = pd.to_numeric(df["gpus"], errors="coerce").fillna(0)
-    if pp.unit_gpus == 1 and not (gpus > 0).any() and gpus_per_node > 0:
-        return dataclasses.replace(pp, unit_gpus=gpus_per_node)
-    return pp
+    return dataclasses.replace(pp, unit="gpu" if (gpus > 0).any() else "node")
 
 
 def _points(  # noqa: PLR0917 - private, one call site

@@ -58,14 +58,17 @@ from mirage.sim.workload import JobSpec
 #: Bump when what a record holds or how it is computed changes: cached ones are redone.
 PLANS_VERSION = 1
 USER = "mirage-eval"
+UNITS = ("auto", "gpu", "node")
 
 
 @dataclass(frozen=True)
 class PlanProtocol:
     """What fixes a plan sample's outcome (hashed into its cache name)."""
 
-    sizes: tuple[int, ...] = (1, 2, 4)  # in units of ``unit_gpus``
-    unit_gpus: int = 1  # a size's GPUs: 1, or a node's on a trace of whole-node requests
+    sizes: tuple[int, ...] = (1, 2, 4)  # in ``unit``s
+    # "gpu", or "node" (a whole node's GPUs); "auto": the trace's (run_plans: "node" on a
+    # trace of whole-node requests, else "gpu")
+    unit: str = "auto"
     limits_s: tuple[int, ...] = DEFAULT_LIMITS_S  # and the partition's maximum
     overhead_s: int = 600  # lost at every segment's start (restart, checkpoint)
     horizon_s: int = 7 * DAY
@@ -74,8 +77,10 @@ class PlanProtocol:
     replan: bool = True
 
     def __post_init__(self) -> None:
-        if not self.sizes or min(self.sizes) < 1 or self.unit_gpus < 1:
-            raise ValueError("sizes and their unit must be positive")
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError("sizes must be positive")
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown size unit {self.unit!r}: use {', '.join(UNITS)}")
         if self.horizon_s <= 0 or not 0 < self.min_work_s <= self.max_work_s:
             raise ValueError("the horizon and the work bounds must be positive, min <= max")
 
@@ -89,10 +94,11 @@ def grid(
 ) -> tuple[list[Shape], int]:
     """The grid's shapes for ``point`` (sorted) and the index of the habitual one."""
     part = profile.partition(partition)
+    per = part.gpus_per_node if pp.unit == "node" else 1
     work = work_of(point)
     habit = habitual_shape(profile, work, part.name)
     shapes = candidates(
-        profile, work, partitions=[part.name], sizes=[s * pp.unit_gpus for s in pp.sizes],
+        profile, work, partitions=[part.name], sizes=[s * per for s in pp.sizes],
         limits_s=[*pp.limits_s, part.max_time_s or max(pp.limits_s)],
         overhead_s=pp.overhead_s,
     )  # fmt: skip

@@ -35,7 +35,7 @@ NOW = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
 #: sizes of 4 and 8 GPUs (one and two whole nodes of the toy cluster), 10 minutes lost
 #: at every segment's start
-PP = PlanProtocol(sizes=(1, 2), unit_gpus=4, limits_s=(6 * H, 12 * H), horizon_s=3 * 86400)
+PP = PlanProtocol(sizes=(1, 2), unit="node", limits_s=(6 * H, 12 * H), horizon_s=3 * 86400)
 
 
 def profile() -> ClusterProfile:
@@ -197,7 +197,7 @@ def test_evaluate_plans_on_the_bundled_slice(tmp_path: Path) -> None:
     load = report["loads"]["2"]
     assert load["n"] == report["samples"] > 0
     assert load["best"]["value"] <= min(load["habitual"]["value"], load["planned"]["value"])
-    assert report["plan_protocol"]["unit_gpus"] == 3  # whole-node requests: sizes in nodes
+    assert report["plan_protocol"]["unit"] == "node"  # whole-node requests: sizes in nodes
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["loads"]["2"]["planned"] == load["planned"]
