@@ -28,7 +28,7 @@ import numpy as np
 
 from mirage.evaluate.harness import Walker, evaluate
 from mirage.evaluate.inputs import default_test_setting
-from mirage.evaluate.lookahead import LOOKAHEAD_CURVES, TrueRunTimes, _Finished
+from mirage.evaluate.lookahead import LOOKAHEAD_CURVES, FinishedRuns, TrueRunTimes
 from mirage.evaluate.probes import Recorder, base_world, generate, record_all, run_task
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.evaluate.stats import load_levels
@@ -77,7 +77,7 @@ def rerun(sim: Simulation, protocol: Protocol, steps: dict[int, int]) -> Rerun:
     req = Request(spec.partition, spec.nodes, spec.gpus, int(spec.time_limit or 0))
     base.run_until(world.steps[0])
     learned = RunTimes()
-    feed = _Finished(base, learned)
+    feed = FinishedRuns(base, learned)
     for tau in world.steps[: steps[t] + 1]:
         base.run_until(tau)
         feed.catch_up()

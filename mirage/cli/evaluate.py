@@ -104,8 +104,47 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     default=None,
     help="Trained models for rf/xgb/dqn/pg (default: models/CLUSTER).",
 )
+@click.option(
+    "--plans",
+    is_flag=True,
+    help="Evaluate `mirage plan` instead: per load, the whole-chain completion of the "
+    "habitual, planned and hindsight-best shapes at the test split's chain decision points "
+    "(--every-h, --max-samples, --test-split, --load, --boot, --cache, --jobs apply).",
+)
+@click.option("--plan-horizon-h", default=168.0, show_default=True, help="--plans: censor after.")
+@click.option(
+    "--plan-overhead-min", default=10.0, show_default=True, help="--plans: lost per segment."
+)
+@click.option(
+    "--plan-work-h",
+    default="6:96",
+    show_default=True,
+    help="--plans: MIN:MAX hours of work left (less: not sampled; more: capped).",
+)
+@click.option(
+    "--plan-sizes",
+    default="1,2,4",
+    show_default=True,
+    help="--plans: sizes, in --plan-size-unit.",
+)
+@click.option(
+    "--plan-size-unit",
+    type=click.Choice(["auto", "gpu", "node"]),
+    default="auto",
+    show_default=True,
+    help="--plans: GPUs or whole nodes (auto: nodes on a trace that records no GPU counts).",
+)
+@click.option(
+    "--plan-replan/--plan-no-replan",
+    default=True,
+    show_default=True,
+    help="--plans: plan again before every segment (else keep the first shape).",
+)
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
+    if kw["plans"]:
+        _evaluate_plans(kw)
+        return
     from mirage.evaluate import run
     from mirage.evaluate.inputs import InputError
     from mirage.learn.rolling import run_rolling
@@ -150,3 +189,36 @@ def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:
         except ModelError as exc:
             raise click.ClickException(str(exc)) from exc
     return out
+
+
+def _evaluate_plans(kw: dict[str, Any]) -> None:
+    """``--plans``: :func:`mirage.evaluate.planrun.run_plans` with the options given."""
+    from mirage.evaluate.inputs import InputError
+    from mirage.evaluate.planrun import run_plans
+    from mirage.evaluate.plans import PlanProtocol
+
+    hour = 3600
+    try:
+        low, _, high = kw["plan_work_h"].partition(":")
+        pp = PlanProtocol(
+            overhead_s=round(kw["plan_overhead_min"] * 60),
+            horizon_s=round(kw["plan_horizon_h"] * hour),
+            min_work_s=round(float(low) * hour),
+            max_work_s=round(float(high or low) * hour),
+            replan=kw["plan_replan"],
+            sizes=tuple(int(x) for x in kw["plan_sizes"].split(",") if x.strip()),
+            unit=kw["plan_size_unit"],
+        )
+        ev = run_plans(
+            kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"],
+            loads=kw["loads"] or (1.0,), every_h=kw["every_h"], max_samples=kw["max_samples"],
+            test_split=kw["test_split"], plan=pp, cache=kw["cache"] or None,
+            n_jobs=kw["n_jobs"], boot=kw["boot"], out_dir=kw["out_dir"],
+        )  # fmt: skip
+    except (InputError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if kw["as_json"]:
+        click.echo(json.dumps(ev.report, sort_keys=True))
+        return
+    click.echo(ev.text())
+    click.echo(f"\nwrote {ev.path}")

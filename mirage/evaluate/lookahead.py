@@ -62,7 +62,7 @@ class TrueRunTimes(RunTimes):
         return self.sim.specs[int(job.job_id) - self.sim.first_id].run
 
 
-class _Finished:
+class FinishedRuns:
     """Feeds a :class:`RunTimes` with the simulation's jobs as they finish, in end order."""
 
     def __init__(self, sim: Simulation, runtimes: RunTimes) -> None:
@@ -101,7 +101,7 @@ def lookahead_curve(
     req = Request(spec.partition, spec.nodes, spec.gpus, int(spec.time_limit or 0))
     base.run_until(world.steps[0])
     runtimes = RunTimes(stat=stat)
-    feed = _Finished(base, runtimes)
+    feed = FinishedRuns(base, runtimes)
     out = np.empty(len(world.steps), dtype=np.int64)
     for k, tau in enumerate(world.steps):
         base.run_until(tau)

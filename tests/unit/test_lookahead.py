@@ -279,7 +279,7 @@ def test_harness_lookahead_rule_tuning_and_selection() -> None:
 def test_curve_recorder_learns_only_from_jobs_that_have_finished() -> None:
     """The harness feeds run times as a daemon learns them: from jobs that have ended,
     each once (a running job's end is known to the simulator, not to a daemon)."""
-    from mirage.evaluate.lookahead import _Finished
+    from mirage.evaluate.lookahead import FinishedRuns
     from mirage.policy.lookahead import RUN_STATES
 
     sim = Simulation(toy_profile(4))
@@ -290,7 +290,7 @@ def test_curve_recorder_learns_only_from_jobs_that_have_finished() -> None:
         return sum(sim.state[i] in RUN_STATES for i in range(len(sim.specs)))
 
     rt = RunTimes()
-    feed = _Finished(sim, rt)
+    feed = FinishedRuns(sim, rt)
     assert sim.running and len(rt) == finished() > 0
     sim.run_until(14 * H)
     feed.catch_up()

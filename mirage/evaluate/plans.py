@@ -1,0 +1,257 @@
+"""Plan evaluation: a chain's completion under every shape of a fixed grid, under the
+planner's choice and under the habit, each from a fork of one replay.
+
+A sample is a trace chain at one of its decision points (:mod:`.chainwork`): at ``t`` a
+segment has just ended and ``W`` seconds of run are left on its request of ``g`` GPUs.
+
+- **The grid** (:func:`grid`): segment limits of 6, 12, 24 and 48 hours and the
+  partition's maximum (those above it left out), times the sizes 1, 2 and 4 in the unit
+  of the trace's requests (a GPU; a whole node on a trace that records only nodes, such
+  as ls6's), plus the **habitual shape**: the chain's own request at the partition's
+  maximum limit. Work scales linearly: ``W x g / g'`` on ``g'`` GPUs.
+- **The truth per shape** (:func:`run_fixed`): the replay is forked at ``t`` (every later
+  arrival and every job's true run time in it) and the chain's work is submitted as
+  segments of that shape, each segment submitted when the one before it ends (reactive
+  resubmission, the same for every shape: the comparison isolates the shape, not the
+  submission timing, which is :mod:`mirage.policy`'s and is evaluated by
+  ``mirage evaluate``). Each segment runs ``min(limit, left + overhead)``: the restart
+  overhead is lost at every segment's start. The chain's completion is its last
+  segment's end; one not done by ``t + horizon`` is *censored* and counts as the
+  horizon (a lower bound).
+- **The planned shape** (:func:`run_planned`): the same, but before every segment
+  :func:`mirage.plan.plan_chain` is asked on what a live planner would see then: the
+  simulator's ``squeue`` (:class:`~mirage.sim.backend.SimSlurmClient`), requested
+  limits, and run times predicted from the jobs finished so far (the look-ahead's
+  :class:`~mirage.policy.lookahead.RunTimes`, fed as the daemon's are). Its
+  recommendation is the next segment's shape (re-planning between segments; with
+  ``replan=False`` the first one is kept).
+- **The best shape in hindsight**: the grid shape whose true completion is earliest.
+
+The chain's own later segments stay in the replay as other jobs (one job among
+thousands; removing them would need the trace row behind each replayed job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from mirage.evaluate.chainwork import ChainPoint
+from mirage.evaluate.lookahead import FinishedRuns
+from mirage.evaluate.probes import Recorder
+from mirage.evaluate.protocol import DAY, HOUR, Protocol
+from mirage.plan import Options, Shape, Snapshot, Work, candidates, habitual_shape, plan_chain
+from mirage.plan.queue import request_of
+from mirage.plan.shapes import DEFAULT_LIMITS_S
+from mirage.policy.lookahead import RunTimes, request_spec
+from mirage.profile.schema import ClusterProfile
+from mirage.sim.backend import SimSlurmClient
+from mirage.sim.engine import Simulation
+from mirage.sim.workload import JobSpec
+
+#: Bump when what a record holds or how it is computed changes: cached ones are redone.
+PLANS_VERSION = 1
+USER = "mirage-eval"
+UNITS = ("auto", "gpu", "node")
+
+
+@dataclass(frozen=True)
+class PlanProtocol:
+    """What fixes a plan sample's outcome (hashed into its cache name)."""
+
+    sizes: tuple[int, ...] = (1, 2, 4)  # in ``unit``s
+    # "gpu", or "node" (a whole node's GPUs); "auto": the trace's (run_plans: "node" on a
+    # trace of whole-node requests, else "gpu")
+    unit: str = "auto"
+    limits_s: tuple[int, ...] = DEFAULT_LIMITS_S  # and the partition's maximum
+    overhead_s: int = 600  # lost at every segment's start (restart, checkpoint)
+    horizon_s: int = 7 * DAY
+    min_work_s: int = 6 * HOUR
+    max_work_s: int = 96 * HOUR
+    replan: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError("sizes must be positive")
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown size unit {self.unit!r}: use {', '.join(UNITS)}")
+        if self.horizon_s <= 0 or not 0 < self.min_work_s <= self.max_work_s:
+            raise ValueError("the horizon and the work bounds must be positive, min <= max")
+
+    def tag(self) -> str:
+        blob = json.dumps({**asdict(self), "version": PLANS_VERSION}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def grid(
+    profile: ClusterProfile, partition: str | None, point: ChainPoint, pp: PlanProtocol
+) -> tuple[list[Shape], int]:
+    """The grid's shapes for ``point`` (sorted) and the index of the habitual one."""
+    part = profile.partition(partition)
+    per = part.gpus_per_node if pp.unit == "node" else 1
+    work = work_of(point)
+    habit = habitual_shape(profile, work, part.name)
+    shapes = candidates(
+        profile, work, partitions=[part.name], sizes=[s * per for s in pp.sizes],
+        limits_s=[*pp.limits_s, part.max_time_s or max(pp.limits_s)],
+        overhead_s=pp.overhead_s,
+    )  # fmt: skip
+    every = sorted({*shapes, habit})
+    return every, every.index(habit)
+
+
+def work_of(point: ChainPoint) -> Work:
+    return Work(((point.gpus, point.work_s),), "gpu", "linear")
+
+
+def _segment(profile: ClusterProfile, shape: Shape, now: int, run: int, k: int) -> JobSpec:
+    spec = request_spec(request_of(shape, USER), profile, now)
+    return replace(spec, run=run, name=f"plan-seg{k}")
+
+
+def _run_segment(
+    sim: Simulation, shape: Shape, left: int, pp: PlanProtocol, cap: int, *, k: int
+) -> tuple[int, int] | None:
+    """Submit one segment now with ``left`` s of work at its size; (its end, the work
+    it did), or None when it does not start by ``cap``."""
+    run = min(shape.time_limit, left + pp.overhead_s)
+    job = sim.add_job(_segment(sim.profile, shape, sim.now, run, k))
+    start = sim.run_until_started(job, until=cap)
+    if start is None:
+        return None
+    return start + run, run - pp.overhead_s
+
+
+def run_fixed(base: Simulation, shape: Shape, work: Work, pp: PlanProtocol) -> int | None:
+    """The chain's true completion with every segment of ``shape`` (None: censored)."""
+    sim = base.fork()
+    cap = base.now + pp.horizon_s
+    left = work.run_at(shape.gpus)
+    k = 0
+    while True:
+        done = _run_segment(sim, shape, left, pp, cap, k=k)
+        if done is None or done[0] > cap:
+            return None
+        left -= done[1]
+        if left <= 0:
+            return done[0]
+        sim.run_until(done[0])  # resubmitted as the segment ends
+        k += 1
+
+
+@dataclass
+class Planned:
+    done: int | None  # None: censored
+    shapes: list[Shape]  # each segment's
+    plan_s: float  # time spent planning
+
+
+def run_planned(base: Simulation, shapes: list[Shape], work: Work, pp: PlanProtocol) -> Planned:
+    """The chain's true completion with each segment's shape chosen by the planner on
+    the snapshot of the moment (only the first one when ``pp.replan`` is off)."""
+    sim = base.fork()
+    runtimes = RunTimes()
+    feed = FinishedRuns(sim, runtimes)
+    client = SimSlurmClient(sim, user=USER)
+    cap = base.now + pp.horizon_s
+    out = Planned(None, [], 0.0)
+    shape: Shape | None = None
+    while True:
+        if shape is None or pp.replan:
+            t0 = time.perf_counter()
+            feed.catch_up()
+            q = Snapshot(client.queue(), sim.profile, sim.now, runtimes, user=USER)
+            options = Options(overhead_s=pp.overhead_s, horizon_s=pp.horizon_s)
+            shape = plan_chain(q, work, shapes, options=options).recommended.shape
+            out.plan_s += time.perf_counter() - t0
+        out.shapes.append(shape)
+        left = work.run_at(shape.gpus)
+        done = _run_segment(sim, shape, left, pp, cap, k=len(out.shapes))
+        if done is None or done[0] > cap:
+            return out
+        work = work.remaining(done[1], shape.gpus)
+        if work.base[1] <= 0:
+            out.done = done[0]
+            return out
+        sim.run_until(done[0])
+
+
+@dataclass
+class PlanRecord:
+    """One sample: every grid shape's true completion, the planned path's, and cost."""
+
+    t: int
+    gpus: int  # the chain's request
+    work_s: int  # at the request
+    shapes: np.ndarray  # int64 (n, 3): nodes, GPUs per node, limit (s)
+    habitual: int  # index of the habitual shape
+    done: np.ndarray  # int64 (n,): completion, or t + horizon when censored
+    censored: np.ndarray  # bool (n,)
+    planned_done: int
+    planned_censored: bool
+    planned_shapes: np.ndarray  # int64 (segments,): index of each segment's shape
+    plan_s: float
+    wall_s: float
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        meta = np.array([self.t, self.gpus, self.work_s, self.habitual, self.planned_done,
+                         int(self.planned_censored)], dtype=np.int64)  # fmt: skip
+        np.savez_compressed(
+            tmp, meta=meta, shapes=self.shapes, done=self.done, censored=self.censored,
+            planned_shapes=self.planned_shapes, cost=np.array([self.plan_s, self.wall_s]),
+        )  # fmt: skip
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> PlanRecord:
+        with np.load(path) as z:
+            t, g, w, h, pd, pc = (int(x) for x in z["meta"])
+            plan_s, wall_s = (float(x) for x in z["cost"])
+            return cls(t, g, w, z["shapes"], h, z["done"], z["censored"], pd, bool(pc),
+                       z["planned_shapes"], plan_s, wall_s)  # fmt: skip
+
+
+def record_point(
+    sim: Simulation, protocol: Protocol, point: ChainPoint, pp: PlanProtocol
+) -> PlanRecord:
+    """The record of ``point`` from the replay at its time (``sim`` is not changed)."""
+    t0 = time.perf_counter()
+    shapes, habit = grid(sim.profile, protocol.partition, point, pp)
+    work = work_of(point)
+    cap = sim.now + pp.horizon_s
+    fixed = [run_fixed(sim, s, work, pp) for s in shapes]
+    planned = run_planned(sim, shapes, work, pp)
+    return PlanRecord(
+        t=sim.now,
+        gpus=point.gpus,
+        work_s=point.work_s,
+        shapes=np.array([[s.nodes, s.gpus_per_node, s.time_limit] for s in shapes], np.int64),
+        habitual=habit,
+        done=np.array([cap if d is None else d for d in fixed], np.int64),
+        censored=np.array([d is None for d in fixed], bool),
+        planned_done=cap if planned.done is None else planned.done,
+        planned_censored=planned.done is None,
+        planned_shapes=np.array([shapes.index(s) for s in planned.shapes], np.int64),
+        plan_s=planned.plan_s,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def _record(
+    sim: Simulation, protocol: Protocol, points: dict[int, ChainPoint], pp: PlanProtocol
+) -> PlanRecord:
+    return record_point(sim, protocol, points[sim.now], pp)
+
+
+def plan_recorder(points: list[ChainPoint], pp: PlanProtocol) -> Recorder[PlanRecord]:
+    """The recorder of ``points`` (their times are the samples), cached per protocol
+    (``<cache>/<setting key>/<t>.plans-<tag>.npz``)."""
+    rec = partial(_record, points={p.t: p for p in points}, pp=pp)
+    return Recorder(f".plans-{pp.tag()}.npz", rec, PlanRecord.load)
