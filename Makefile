@@ -53,7 +53,8 @@ slurm-tests: venv slurm-up
 	  scripts/slurm-testbed/stop.sh; exit $$rc
 
 # The slow live runs `make test` leaves out (marked slurm_slow: the daemon's end-to-end
-# chain test under load with [slurm] backend = "pyslurm", ~4 min), pyslurm built first.
+# chain test under load, kill -9 and the controller outage with [slurm] backend = "pyslurm",
+# ~6 min), pyslurm built first.
 slurm-slow: venv slurm-up
 	scripts/build-pyslurm.sh $(VENV) && MIRAGE_REQUIRE_SLURM=1 MIRAGE_REQUIRE_PYSLURM=1 \
 	  $(BIN)/pytest -p no:xdist -m slurm_slow -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc

@@ -69,6 +69,11 @@ def jobdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 #: Every SlurmClient backend of a real cluster; the contract tests run once per backend.
 BACKENDS = ("cli", "pyslurm")
+#: The daemon's process tests per backend: pyslurm's runs (the end-to-end chain test under
+#: load, kill -9, the controller outage: ~6 min) are ``slurm_slow``, run by ``make
+#: slurm-slow``, so that ``make test`` stays under 35 minutes; the contract tests run both
+#: backends in ``make test``.
+SLOW_PYSLURM = ["cli", pytest.param("pyslurm", marks=pytest.mark.slurm_slow)]
 #: How long a test waits for ``make test``'s background pyslurm build (run-tests.sh).
 PYSLURM_BUILD_WAIT_S = 1500.0
 

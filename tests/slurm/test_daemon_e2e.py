@@ -29,7 +29,7 @@ from mirage.daemon.store import Chain, ChainState, Segment
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import JobState
 from tests.slurm.conftest import (
-    BACKENDS,
+    SLOW_PYSLURM,
     MirageDaemon,
     jobs_by_token,
     run_under_load,
@@ -49,13 +49,7 @@ def _not_under_xdist() -> None:
 CHAINS, SEGMENTS, LIMIT_MIN, LEAD_S, PENDING = 2, 3, 1, 45, 2
 
 
-#: pyslurm's run: `make slurm-slow` (4 minutes more than `make test` should take)
-E2E_BACKENDS = [
-    pytest.param(b, marks=pytest.mark.slurm_slow) if b != "cli" else b for b in BACKENDS
-]
-
-
-@pytest.mark.parametrize("backend", E2E_BACKENDS)
+@pytest.mark.parametrize("backend", SLOW_PYSLURM)
 def test_chains_under_background_load_every_gap_from_sacct(
     mirage_daemons: Callable[..., MirageDaemon], backend: str
 ) -> None:

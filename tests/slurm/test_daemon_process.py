@@ -38,7 +38,7 @@ from mirage.daemon.store import (
     SubmissionState,
 )
 from mirage.slurm.cli_backend import CliSlurmClient
-from tests.slurm.conftest import BACKENDS, MirageDaemon, until
+from tests.slurm.conftest import SLOW_PYSLURM, MirageDaemon, until
 
 pytestmark = pytest.mark.slurm
 
@@ -110,7 +110,7 @@ def usr1_count(work: Path, job_id: str) -> int:
 POINTS = ("after-intent", "after-sbatch", "during-handoff")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SLOW_PYSLURM)
 def test_kill_9_at_each_crash_point_then_restart(mirage_daemons: MakeDaemon, backend: str) -> None:
     """The three points side by side (one daemon and database each): ~45 s, not 3 x 45 s."""
     since = int(time.time()) - 60
@@ -209,7 +209,7 @@ def _not_under_xdist() -> None:
 
 @pytest.mark.slurm_serial
 @pytest.mark.usefixtures("_not_under_xdist")
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SLOW_PYSLURM)
 def test_slurmctld_down_for_several_polls(mirage_daemons: MakeDaemon, backend: str) -> None:
     """The controller goes away for ~20 s (10 poll intervals; a failed poll takes ~9 s) while
     segment 1 runs and the successor's decision falls due: no chain ends, the metrics say
