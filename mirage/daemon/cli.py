@@ -246,7 +246,7 @@ def _planned_shape(
     plan = plan_for_chain(request, config_path)
     best = plan["recommended"]
     record = plan_record(plan, request, segments_from_plan=segments is None)
-    return record, (*sbatch_args, *shape_args(best)), segments or best["segments"]
+    return record, (*sbatch_args, *shape_args(best, sbatch_args)), segments or best["segments"]
 
 
 def _plan_line(plan: dict[str, Any]) -> str:

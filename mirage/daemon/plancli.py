@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
 from mirage.daemon.clicommon import ask_daemon, config_or_fail, daemon_socket
 from mirage.daemon.config import Config
-from mirage.slurm.syntax import format_duration
+from mirage.slurm.syntax import format_duration, gpu_gres, sbatch_gres
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -108,15 +108,16 @@ def plan_for_chain(request: dict[str, Any], config_path: str | None) -> dict[str
     return make_plan(request, {"backend": "auto", "config_path": config_path, "profile_name": None})
 
 
-def shape_args(best: dict[str, Any]) -> list[str]:
-    """The sbatch options of a planned shape (appended: they win over earlier ones)."""
+def shape_args(best: dict[str, Any], given: Sequence[str] = ()) -> list[str]:
+    """The sbatch options of a planned shape (appended: they win over earlier ones); a
+    GPU type in the ``given`` options' ``--gres`` is kept (``gpu:a100:4`` -> ``gpu:a100:2``)."""
     args = [
         f"--time={format_duration(best['time_limit_s'])}",
         f"--partition={best['partition']}",
         f"--nodes={best['nodes']}",
     ]
     if best["gpus_per_node"] > 0:
-        args.append(f"--gres=gpu:{best['gpus_per_node']}")
+        args.append(f"--gres={gpu_gres(best['gpus_per_node'], sbatch_gres(given))}")
     return args
 
 

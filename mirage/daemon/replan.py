@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from mirage.daemon.store import Chain, Segment, event_row
 from mirage.plan.work import PlanInputError, Work, parse_work
+from mirage.slurm.syntax import gpu_gres
 
 if TYPE_CHECKING:
     from mirage.daemon.planning import Planner
@@ -92,7 +93,8 @@ def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:
     chain.partition = best["partition"]
     chain.nodes = best["nodes"]
     chain.gpus_per_node = best["gpus_per_node"]
-    chain.gres = f"gpu:{best['gpus_per_node']}" if best["gpus_per_node"] > 0 else None
+    # a new GPU count keeps the GPU type the chain asked for (gpu:a100:4 -> gpu:a100:2)
+    chain.gres = gpu_gres(best["gpus_per_node"], chain.gres) if best["gpus_per_node"] > 0 else None
     chain.time_limit_s = best["time_limit_s"]
     assert chain.plan is not None
     record = dict(chain.plan)

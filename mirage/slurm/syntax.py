@@ -16,7 +16,7 @@ module, so that a form Slurm prints is understood the same way everywhere.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
@@ -124,6 +124,24 @@ def gres_gpus(spec: str | None) -> int | None:
     """The GPUs a GRES list names (``gpu`` alone is 1); None when it names none."""
     gpus = [g.count for g in parse_gres(spec) if g.name == "gpu"]
     return sum(gpus) if gpus else None
+
+
+def gpu_gres(count: int, like: str | None = None) -> str:
+    """``gpu:<count>``, with the GPU type ``like`` names if it names one (``gpu:a100:2``
+    -> ``gpu:a100:<count>``): a new size keeps the type the job asked for."""
+    kinds = [g.kind for g in parse_gres(like) if g.name == "gpu" and g.kind]
+    return f"gpu:{kinds[0]}:{count}" if kinds else f"gpu:{count}"
+
+
+def sbatch_gres(args: Sequence[str]) -> str | None:
+    """The ``--gres`` value among sbatch options (the last one: sbatch's own rule)."""
+    found: str | None = None
+    for i, arg in enumerate(args):
+        if arg.startswith("--gres="):
+            found = arg.removeprefix("--gres=")
+        elif arg == "--gres" and i + 1 < len(args):
+            found = args[i + 1]
+    return found
 
 
 def parse_tres(tres: str) -> dict[str, str]:

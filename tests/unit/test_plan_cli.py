@@ -231,3 +231,12 @@ def test_the_daemon_s_forecaster_gives_later_waits_and_the_interval(tmp_path: Pa
     broken.observe(60, daemon.client.queue(), [])
     answer = broken.answer(REQUEST, "alice")
     assert answer["ok"] and answer["plan"]["recommended"]["source"] == "lookahead"
+
+
+def test_a_planned_shape_keeps_the_gpu_type_of_the_sbatch_options() -> None:
+    from mirage.daemon.plancli import shape_args
+
+    best = {"time_limit_s": 12 * 3600, "partition": "gpu", "nodes": 2, "gpus_per_node": 2}
+    args = shape_args(best, ["--gres=gpu:a100:4", "--account=ml"])
+    assert args == ["--time=0-12:00:00", "--partition=gpu", "--nodes=2", "--gres=gpu:a100:2"]
+    assert shape_args(best)[-1] == "--gres=gpu:2"

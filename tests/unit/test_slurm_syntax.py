@@ -226,3 +226,15 @@ def test_parse_when() -> None:
     for bad in ("soon", "NaT", ""):
         with pytest.raises(ValueError, match="not an ISO date or time"):
             parse_when(bad, "UTC")
+
+
+def test_gpu_gres_keeps_the_type_a_job_asked_for() -> None:
+    from mirage.slurm.syntax import gpu_gres, sbatch_gres
+
+    assert gpu_gres(2, "gpu:a100:4") == "gpu:a100:2"
+    assert gpu_gres(2, "gpu:4") == "gpu:2"
+    assert gpu_gres(3, None) == "gpu:3"
+    assert gpu_gres(1, "shard:8,gpu:h100:4") == "gpu:h100:1"
+    assert sbatch_gres(["--time=1:00:00", "--gres=gpu:a100:4"]) == "gpu:a100:4"
+    assert sbatch_gres(["--gres", "gpu:1", "--gres=gpu:v100:2"]) == "gpu:v100:2"  # the last
+    assert sbatch_gres(["--gpus=4"]) is None
