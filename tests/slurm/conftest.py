@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -64,6 +64,8 @@ def jobdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Working directory for test jobs, so that slurm-<id>.out never lands in the repo."""
     return tmp_path_factory.mktemp("slurm-jobs")
 
+
+_C = TypeVar("_C", bound=SlurmClient)
 
 # ---- the backends (``[slurm] backend``): one contract, tested on both
 
@@ -125,19 +127,17 @@ def make_client(backend: str) -> SlurmClient:
 def backend(request: pytest.FixtureRequest) -> Iterator[SlurmClient]:
     """A client of each backend in turn; jobs recorded in ``client.mine`` are cancelled
     after the test."""
-    client = make_client(request.param)
-    mine: list[str] = []
-    client.mine = mine  # type: ignore[attr-defined]
-    yield client
-    if mine:
-        with contextlib.suppress(SlurmError):
-            client.cancel(mine)
+    yield from _cancelling_after(make_client(request.param))
 
 
 @pytest.fixture
 def slurm() -> Iterator[CliSlurmClient]:
     """A client; jobs recorded in ``client.mine`` are cancelled after the test."""
-    client = CliSlurmClient(timeout=60.0)
+    yield from _cancelling_after(CliSlurmClient(timeout=60.0))
+
+
+def _cancelling_after(client: _C) -> Iterator[_C]:
+    """``client`` with a ``mine`` list; the jobs recorded there are cancelled after."""
     mine: list[str] = []
     client.mine = mine  # type: ignore[attr-defined]
     yield client
