@@ -125,14 +125,21 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     "--plan-sizes",
     default="1,2,4",
     show_default=True,
-    help="--plans: sizes, in --plan-size-unit.",
+    help="--plans: sizes, in --plan-size-unit (gpu, node).",
 )
 @click.option(
     "--plan-size-unit",
-    type=click.Choice(["auto", "gpu", "node"]),
+    type=click.Choice(["auto", "gpu", "node", "cpu"]),
     default="auto",
     show_default=True,
-    help="--plans: GPUs or whole nodes (auto: nodes on a trace that records no GPU counts).",
+    help="--plans: GPUs, whole nodes or CPUs (auto: CPUs on a partition without GPUs, "
+    "nodes on a trace that records no GPU counts).",
+)
+@click.option(
+    "--plan-cpu-scales",
+    default="0.25,0.5,1,2,4",
+    show_default=True,
+    help="--plans, cpu unit: sizes as multiples of each chain's own CPU count.",
 )
 @click.option(
     "--plan-replan/--plan-no-replan",
@@ -208,6 +215,7 @@ def _evaluate_plans(kw: dict[str, Any]) -> None:
             replan=kw["plan_replan"],
             sizes=tuple(int(x) for x in kw["plan_sizes"].split(",") if x.strip()),
             unit=kw["plan_size_unit"],
+            cpu_scales=tuple(float(x) for x in kw["plan_cpu_scales"].split(",") if x.strip()),
         )
         ev = run_plans(
             kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"],

@@ -240,20 +240,20 @@ def _planned_shape(
 ) -> tuple[dict[str, Any], tuple[str, ...], int | None]:
     """The plan (as the chain keeps it), the sbatch options with the recommended shape
     last (they win), and the segment count (the plan's unless --segments gave one)."""
-    from mirage.daemon.plancli import plan_for_chain, plan_record, plan_request_of, shape_args
+    from mirage.daemon.plancli import plan_for_chain, plan_record, plan_request_of, planned_args
 
     request = plan_request_of(params)
     plan = plan_for_chain(request, config_path)
     best = plan["recommended"]
     record = plan_record(plan, request, segments_from_plan=segments is None)
-    return record, (*sbatch_args, *shape_args(best, sbatch_args)), segments or best["segments"]
+    return record, planned_args(best, sbatch_args), segments or best["segments"]
 
 
 def _plan_line(plan: dict[str, Any]) -> str:
     best = plan["shape"]
     now = int(plan["planned_at"])
     return (
-        f"plan: {best['partition']}, {best['nodes']} node(s) x {best['gpus_per_node']} GPUs, "
+        f"plan: {best['partition']}, {best['nodes']} node(s) x {_per_node(best)}, "
         f"--time={format_duration(best['time_limit_s'])}, {best['segments']} segment(s); "
         f"whole chain done {_when(plan['completion'], now)}"
     )
@@ -648,9 +648,16 @@ def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
     return lines + _trouble_lines(r, now)
 
 
+def _per_node(shape: dict[str, Any]) -> str:
+    """ "2 GPUs", "32 CPUs" (a CPU shape), "0 GPUs" (whole nodes of a CPU partition)."""
+    if shape.get("cpus_per_node"):
+        return f"{shape['cpus_per_node']} CPUs"
+    return f"{shape['gpus_per_node']} GPUs"
+
+
 def _shape_text(r: dict[str, Any]) -> str:
     """ "gpu-a100, 2 node(s) x 2 GPUs, 12h00m": what each segment asks for."""
-    gpus = f" x {r['gpus_per_node']} GPUs" if r.get("gpus_per_node") else ""
+    gpus = f" x {_per_node(r)}" if r.get("gpus_per_node") or r.get("cpus_per_node") else ""
     return (
         f"{r.get('partition') or 'default partition'}, {r.get('nodes', 1)} node(s){gpus}, "
         f"{duration(r['time_limit_s'])}"

@@ -13,7 +13,13 @@ import click
 
 from mirage.daemon.clicommon import ask_daemon, config_or_fail, daemon_socket
 from mirage.daemon.config import Config
-from mirage.slurm.syntax import format_duration, gpu_gres, sbatch_gres
+from mirage.slurm.syntax import (
+    cpu_task_args,
+    format_duration,
+    gpu_gres,
+    sbatch_gres,
+    without_task_args,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,16 +34,19 @@ def plan_options(partition: tuple[str, ...] = ("--partition", "-p")) -> Callable
 def _with_plan_options(f: F, partition: tuple[str, ...]) -> F:
     opts = [
         click.option("--work", "work", default=None,
-                     help="The work left, as TIME@SIZE: 96h@4gpu (or 300h@2node)."),
+                     help="The work left, as TIME@SIZE: 96h@4gpu (on a partition without "
+                     "GPUs: 300h@32cpu, or 300h@2node for whole nodes)."),
         click.option("--scaling", type=click.Choice(["linear", "sqrt", "none"]),
                      default="linear", show_default=True,
                      help="How the run time changes with the size, beyond measured points."),
         click.option("--point", "points", multiple=True,
                      help="A measured run time at another size, SIZE=TIME: 2gpu=170h."),
         click.option(*partition, "partitions", multiple=True,
-                     help="Candidate partition (repeat; default: every one with GPUs)."),
+                     help="Candidate partition (repeat; default: every one with GPUs, with "
+                     "CPUs for cpu work)."),
         click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
-                     help="Candidate GPU (or node) count (repeat; default from the profile)."),
+                     help="Candidate GPU (CPU, node) count, in the work's unit (repeat; "
+                     "default from the profile)."),
         click.option("--limit", "limits", multiple=True,
                      help="Candidate segment limit, e.g. 12h or 1-00:00:00 (repeat; default "
                      "6, 12, 24, 48 h and the partition's maximum)."),
@@ -110,7 +119,8 @@ def plan_for_chain(request: dict[str, Any], config_path: str | None) -> dict[str
 
 def shape_args(best: dict[str, Any], given: Sequence[str] = ()) -> list[str]:
     """The sbatch options of a planned shape (appended: they win over earlier ones); a
-    GPU type in the ``given`` options' ``--gres`` is kept (``gpu:a100:4`` -> ``gpu:a100:2``)."""
+    GPU type in the ``given`` options' ``--gres`` is kept (``gpu:a100:4`` -> ``gpu:a100:2``);
+    a CPU shape is one task per node with its CPUs (:func:`cpu_task_args`)."""
     args = [
         f"--time={format_duration(best['time_limit_s'])}",
         f"--partition={best['partition']}",
@@ -118,7 +128,17 @@ def shape_args(best: dict[str, Any], given: Sequence[str] = ()) -> list[str]:
     ]
     if best["gpus_per_node"] > 0:
         args.append(f"--gres={gpu_gres(best['gpus_per_node'], sbatch_gres(given))}")
+    if best.get("cpus_per_node", 0) > 0:
+        args += cpu_task_args(best["nodes"], best["cpus_per_node"])
     return args
+
+
+def planned_args(best: dict[str, Any], given: Sequence[str]) -> tuple[str, ...]:
+    """``given`` with the planned shape's options last; a CPU shape's task options
+    replace the given ones (``-n 4`` beside ``--ntasks-per-node=1`` would not submit)."""
+    if best.get("cpus_per_node", 0) > 0:
+        given = without_task_args(given)
+    return (*given, *shape_args(best, given))
 
 
 def plan_record(

@@ -10,7 +10,7 @@ What: the work left is the chain's work less what its segments did (each ran
 ``trained_s`` in all, less the restart overhead per segment; a running predecessor is
 counted as doing its full segment), at the chain's present size; the plan of that on
 the daemon's last poll (:meth:`mirage.daemon.planning.Planner.answer`) gives the
-successor's shape (partition, nodes, GPUs per node, time limit) and, unless
+successor's shape (partition, nodes, GPUs or CPUs per node, time limit) and, unless
 ``--segments`` was given, how many segments are left. Without the daemon's poll, or
 with no work left, the shape stays.
 Each change is an event (``chain.replan``) and the chain's plan record is rewritten.
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from mirage.daemon.store import Chain, Segment, event_row
 from mirage.plan.work import PlanInputError, Work, parse_work
-from mirage.slurm.syntax import gpu_gres
+from mirage.slurm.syntax import cpu_task_args, gpu_gres, without_task_args
 
 if TYPE_CHECKING:
     from mirage.daemon.planning import Planner
@@ -61,9 +61,20 @@ def work_left(chain: Chain, running: Segment | None) -> Work | None:
     done = max(0, chain.trained_s - overhead * finished)
     if running is not None:
         done += max(0, (running.time_limit_s or chain.time_limit_s) - overhead)
-    size = chain.nodes if work.unit == "node" else chain.nodes * chain.gpus_per_node
-    left = work.remaining(done, max(1, size))
-    return left if left.run_at(max(1, size)) > 0 else None
+    size = max(1, _size(chain, work.unit))
+    left = work.remaining(done, size)
+    return left if left.run_at(size) > 0 else None
+
+
+def _size(chain: Chain, unit: str) -> int:
+    """The chain's present size in ``unit``: a CPU shape's is its plan's (the CPUs are in
+    its sbatch options, not in a column of their own)."""
+    if unit == "node":
+        return chain.nodes
+    if unit == "cpu":
+        shape = (chain.plan or {}).get("shape") or {}
+        return int(shape.get("nodes", chain.nodes)) * int(shape.get("cpus_per_node", 0))
+    return chain.nodes * chain.gpus_per_node
 
 
 def replan(s: Session, chain: Chain, segs: list[Segment], planner: Planner, now: int) -> None:
@@ -96,6 +107,9 @@ def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:
     # a new GPU count keeps the GPU type the chain asked for (gpu:a100:4 -> gpu:a100:2)
     chain.gres = gpu_gres(best["gpus_per_node"], chain.gres) if best["gpus_per_node"] > 0 else None
     chain.time_limit_s = best["time_limit_s"]
+    if best.get("cpus_per_node", 0) > 0:
+        chain.sbatch_args = [*without_task_args(chain.sbatch_args or []),
+                             *cpu_task_args(best["nodes"], best["cpus_per_node"])]  # fmt: skip
     assert chain.plan is not None
     record = dict(chain.plan)
     if record.get("segments_from_plan", True):
@@ -119,7 +133,9 @@ def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:
 
 
 def _shape(chain: Chain) -> str:
+    cpus = int(((chain.plan or {}).get("shape") or {}).get("cpus_per_node", 0))
+    per = f"{cpus} CPUs" if cpus else f"{chain.gpus_per_node} GPUs"
     return (
-        f"{chain.partition or '-'}: {chain.nodes} x {chain.gpus_per_node} GPUs, "
+        f"{chain.partition or '-'}: {chain.nodes} x {per}, "
         f"{chain.time_limit_s} s, {chain.segments_target or '-'} segments"
     )

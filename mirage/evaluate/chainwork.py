@@ -40,6 +40,7 @@ class ChainPoint:
     gpus: int  # over all its nodes (a whole node's GPUs where the trace gives none)
     work_s: int  # run left at that request, capped
     full_work_s: int  # run left, as the trace recorded it
+    cpus: int = 0  # over all its nodes (a whole node's CPUs where the trace gives none)
 
 
 def chain_points(
@@ -62,6 +63,7 @@ def chain_points(
     run = ends - _ints(jobs["start"])
     nodes = _ints(jobs["nodes"], 1)
     gpus = _ints(jobs["gpus"], 0)
+    cpus = _ints(jobs["cpus"], 0)
     out = []
     for chain in find_chains(jobs).chains:
         rest = np.cumsum([max(0, run[i]) for i in chain][::-1])[::-1]  # run from each on
@@ -71,7 +73,8 @@ def chain_points(
                 continue
             n = max(1, int(nodes[nxt]))
             g = int(gpus[nxt]) or n * part.gpus_per_node
-            out.append(ChainPoint(t, n, g, int(min(rest[k], max_work_s)), int(rest[k])))
+            c = int(cpus[nxt]) or n * part.cpus_per_node
+            out.append(ChainPoint(t, n, g, int(min(rest[k], max_work_s)), int(rest[k]), c))
     return sorted(out, key=lambda p: p.t)
 
 

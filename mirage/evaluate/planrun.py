@@ -64,11 +64,7 @@ def run_plans(
     part = prof.partition(None)
     if part.nodes is None:
         raise InputError(f"profile {profile_name!r} has no node count: calibrate it first")
-    if part.gpus_per_node <= 0:
-        # mirage.plan sizes work in GPUs or whole nodes; CPU requests on shared nodes
-        # (CERIT's) have no unit there yet
-        raise InputError(f"--plans needs GPUs: partition {part.name!r} has none")
-    pp = _unit(plan or PlanProtocol(), df)
+    pp = _unit(plan or PlanProtocol(), df, part.gpus_per_node)
     first, last = int(df["submit"].min()), int(df["submit"].max())
     test = default_splits(cluster, prof.timezone, first, last)["test"]
     if test_split:
@@ -101,11 +97,15 @@ def run_plans(
     return out
 
 
-def _unit(pp: PlanProtocol, df: pd.DataFrame) -> PlanProtocol:
-    """The "auto" size unit: whole nodes on a trace of whole-node requests (no GPU
-    counts), else GPUs."""
+def _unit(pp: PlanProtocol, df: pd.DataFrame, gpus_per_node: int) -> PlanProtocol:
+    """The "auto" size unit: CPUs on a partition without GPUs, whole nodes on a trace of
+    whole-node requests (no GPU counts), else GPUs."""
+    if pp.unit in {"gpu", "node"} and gpus_per_node <= 0:
+        raise InputError("the partition has no GPUs: plan in CPUs (--plan-size-unit cpu)")
     if pp.unit != "auto":
         return pp
+    if gpus_per_node <= 0:
+        return dataclasses.replace(pp, unit="cpu")
     gpus = pd.to_numeric(df["gpus"], errors="coerce").fillna(0)
     return dataclasses.replace(pp, unit="gpu" if (gpus > 0).any() else "node")
 

@@ -8,7 +8,10 @@ segment has just ended and ``W`` seconds of run are left on its request of ``g``
   partition's maximum (those above it left out), times the sizes 1, 2 and 4 in the unit
   of the trace's requests (a GPU; a whole node on a trace that records only nodes, such
   as ls6's), plus the **habitual shape**: the chain's own request at the partition's
-  maximum limit. Work scales linearly: ``W x g / g'`` on ``g'`` GPUs.
+  maximum limit. Work scales linearly: ``W x g / g'`` on ``g'`` GPUs. On a partition
+  without GPUs (CERIT's) the unit is a CPU and the sizes are the chain's own CPU count
+  times 1/4, 1/2, 1, 2 and 4 (the whole numbers among them): CPU requests range from 1
+  to 80 per node, so one fixed list would be far from most chains' own size.
 - **The truth per shape** (:func:`run_fixed`): the replay is forked at ``t`` (every later
   arrival and every job's true run time in it) and the chain's work is submitted as
   segments of that shape, each segment submitted when the one before it ends (reactive
@@ -58,17 +61,18 @@ from mirage.sim.workload import JobSpec
 #: Bump when what a record holds or how it is computed changes: cached ones are redone.
 PLANS_VERSION = 1
 USER = "mirage-eval"
-UNITS = ("auto", "gpu", "node")
+UNITS = ("auto", "gpu", "node", "cpu")
 
 
 @dataclass(frozen=True)
 class PlanProtocol:
     """What fixes a plan sample's outcome (hashed into its cache name)."""
 
-    sizes: tuple[int, ...] = (1, 2, 4)  # in ``unit``s
-    # "gpu", or "node" (a whole node's GPUs); "auto": the trace's (run_plans: "node" on a
-    # trace of whole-node requests, else "gpu")
+    sizes: tuple[int, ...] = (1, 2, 4)  # in ``unit``s ("gpu", "node")
+    # "gpu", "node" (a whole node's GPUs) or "cpu"; "auto": the trace's (run_plans: "cpu"
+    # on a partition without GPUs, "node" on a trace of whole-node requests, else "gpu")
     unit: str = "auto"
+    cpu_scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)  # "cpu": x the request
     limits_s: tuple[int, ...] = DEFAULT_LIMITS_S  # and the partition's maximum
     overhead_s: int = 600  # lost at every segment's start (restart, checkpoint)
     horizon_s: int = 7 * DAY
@@ -79,13 +83,18 @@ class PlanProtocol:
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
             raise ValueError("sizes must be positive")
+        if not self.cpu_scales or min(self.cpu_scales) <= 0:
+            raise ValueError("the CPU scales must be positive")
         if self.unit not in UNITS:
             raise ValueError(f"unknown size unit {self.unit!r}: use {', '.join(UNITS)}")
         if self.horizon_s <= 0 or not 0 < self.min_work_s <= self.max_work_s:
             raise ValueError("the horizon and the work bounds must be positive, min <= max")
 
     def tag(self) -> str:
-        blob = json.dumps({**asdict(self), "version": PLANS_VERSION}, sort_keys=True)
+        fields = asdict(self)
+        if self.unit != "cpu":
+            del fields["cpu_scales"]  # it changes nothing there (and older tags stay)
+        blob = json.dumps({**fields, "version": PLANS_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -94,11 +103,10 @@ def grid(
 ) -> tuple[list[Shape], int]:
     """The grid's shapes for ``point`` (sorted) and the index of the habitual one."""
     part = profile.partition(partition)
-    per = part.gpus_per_node if pp.unit == "node" else 1
-    work = work_of(point)
+    work = work_of(point, pp.unit)
     habit = habitual_shape(profile, work, part.name)
     shapes = candidates(
-        profile, work, partitions=[part.name], sizes=[s * per for s in pp.sizes],
+        profile, work, partitions=[part.name], sizes=grid_sizes(part.gpus_per_node, point, pp),
         limits_s=[*pp.limits_s, part.max_time_s or max(pp.limits_s)],
         overhead_s=pp.overhead_s,
     )  # fmt: skip
@@ -106,7 +114,19 @@ def grid(
     return every, every.index(habit)
 
 
-def work_of(point: ChainPoint) -> Work:
+def grid_sizes(gpus_per_node: int, point: ChainPoint, pp: PlanProtocol) -> list[int]:
+    """The grid's sizes in the work's unit (GPUs, or CPUs)."""
+    if pp.unit == "cpu":
+        scaled = (point.cpus * f for f in pp.cpu_scales)
+        return sorted({int(x) for x in scaled if x >= 1 and float(x).is_integer()})
+    per = gpus_per_node if pp.unit == "node" else 1
+    return [s * per for s in pp.sizes]
+
+
+def work_of(point: ChainPoint, unit: str = "gpu") -> Work:
+    """The point's work, at its request in GPUs (a "node" grid's too) or CPUs."""
+    if unit == "cpu":
+        return Work(((point.cpus, point.work_s),), "cpu", "linear")
     return Work(((point.gpus, point.work_s),), "gpu", "linear")
 
 
@@ -132,7 +152,7 @@ def run_fixed(base: Simulation, shape: Shape, work: Work, pp: PlanProtocol) -> i
     """The chain's true completion with every segment of ``shape`` (None: censored)."""
     sim = base.fork()
     cap = base.now + pp.horizon_s
-    left = work.run_at(shape.gpus)
+    left = work.run_at(shape.size(work.unit))
     k = 0
     while True:
         done = _run_segment(sim, shape, left, pp, cap, k=k)
@@ -171,11 +191,12 @@ def run_planned(base: Simulation, shapes: list[Shape], work: Work, pp: PlanProto
             shape = plan_chain(q, work, shapes, options=options).recommended.shape
             out.plan_s += time.perf_counter() - t0
         out.shapes.append(shape)
-        left = work.run_at(shape.gpus)
+        size = shape.size(work.unit)
+        left = work.run_at(size)
         done = _run_segment(sim, shape, left, pp, cap, k=len(out.shapes))
         if done is None or done[0] > cap:
             return out
-        work = work.remaining(done[1], shape.gpus)
+        work = work.remaining(done[1], size)
         if work.base[1] <= 0:
             out.done = done[0]
             return out
@@ -187,9 +208,9 @@ class PlanRecord:
     """One sample: every grid shape's true completion, the planned path's, and cost."""
 
     t: int
-    gpus: int  # the chain's request
+    size: int  # the chain's request, in GPUs (a "node" grid's too) or CPUs
     work_s: int  # at the request
-    shapes: np.ndarray  # int64 (n, 3): nodes, GPUs per node, limit (s)
+    shapes: np.ndarray  # int64 (n, 4): nodes, GPUs per node, limit (s), CPUs per node
     habitual: int  # index of the habitual shape
     done: np.ndarray  # int64 (n,): completion, or t + horizon when censored
     censored: np.ndarray  # bool (n,)
@@ -201,7 +222,7 @@ class PlanRecord:
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp.npz")
-        meta = np.array([self.t, self.gpus, self.work_s, self.habitual, self.planned_done,
+        meta = np.array([self.t, self.size, self.work_s, self.habitual, self.planned_done,
                          int(self.planned_censored)], dtype=np.int64)  # fmt: skip
         np.savez_compressed(
             tmp, meta=meta, shapes=self.shapes, done=self.done, censored=self.censored,
@@ -214,7 +235,10 @@ class PlanRecord:
         with np.load(path) as z:
             t, g, w, h, pd, pc = (int(x) for x in z["meta"])
             plan_s, wall_s = (float(x) for x in z["cost"])
-            return cls(t, g, w, z["shapes"], h, z["done"], z["censored"], pd, bool(pc),
+            shapes = z["shapes"]
+            if shapes.shape[1] == 3:  # a record of before CPU shapes: none had CPUs
+                shapes = np.hstack([shapes, np.zeros((len(shapes), 1), np.int64)])
+            return cls(t, g, w, shapes, h, z["done"], z["censored"], pd, bool(pc),
                        z["planned_shapes"], plan_s, wall_s)  # fmt: skip
 
 
@@ -224,15 +248,15 @@ def record_point(
     """The record of ``point`` from the replay at its time (``sim`` is not changed)."""
     t0 = time.perf_counter()
     shapes, habit = grid(sim.profile, protocol.partition, point, pp)
-    work = work_of(point)
+    work = work_of(point, pp.unit)
     cap = sim.now + pp.horizon_s
     fixed = [run_fixed(sim, s, work, pp) for s in shapes]
     planned = run_planned(sim, shapes, work, pp)
     return PlanRecord(
         t=sim.now,
-        gpus=point.gpus,
+        size=point.cpus if pp.unit == "cpu" else point.gpus,
         work_s=point.work_s,
-        shapes=np.array([[s.nodes, s.gpus_per_node, s.time_limit] for s in shapes], np.int64),
+        shapes=np.array([_row(s) for s in shapes], np.int64),
         habitual=habit,
         done=np.array([cap if d is None else d for d in fixed], np.int64),
         censored=np.array([d is None for d in fixed], bool),
@@ -242,6 +266,10 @@ def record_point(
         plan_s=planned.plan_s,
         wall_s=time.perf_counter() - t0,
     )
+
+
+def _row(s: Shape) -> list[int]:
+    return [s.nodes, s.gpus_per_node, s.time_limit, s.cpus_per_node]
 
 
 def _record(

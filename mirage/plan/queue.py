@@ -58,7 +58,7 @@ COARSE_STEP_S = 900
 
 
 def request_of(shape: Shape, user: str = "") -> Request:
-    return Request(shape.partition, shape.nodes, shape.gpus, shape.time_limit, user)
+    return Request(shape.partition, shape.nodes, shape.gpus, shape.time_limit, user, shape.cpus)
 
 
 @dataclass(frozen=True)

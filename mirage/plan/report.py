@@ -22,9 +22,12 @@ def header(unit: str) -> str:
 
 
 def size_text(c: Row, unit: str) -> str:
-    """ "4 gpu (1x4)", "6 gpu (2x3)", "2 node"."""
+    """ "4 gpu (1x4)", "6 gpu (2x3)", "32 cpu (1x32)", "2 node"."""
     if unit == "node":
         return f"{c['nodes']} node"
+    if unit == "cpu":
+        per = c.get("cpus_per_node", 0)
+        return f"{c['nodes'] * per} cpu ({c['nodes']}x{per})"
     return f"{c['nodes'] * c['gpus_per_node']} gpu ({c['nodes']}x{c['gpus_per_node']})"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from mirage.plan.predict import WaitForecast
 from mirage.plan.queue import Snapshot
-from mirage.plan.shapes import UNLIMITED_MAX_S, Shape, layout
+from mirage.plan.shapes import UNLIMITED_MAX_S, Shape, shape_of
 from mirage.plan.work import PlanInputError, Work
 from mirage.policy.base import DecisionContext, PendingTransition, Policy
 from mirage.policy.lookahead import LookaheadPolicy, RunTimes
@@ -35,12 +35,12 @@ def habitual_shape(profile: ClusterProfile, work: Work, partition: str | None = 
     """What researchers submit by habit: the work's own size at the partition's longest
     limit (the default partition unless named)."""
     part = profile.partition(partition)
-    where = layout(part, work.base[0], work.unit)
-    if where is None:
+    shape = shape_of(part, work.base[0], work.unit, part.max_time_s or UNLIMITED_MAX_S)
+    if shape is None:
         raise PlanInputError(
             f"{work.base[0]} {work.unit}(s) do not fit partition {part.name!r} of {profile.name!r}"
         )
-    return Shape(part.name, where[0], where[1], part.max_time_s or UNLIMITED_MAX_S)
+    return shape
 
 
 def policy_forecast(policy: Policy, ctx: DecisionContext, user: str = "") -> WaitForecast:

@@ -1,7 +1,8 @@
 """The work a chain still has to do, and how its run time scales with its size.
 
 A work spec is the run time at one size: ``96h@4gpu`` (96 hours on 4 GPUs) or, on a
-partition without GPUs, ``300h@2node``. The duration is Slurm's syntax
+partition without GPUs, ``300h@32cpu`` (CPUs on shared nodes) or ``300h@2node`` (whole
+nodes). The duration is Slurm's syntax
 (:func:`mirage.slurm.syntax.parse_duration`) or a number with a unit: ``96h``, ``2d``,
 ``90m``, ``5400s``.
 
@@ -31,11 +32,11 @@ from mirage.slurm.syntax import SlurmSyntaxError, parse_duration
 
 Scaling = Literal["linear", "sqrt", "none"]
 SCALINGS: tuple[Scaling, ...] = ("linear", "sqrt", "none")
-UNITS = ("gpu", "node")
+UNITS = ("gpu", "cpu", "node")
 #: Exponent e of run ∝ size^-e for each rule.
 EXPONENT: dict[Scaling, float] = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_SIZE = re.compile(r"^\s*(\d+)\s*(gpus?|nodes?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+)\s*(gpus?|cpus?|nodes?)\s*$", re.IGNORECASE)
 
 
 class PlanInputError(ValueError):
@@ -56,10 +57,10 @@ def parse_amount(text: str) -> int:
 
 
 def parse_size(text: str) -> tuple[int, str]:
-    """(count, unit) of "4gpu", "2 nodes"."""
+    """(count, unit) of "4gpu", "32cpu", "2 nodes"."""
     m = _SIZE.match(text)
     if not m or int(m.group(1)) < 1:
-        raise PlanInputError(f"cannot read the size {text!r}: use e.g. 4gpu or 2node")
+        raise PlanInputError(f"cannot read the size {text!r}: use e.g. 4gpu, 32cpu or 2node")
     return int(m.group(1)), m.group(2).lower().rstrip("s")
 
 
@@ -77,7 +78,7 @@ class Work:
         return self.points[0]
 
     def run_at(self, size: int) -> int:
-        """Seconds of run the work needs on ``size`` GPUs (or nodes)."""
+        """Seconds of run the work needs on ``size`` GPUs (CPUs, nodes)."""
         if size < 1:
             raise PlanInputError(f"a size must be at least 1, got {size}")
         pts = sorted(self.points)

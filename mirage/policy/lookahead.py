@@ -245,7 +245,8 @@ class Request:
 
     ``user``: the chain's owner, so that per-user QOS/association limits of the profile
     (mirage.sim.limits) hold the request as they would hold the real job; ignored (shared
-    simulations) when the profile sets no limit.
+    simulations) when the profile sets no limit. ``cpus`` > 0: a share of its nodes' CPUs
+    and no GPU (mirage.plan's CPU shapes); else whole nodes, or the GPUs asked for.
     """
 
     partition: str
@@ -253,6 +254,7 @@ class Request:
     gpus: int
     time_limit: int
     user: str = ""
+    cpus: int = 0
 
     @classmethod
     def of(cls, p: PendingTransition) -> Request:
@@ -383,6 +385,12 @@ def _priority_order(pending: list[tuple[SlurmJob, JobSpec]]) -> list[tuple[Slurm
 
 def request_spec(req: Request, profile: ClusterProfile, now: int) -> JobSpec:
     part = profile.partition(req.partition)
+    if req.cpus > 0 and req.gpus <= 0:
+        return JobSpec(
+            submit=now, run=req.time_limit, time_limit=req.time_limit, nodes=req.nodes,
+            partition=part.name, cpus=req.cpus, user=req.user or "mirage-lookahead",
+            name="request",
+        )  # fmt: skip
     whole = req.gpus <= 0 or req.gpus >= req.nodes * part.gpus_per_node
     return JobSpec(
         submit=now,

@@ -144,6 +144,36 @@ def sbatch_gres(args: Sequence[str]) -> str | None:
     return found
 
 
+#: The sbatch options that size a job's tasks and their CPUs (long, short).
+_TASK_OPTIONS = (("--ntasks", "-n"), ("--ntasks-per-node", ""), ("--cpus-per-task", "-c"))
+
+
+def cpu_task_args(nodes: int, cpus_per_node: int) -> list[str]:
+    """sbatch options for ``cpus_per_node`` CPUs on each of ``nodes`` nodes, as one task
+    per node (a process that uses threads, a training loop's usual form)."""
+    return [f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
+
+
+def without_task_args(args: Sequence[str]) -> list[str]:
+    """``args`` less every task and CPU-per-task option (``--ntasks=4``, ``-n 4``, ``-n4``,
+    ``--cpus-per-task 8``, ``-c8``...): what :func:`cpu_task_args` replaces."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        for long, short in _TASK_OPTIONS:
+            if arg == long or (short and arg == short):
+                skip = True  # the value is the next word
+                break
+            if arg.startswith(long + "=") or (short and arg.startswith(short) and arg != short):
+                break
+        else:
+            out.append(arg)
+    return out
+
+
 def parse_tres(tres: str) -> dict[str, str]:
     """``cpu=1,mem=1000M,gres/gpu=4`` -> {"cpu": "1", "mem": "1000M", "gres/gpu": "4"}
     (items without ``=`` left out)."""

@@ -99,3 +99,47 @@ def test_plan_reads_the_test_cluster_s_queue(slurm: CliSlurmClient, tmp_path: Pa
     assert plan["habitual"]["time_limit_s"] == 2 * 86400  # gpu's MaxTime
     text = CliRunner().invoke(main, ["plan", *args[:-1]])
     assert "recommended: gpu, 4 gpu (1x4)" in text.output, text.output
+
+
+def test_cpu_plan_reads_shared_nodes_and_its_options_submit(
+    slurm: CliSlurmClient, tmp_path: Path
+) -> None:
+    """On the CPU partition (2 nodes x 16 CPUs, no GPU) a 10-CPU job runs on each node: a
+    4-CPU shape starts now beside them, an 8-CPU one waits for one to end; the planned
+    options (one task per node with its CPUs) are what sbatch allocates."""
+    from mirage.daemon.plancli import planned_args
+
+    for k in range(2):
+        job_id = slurm.submit(
+            SubmitRequest(
+                script=b"#!/bin/sh\nsleep 600\n", job_name=f"mirage-t-cplan-{k}",
+                time_limit=3600, nodes=1, partition="cpu", chdir=str(tmp_path),
+                extra_args=("--cpus-per-task=10",),
+            )
+        )  # fmt: skip
+        slurm.mine.append(job_id)  # type: ignore[attr-defined]
+        wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, timeout=60, what="running")
+    # no speed-up beyond 4 CPUs: the shape that starts now is done first
+    args = ["--work", "2h@4cpu", "--scaling", "none", "--partition", "cpu", "--size", "4",
+            "--size", "8", "--limit", "3h", "--draws", "0", "--backend", "cli",
+            "--json"]  # fmt: skip
+    result = CliRunner().invoke(main, ["plan", *args])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    waits = {c["nodes"] * c["cpus_per_node"]: c["first_wait_s"] for c in plan["candidates"]}
+    assert waits[4] <= 120 and 0 < waits[8] <= 3600, waits
+    best = plan["recommended"]
+    assert (best["partition"], best["gpus_per_node"], best["cpus_per_node"]) == ("cpu", 0, 4)
+    text = CliRunner().invoke(main, ["plan", *args[:-1]])
+    assert "recommended: cpu, 4 cpu (1x4)" in text.output, text.output
+    # the options of a 2-node CPU shape, as `chain submit --plan` appends them
+    shape = {**best, "nodes": 2, "cpus_per_node": 3, "time_limit_s": 600}
+    job_id = slurm.submit(
+        SubmitRequest(
+            script=b"#!/bin/sh\nsleep 60\n", job_name="mirage-t-cplan-shape", chdir=str(tmp_path),
+            extra_args=planned_args(shape, ["--cpus-per-task=1", "-n", "5"]),
+        )
+    )  # fmt: skip
+    slurm.mine.append(job_id)  # type: ignore[attr-defined]
+    job = wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, timeout=60, what="running")
+    assert (job.partition, job.nodes, job.cpus, job.time_limit) == ("cpu", 2, 6, 600)

@@ -149,13 +149,68 @@ def test_the_planner_is_asked_before_every_segment_unless_replanning_is_off() ->
         assert out.done == run_fixed(sim_at(), shapes[0], work, PP)
 
 
+def cpu_profile() -> ClusterProfile:
+    """Two nodes of 32 CPUs and no GPU, a 48-hour maximum limit (CERIT's kind)."""
+    base = toy_profile(2, gpus_per_node=0)
+    part = dataclasses.replace(base.partitions[0], max_time_s=48 * H)
+    return dataclasses.replace(base, partitions=(part,))
+
+
+CPU_PP = dataclasses.replace(PP, unit="cpu", cpu_scales=(0.25, 0.5, 1.0, 2.0, 4.0))
+CPU_POINT = ChainPoint(t=NOW, nodes=1, gpus=0, work_s=10 * H, full_work_s=10 * H, cpus=6)
+
+
+def test_cpu_grid_scales_the_chains_own_cpus() -> None:
+    shapes, habit = grid(cpu_profile(), None, CPU_POINT, CPU_PP)
+    assert shapes[habit] == Shape("gpu", 1, 0, 48 * H, 6)  # its request at the maximum
+    # 6 x (1/4, 1/2, 1, 2, 4): 1.5 is no CPU count; 24 fits one node
+    assert {s.cpus for s in shapes} == {3, 6, 12, 24}
+    assert all(s.gpus == 0 for s in shapes)
+
+
+def test_cpu_shapes_share_nodes_with_the_jobs_on_them() -> None:
+    """Each node has a 20-CPU job for 30 h: 12 free CPUs per node now. 3 and 6 CPUs
+    start now; 12 too (one node's free CPUs); 24 waits 30 h for a node."""
+    sim = Simulation(cpu_profile(), start_time=NOW)
+    sim.add_jobs_skipping_invalid([dataclasses.replace(job(NOW, 30 * H), cpus=20)
+                                   for _ in range(2)])  # fmt: skip
+    sim.run_until(NOW)
+    rec = record_point(sim, Protocol(), CPU_POINT, CPU_PP)
+    assert rec.size == 6 and rec.shapes.shape[1] == 4
+    done = {(int(r[0]) * int(r[3]), int(r[2])): int(d - NOW)
+            for r, d in zip(rec.shapes, rec.done, strict=True)}  # fmt: skip
+    # 10 h at 6 CPUs is 5 h at 12 (linear), one 12-hour segment with its overhead
+    assert done[(12, 12 * H)] == 5 * H + 600
+    assert done[(24, 12 * H)] == 30 * H + round(2.5 * H) + 600  # after the 20-CPU jobs
+    assert done[(6, 48 * H)] == 10 * H + 600  # the habit
+    assert rec.done.min() - NOW == 5 * H + 600
+    assert rec.planned_done - NOW == 5 * H + 600  # the planner sees the free CPUs
+
+
+def test_cpu_plans_are_asked_for_on_a_partition_without_gpus(tmp_path: Path) -> None:
+    """The auto unit is a CPU on CERIT's kind of partition; a GPU grid there is one line."""
+    from mirage.evaluate.inputs import InputError
+    from mirage.evaluate.planrun import _unit
+
+    df = chain_table()
+    assert _unit(PlanProtocol(), df, gpus_per_node=0).unit == "cpu"
+    assert _unit(PlanProtocol(), df, gpus_per_node=4).unit == "node"
+    with pytest.raises(InputError, match="no GPUs"):
+        _unit(PlanProtocol(unit="gpu"), df, gpus_per_node=0)
+
+
+def test_cpu_scales_count_only_in_a_cpu_protocols_cache_tag() -> None:
+    assert PP.tag() == dataclasses.replace(PP, cpu_scales=(1.0,)).tag()
+    assert CPU_PP.tag() != dataclasses.replace(CPU_PP, cpu_scales=(1.0,)).tag()
+
+
 # ---- figures and targets ------------------------------------------------------------------
 
 
 def fake(t: int, habitual_h: float, planned_h: float, best_h: float) -> PlanRecord:
     done = np.array([t + round(habitual_h * H), t + round(best_h * H)], np.int64)
     return PlanRecord(
-        t=t, gpus=4, work_s=H, shapes=np.array([[1, 4, 48 * H], [2, 4, 6 * H]]), habitual=0,
+        t=t, size=4, work_s=H, shapes=np.array([[1, 4, 48 * H], [2, 4, 6 * H]]), habitual=0,
         done=done, censored=np.zeros(2, bool), planned_done=t + round(planned_h * H),
         planned_censored=False, planned_shapes=np.array([1]), plan_s=0.0, wall_s=0.0,
     )  # fmt: skip

@@ -102,10 +102,28 @@ def test_remaining_work_shrinks_every_point_alike() -> None:
 
 def test_layout_spreads_gpus_evenly_over_whole_nodes() -> None:
     part = load_profile("models/ls6/profile.toml").partition()  # 3 GPUs per node
-    assert layout(part, 2, "gpu") == (1, 2)
-    assert layout(part, 4, "gpu") == (2, 2)
-    assert layout(part, 6, "gpu") == (2, 3)
+    assert layout(part, 2, "gpu") == (1, 2, 0)
+    assert layout(part, 4, "gpu") == (2, 2, 0)
+    assert layout(part, 6, "gpu") == (2, 3, 0)
     assert layout(part, 7, "gpu") is None
+
+
+def test_cpu_work_is_shaped_in_cpus_on_a_partition_without_gpus() -> None:
+    profile = load_profile("models/cerit/profile.toml")  # 18 nodes x 80 CPUs, no GPU
+    part = profile.partition()
+    assert layout(part, 32, "cpu") == (1, 0, 32)
+    assert layout(part, 120, "cpu") == (2, 0, 60)
+    assert layout(part, 81, "cpu") is None  # not even over 2 nodes
+    assert layout(part, 19 * 80, "cpu") is None  # more than the partition
+    work = parse_work("200h@32cpu")
+    shapes = candidates(profile, work, overhead_s=600)
+    assert {s.cpus for s in shapes} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(s.gpus == 0 and s.cpus_per_node > 0 for s in shapes)
+    assert {s.time_limit for s in shapes} == {6 * H, 12 * H, 24 * H, 48 * H, 7 * 24 * H}
+    habit = habitual_shape(profile, work)
+    assert habit == Shape("default", 1, 0, 7 * 24 * H, 32) and habit.size("cpu") == 32
+    with pytest.raises(PlanInputError, match="no candidate shape fits"):
+        candidates(profile, parse_work("96h@4gpu"))  # GPU work: no partition has GPUs
 
 
 def test_default_candidates_come_from_the_profile() -> None:
@@ -122,6 +140,20 @@ def test_no_candidate_left_is_one_clear_error() -> None:
 
 
 # ---- the queue pass ------------------------------------------------------------------------
+
+
+def test_queue_pass_fits_a_cpu_shape_beside_the_jobs_that_share_its_node() -> None:
+    """2 CPU-only nodes of 32 CPUs, each with a running 20-CPU job for 5 more hours: 12
+    CPUs start now beside it, 16 wait for it to end, and 2 x 12 (a CPU shape over two
+    nodes) also starts now; planned GPU-style (whole nodes), 12 CPUs would wait too."""
+    profile = toy_profile(2, gpus_per_node=0)
+    jobs = [record(f"r{k}", JobState.RUNNING, start=NOW - 5 * H, cpus=20, gpus=0)
+            for k in range(2)]  # fmt: skip
+    q = Snapshot(QueueSnapshot(taken_at=NOW, jobs=tuple(jobs)), profile, NOW, RunTimes())
+    shapes = [Shape("gpu", 1, 0, 6 * H, 12), Shape("gpu", 1, 0, 6 * H, 16),
+              Shape("gpu", 2, 0, 6 * H, 12), Shape("gpu", 1, 0, 6 * H)]  # fmt: skip
+    assert start_times(q, shapes) == [NOW, NOW + 5 * H, NOW, NOW + 5 * H]
+    assert start_times(q, shapes, method="simulate") == [NOW, NOW + 5 * H, NOW, NOW + 5 * H]
 
 
 def test_queue_pass_finds_the_hole_a_short_limit_backfills_into() -> None:

@@ -98,7 +98,10 @@ def test_daemon_plans_on_its_last_poll(tmp_path: Path) -> None:
     assert (best["time_limit_s"], best["segments"]) == (8 * H, 2)
     assert best["first_wait_s"] == 6 * H - 60
     bad = daemon.planner.answer({**REQUEST, "work": "16h@4tpu"}, "alice")
-    assert bad == {"ok": False, "error": "cannot read the size '4tpu': use e.g. 4gpu or 2node"}
+    assert bad == {
+        "ok": False,
+        "error": "cannot read the size '4tpu': use e.g. 4gpu, 32cpu or 2node",
+    }
     slow = daemon.planner.answer({**REQUEST, "method": "simulate"}, "alice")
     assert "--backend cli" in slow["error"]
     assert "at most 8" in daemon.planner.answer({**REQUEST, "draws": 64}, "alice")["error"]
@@ -240,3 +243,53 @@ def test_a_planned_shape_keeps_the_gpu_type_of_the_sbatch_options() -> None:
     args = shape_args(best, ["--gres=gpu:a100:4", "--account=ml"])
     assert args == ["--time=0-12:00:00", "--partition=gpu", "--nodes=2", "--gres=gpu:a100:2"]
     assert shape_args(best)[-1] == "--gres=gpu:2"
+
+
+def test_a_cpu_shape_is_one_task_per_node_replacing_the_task_options() -> None:
+    from mirage.daemon.plancli import planned_args
+
+    best = {"time_limit_s": 6 * H, "partition": "cpu", "nodes": 2, "gpus_per_node": 0,
+            "cpus_per_node": 16}  # fmt: skip
+    given = ["-n", "4", "-c8", "--account=ml", "--ntasks-per-node=2", "--cpus-per-task", "3"]
+    assert planned_args(best, given) == (
+        "--account=ml", "--time=0-06:00:00", "--partition=cpu", "--nodes=2",
+        "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=16",
+    )  # fmt: skip
+    gpu = {**best, "gpus_per_node": 2, "cpus_per_node": 0}
+    assert planned_args(gpu, given)[: len(given)] == tuple(given)  # a GPU shape keeps them
+
+
+def test_replan_of_a_cpu_chain_resizes_its_cpus(tmp_path: Path) -> None:
+    """A chain of 4-CPU segments on a CPU-only cluster, re-planned with 8 CPUs as the only
+    size: the next segment is submitted with 8 CPUs and the chain's task options say so."""
+    from mirage.sim import Simulation
+    from tests.unit.daemon_support import FaultySim
+
+    profile = toy_profile(2, gpus_per_node=0)
+    client = FaultySim(Simulation(profile))
+    config = dataclasses.replace(make_config(), plan=PlanSection(replan=True))
+    daemon = Daemon(make_store(tmp_path), client, config=config, profile=profile)
+    chain = make_chain(daemon.store, limit=H, segments=5)
+    request = {"work": "16h@4cpu", "limits": ["8h"], "sizes": [8], "draws": 0}
+    shape = {"partition": "gpu", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 4}
+    with daemon.store.sessions() as s:
+        c = s.get(Chain, chain.id)
+        assert c is not None
+        c.gpus_per_node, c.gres, c.sbatch_args = 0, None, ["--cpus-per-task=4"]
+        c.plan = {"request": request, "overhead_s": 0, "for_segment": 0, "replans": 0,
+                  "shape": shape}  # fmt: skip
+        s.commit()
+    run_cycles([daemon], client, 0, 300)  # segment 1 (1 h at 4 CPUs) runs
+    assert client.sim.specs[0].cpus == 4
+    c = chain_state(daemon.store, chain.id)
+    # 15 h at 4 CPUs left after the running hour: 7.5 h at 8 CPUs, one 8-hour segment
+    assert (c.time_limit_s, c.segments_target) == (8 * H, 2)
+    assert c.sbatch_args == ["--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=8"]
+    assert c.plan is not None and c.plan["shape"]["cpus_per_node"] == 8
+    run_cycles([daemon], client, 360, 2 * H)
+    assert [s.cpus for s in client.sim.specs] == [4, 8]
+    with daemon.store.sessions() as s:
+        (event,) = s.scalars(select(Event).where(Event.kind == "chain.replan"))
+    assert "1 x 4 CPUs" in event.reason and "1 x 8 CPUs" in event.reason
+    (row,) = list_chains(daemon.store, None)
+    assert row["cpus_per_node"] == 8
