@@ -56,6 +56,20 @@ def test_plan_on_a_replayed_trace_prints_the_ranked_table() -> None:
     assert "habitual (its own size" in result.output
 
 
+CERIT = Path(__file__).resolve().parents[3] / "shared/traces/cerit_wagap_2013/wagap-2013.swf.gz"
+
+
+@pytest.mark.skipif(not CERIT.exists(), reason="needs ../shared/traces (CERIT's log)")
+def test_cpu_plan_on_cerit_as_the_docs_run_it() -> None:
+    """docs/users/plan.md's CPU example: CERIT's busiest hour, 32 CPUs' work."""
+    args = ["--backend", "sim", "--trace", str(CERIT), "--profile", "models/cerit/profile.toml",
+            "--work", "200h@32cpu", "--top", "5"]  # fmt: skip
+    result = CliRunner().invoke(main, ["plan", *args])
+    assert result.exit_code == 0, result.output
+    assert "recommended: default, 64 cpu (1x64), --time=7-00:00:00: 1 segment(s)" in result.output
+    assert "32 cpu (1x32)" in result.output and "cpu-h" in result.output
+
+
 def test_plan_json_has_the_ranking_and_the_habitual_shape() -> None:
     args = [*SLICE, "--work", "96h@4gpu", "--limit", "12h", "--size", "3", "--size", "6"]
     result = CliRunner().invoke(main, ["plan", *args, "--draws", "2", "--json"])
