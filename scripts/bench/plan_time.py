@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench/plan_time.py [--jobs 2000] [--repeat 3] [--draws 4]
         [--trace traces/ls6-a100-slice.log.gz] [--nodes 60] [--simulate]
+        [--cerit ../shared/traces/cerit_wagap_2013/wagap-2013.swf.gz]
 
 Two queues on ls6's calibrated profile (79 nodes x 3 A100s): a synthetic one of
 ``--jobs`` jobs (ls6-like sizes and limits, every node busy, the rest pending with
@@ -12,6 +13,11 @@ slice: from its own finished jobs). The 20 shapes are 1, 2, 3, 4 and 6 GPUs x li
 ``--repeat``, for no draws and for ``--draws``; ``--simulate`` also times the event
 simulation (``method="simulate"``, the look-ahead's ``lookahead_starts``) on one shape
 of each queue, for comparison (tens of seconds on the synthetic one).
+
+A third queue, where CERIT's log is there: its busiest hour on its calibrated profile (18
+nodes x 80 CPUs, no GPU; jobs share nodes by their CPUs), with 20 CPU shapes (4, 8, 16,
+32 and 64 CPUs x the same limits) for 200 hours' work on 32 CPUs: the planner's CPU
+accounting per node, on a real queue.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ def shapes(profile: ClusterProfile) -> list[Shape]:
     return out
 
 
+def cpu_shapes(profile: ClusterProfile) -> list[Shape]:
+    part = profile.partition()
+    return [Shape(part.name, 1, 0, h * H, c) for c in (4, 8, 16, 32, 64) for h in (6, 12, 24, 48)]
+
+
 def _job(rng: random.Random, k: int, profile: ClusterProfile, running: bool) -> SlurmJob:
     part = profile.partition()
     limit = int(rng.choice(LIMITS_H) * H)
@@ -85,16 +96,18 @@ def synthetic(profile: ClusterProfile, n: int, seed: int = 1) -> Snapshot:
     return Snapshot(QueueSnapshot(taken_at=NOW, jobs=tuple(jobs)), profile, NOW, runtimes)
 
 
-def busiest(profile: ClusterProfile, trace: str, nodes: int) -> Snapshot:
-    """The slice replayed on ``nodes`` nodes (60 of ls6's 79: a deeper queue); the
-    largest queue at an hourly look (as ``mirage plan --backend sim`` finds it)."""
+def busiest(profile: ClusterProfile, trace: str, nodes: int | None) -> Snapshot:
+    """The trace replayed on ``nodes`` nodes (the slice: 60 of ls6's 79, a deeper queue;
+    None: the profile's); the largest queue at an hourly look (as ``mirage plan --backend
+    sim`` finds it)."""
     from mirage.trace.readers import load_trace
 
-    part = profile.partition()
-    sized = replace(part, nodes=nodes)
-    profile = replace(
-        profile, partitions=tuple(sized if p is part else p for p in profile.partitions)
-    )
+    if nodes is not None:
+        part = profile.partition()
+        sized = replace(part, nodes=nodes)
+        profile = replace(
+            profile, partitions=tuple(sized if p is part else p for p in profile.partitions)
+        )
 
     jobs = from_table(load_trace(trace).jobs, profile).jobs
     first = min(j.submit for j in jobs)
@@ -112,8 +125,11 @@ def busiest(profile: ClusterProfile, trace: str, nodes: int) -> Snapshot:
     return Snapshot(best, profile, best.taken_at, runtimes)
 
 
-def timed(q: Snapshot, cands: list[Shape], options: Options, repeat: int) -> tuple[float, str]:
-    work = parse_work("96h@4gpu")
+def timed(
+    q: Snapshot, cands: list[Shape], options: Options, repeat: int, spec: str = "96h@4gpu"
+) -> tuple[float, str]:
+    work = parse_work(spec)
+    unit = work.unit
     times, best = [], ""
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -121,7 +137,7 @@ def timed(q: Snapshot, cands: list[Shape], options: Options, repeat: int) -> tup
         times.append(time.perf_counter() - t0)
         c = plan.recommended
         done_h = (c.completion - q.now) / H
-        best = f"{c.shape.gpus} GPUs x {c.shape.time_limit // H} h, in {done_h:.0f} h"
+        best = f"{c.shape.size(unit)} {unit}s x {c.shape.time_limit // H} h, in {done_h:.0f} h"
     return statistics.median(times), best
 
 
@@ -133,26 +149,33 @@ def main() -> None:
     ap.add_argument("--trace", default=str(REPO / "traces" / "ls6-a100-slice.log.gz"))
     ap.add_argument("--nodes", type=int, default=60, help="the slice's nodes")
     ap.add_argument("--simulate", action="store_true")
+    ap.add_argument("--cerit", default=str(REPO.parent / "shared" / "traces" / "cerit_wagap_2013"
+                                           / "wagap-2013.swf.gz"))  # fmt: skip
     args = ap.parse_args()
     profile = load_profile(str(REPO / "models" / "ls6" / "profile.toml"))
     cands = shapes(profile)
     queues = {
-        "synthetic": synthetic(profile, args.jobs),
-        "ls6 slice": busiest(profile, args.trace, args.nodes),
+        "synthetic": (synthetic(profile, args.jobs), cands, "96h@4gpu"),
+        "ls6 slice": (busiest(profile, args.trace, args.nodes), cands, "96h@4gpu"),
     }
+    if Path(args.cerit).exists():
+        cerit = load_profile(str(REPO / "models" / "cerit" / "profile.toml"))
+        queues["CERIT"] = (busiest(cerit, args.cerit, None), cpu_shapes(cerit), "200h@32cpu")
+    else:
+        print(f"no {args.cerit}: CERIT's queue left out")
     print(f"{len(cands)} shapes; target {TARGET_S:.1f} s per plan (median of {args.repeat})")
     print(
         f"{'queue':<10} {'jobs':>5} {'pending':>7} {'draws':>5} {'plan s':>7} {'x target':>8}  best"
     )
-    for name, q in queues.items():
+    for name, (q, shaped, spec) in queues.items():
         pending = sum(j.state is JobState.PENDING for j in q.snapshot.jobs)
         for draws in (0, args.draws):
-            s, best = timed(q, cands, Options(overhead_s=600, draws=draws), args.repeat)
+            s, best = timed(q, shaped, Options(overhead_s=600, draws=draws), args.repeat, spec)
             print(f"{name:<10} {len(q.snapshot.jobs):>5} {pending:>7} {draws:>5} {s:>7.2f} "
                   f"{s / TARGET_S:>8.2f}  {best}")  # fmt: skip
     if args.simulate:  # the look-ahead's event simulation, one shape, for comparison
-        for name, q in queues.items():
-            s, _ = timed(q, cands[:1], Options(overhead_s=600, method="simulate"), 1)
+        for name, (q, shaped, spec) in queues.items():
+            s, _ = timed(q, shaped[:1], Options(overhead_s=600, method="simulate"), 1, spec)
             print(f"event simulation (method=simulate), {name}, 1 shape: {s:.2f} s")
 
 
