@@ -65,6 +65,12 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     default=0,
     help="Use at most this many samples per split, spread evenly over it (0: all).",
 )
+@click.option(
+    "--cached-only",
+    is_flag=True,
+    help="Report on the samples already in the probe cache (what a long run has recorded "
+    "so far, while it runs); each split says how many it left out.",
+)
 @click.option("--boot", default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option(
     "--recalibrate-every-days",
@@ -171,6 +177,7 @@ def evaluate(**kw: Any) -> None:
             recalibrate_every_days=kw["recal_every_days"],
             recalibrate_window_days=kw["recal_window_days"],
             lookahead_runtime=kw["lookahead_stat"], lookahead_draws=kw["lookahead_draws"],
+            cached_only=kw["cached_only"],
         )  # fmt: skip
     except InputError as exc:
         raise click.UsageError(str(exc)) from exc

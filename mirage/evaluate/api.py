@@ -128,18 +128,23 @@ def run(
     recalibrate_window_days: float = 28.0,
     lookahead_runtime: str = "median",
     lookahead_draws: int = 1,
+    cached_only: bool = False,
 ) -> Evaluation:
     """Evaluate ``policies`` on ``cluster``'s trace (``trace``: default, its known trace)
     with its calibrated profile (``profile``), at each of ``loads``. The arguments are
     ``mirage evaluate``'s options (see ``mirage evaluate --help``); ``learned`` maps each
     trained method asked for (rf, xgb, dqn, pg) to its loaded policy. Probes are cached
-    in ``cache`` (None: not cached). :class:`InputError` for inputs that cannot be used."""
+    in ``cache`` (None: not cached); ``cached_only``: report on the samples already there
+    (what a long run has recorded so far), each split saying how many it left out.
+    :class:`InputError` for inputs that cannot be used."""
     methods = _methods(policies, learned)
     if recalibrate_every_days > 0 and rolling is None:
         raise InputError("rolling recalibration needs rolling= (mirage.learn.rolling.run_rolling)")
     _check_lookahead(lookahead_runtime, lookahead_draws)
     if any(not 0 < x < math.inf for x in loads):
         raise InputError(f"a load must be a positive number, got {list(loads)}")
+    if cached_only and cache is None:
+        raise InputError("--cached-only reads the probe cache: give one (--cache)")
     kw: dict[str, Any] = {
         "cluster": cluster, "out_dir": str(out_dir) if out_dir is not None else None,
         "cache": cache, "n_jobs": n_jobs, "dask_address": dask_address,
@@ -147,7 +152,7 @@ def run(
         "recal_window_days": recalibrate_window_days, "lookahead_stat": lookahead_runtime,
         "lookahead_draws": lookahead_draws, "learned": {
             m: p for m, p in (learned or {}).items() if m in methods
-        }, "rolling": rolling,
+        }, "rolling": rolling, "cached_only": cached_only,
     }  # fmt: skip
     options = {"nodes": nodes, "gpus": gpus, "time_limit_h": time_limit_h,
                "step_min": step_min, "window_h": window_h, "warmup_h": warmup_h,
@@ -295,6 +300,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     t0 = time.perf_counter()
     rolling = kw["recal_every_days"] > 0
     walkers, queues = {}, {}
+    cached: dict[str, dict[str, int]] = {}
     for split in splits:
         setting = Setting(trace, profile_name, nodes, load, split, protocol)
         times = sample_times(split, protocol, first)
@@ -303,6 +309,8 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         # learned policies' decision rows: on the test split, and on the tuning split
         # where it tunes them (rolling) or chooses among methods (selected)
         rows = bool(kw["learned"]) and (split.name == "test" or rolling or SELECTED in methods)
+        if kw["cached_only"]:
+            times = _cached(setting, times, methods, rows, kw, cached)
         recorded = _records(setting, times, methods, rows, kw)
         walkers[split.name] = _usable(split, protocol, times, Walker(
             recorded[0], protocol, profile, part.name, recorded[1],
@@ -331,20 +339,12 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         if out_dir is None or _plots_missing()
         else plots(results, protocol.alpha, Path(out_dir), tag)
     )
-    test = splits[1]
-    how = (
-        f"recalibrated every {kw['recal_every_days']:g} days on the "
-        f"{kw['recal_window_days']:g} days before"
-        if rolling
-        else f"tuned on {len(walkers['tune'].samples)}: {tuned_params}"
-    )
-    title = (
-        f"{kw['cluster']} load {load:g} ({nodes} nodes), test {_day(test.start)} to "
-        f"{_day(test.end)}: {len(walkers['test'].samples)} usable samples; {how}"
-    )
+    title = _title(kw, load, nodes, splits[1], walkers, None if rolling else (tuned_params,),
+                   cached)  # fmt: skip
     entry = {
         "nodes": nodes,
         "samples": {k: len(w.samples) for k, w in walkers.items()},
+        **({"cached_only": cached} if cached else {}),
         "levels": level_counts(results),
         "tuned": tuned_params,
         "tuning_scores_mean_J_s": tuned_scores,
@@ -376,6 +376,34 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     return text + _comparisons(h2h, picked, stated, ahead_h2h, unit), entry
 
 
+def _title(  # noqa: PLR0917 - private, one call site
+    kw: dict[str, Any],
+    load: float,
+    nodes: int,
+    test: Split,
+    walkers: dict[str, Any],
+    tuned: tuple[Any] | None,
+    cached: dict[str, dict[str, int]],
+) -> str:
+    """The load's table title: the test split, its samples, how the constants were set
+    (``tuned``: the constants tuned once; None: recalibrated)."""
+    how = (
+        f"tuned on {len(walkers['tune'].samples)}: {tuned[0]}"
+        if tuned is not None
+        else f"recalibrated every {kw['recal_every_days']:g} days on the "
+        f"{kw['recal_window_days']:g} days before"
+    )
+    left_out = (
+        f" (cached only: {cached['test']['used']} of {cached['test']['of']} samples)"
+        if cached and cached["test"]["used"] < cached["test"]["of"]
+        else ""
+    )
+    return (
+        f"{kw['cluster']} load {load:g} ({nodes} nodes), test {_day(test.start)} to "
+        f"{_day(test.end)}: {len(walkers['test'].samples)} usable samples{left_out}; {how}"
+    )
+
+
 def _shipped_json(rows: Any) -> dict[str, Any]:
     """The shipped configuration's rows (none: no key); the targets are per level, so
     "all" gets no verdict."""
@@ -400,6 +428,38 @@ def _head_to_heads(results: Any, alpha: float, boot: int) -> tuple[Any, Any, Any
         head_to_head(results, alpha, [LOOKAHEAD], baselines, boot=boot),
         shipped_rows(results, alpha, baselines, boot=boot),
     )
+
+
+def _cached(  # noqa: PLR0917 - private, one call site
+    setting: Setting,
+    times: list[int],
+    methods: list[str],
+    rows: bool,
+    kw: dict[str, Any],
+    counts: dict[str, dict[str, int]],
+) -> list[int]:
+    """The sample times whose every record :func:`_records` would read is in the cache;
+    ``counts[split]`` says how many of how many."""
+    from mirage.evaluate.features import FEATURES
+    from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
+    from mirage.evaluate.lookahead import lookahead_recorder
+    from mirage.evaluate.probes import PROBES, is_cached
+    from mirage.evaluate.whatif import NO_ARRIVALS
+
+    recs: list[Any] = [PROBES]
+    if rows:
+        recs.append(FEATURES)
+    if RUNTIME_ORACLE in methods:
+        recs.append(NO_ARRIVALS)
+    if LOOKAHEAD in methods:
+        recs.append(lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"]))
+    kept = [t for t in times if all(is_cached(kw["cache"], setting, t, r) for r in recs)]
+    name = setting.split.name
+    counts[name] = {"used": len(kept), "of": len(times)}
+    if len(kept) < len(times):
+        log.warning("%s split: %d of %d samples are in the cache; the others are left out "
+                    "(--cached-only)", name, len(kept), len(times))  # fmt: skip
+    return kept
 
 
 def _records(

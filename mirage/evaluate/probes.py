@@ -344,6 +344,11 @@ def _path(cache: str, setting: Setting, t: int, rec: Recorder[R]) -> Path:
     return Path(cache) / setting.key() / f"{t}{rec.suffix}"
 
 
+def is_cached(cache: str, setting: Setting, t: int, rec: Recorder[R]) -> bool:
+    """Is the record of ``rec`` at ``t`` in ``cache``?"""
+    return _path(cache, setting, t, rec).exists()
+
+
 def chunks(times: Sequence[int], n: int) -> list[list[int]]:
     """Contiguous chunks (each task replays once to its first sample)."""
     n = max(1, min(n, len(times)))

@@ -65,6 +65,25 @@ def test_evaluate_smoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["loads"]["2"]["table"] == load["table"]
+    # --cached-only: two test probes gone from the cache; the report uses the others and
+    # records nothing
+    test_dir = max((tmp_path / "cache").iterdir(), key=lambda d: max(_probe_times(d)))
+    gone = [test_dir / f"{t}.npz" for t in sorted(_probe_times(test_dir))[-2:]]
+    for path in gone:
+        path.unlink()
+    part = CliRunner().invoke(main, [*args, "--json", "--cached-only"])
+    assert part.exit_code == 0, part.output
+    counts = json.loads(part.output)["loads"]["2"]["cached_only"]
+    n_test = len(_probe_times(test_dir)) + 2
+    assert counts["test"] == {"used": n_test - 2, "of": n_test}
+    assert counts["tune"]["used"] == counts["tune"]["of"] > 0
+    assert not any(p.exists() for p in gone)
+    text = CliRunner().invoke(main, [*args, "--cached-only"])
+    assert f"(cached only: {n_test - 2} of {n_test} samples)" in text.output
+
+
+def _probe_times(folder: Path) -> list[int]:
+    return [int(p.name.removesuffix(".npz")) for p in folder.glob("*.npz") if p.stem.isdigit()]
 
 
 def test_evaluate_rejects_unknown_policy(tmp_path: Path) -> None:
