@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/select_shipped.py --cluster ls6 \
         --profile models/ls6/profile-limits.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
+        [--step-min 10] [--every-h 4] [--cached-only] [--measure-test]
 
 Records (or reads from the probe cache, as `mirage evaluate` does) the tuning split's
 samples at each load, walks every candidate of the grid, prints each one's mean J per load
@@ -12,33 +13,42 @@ The test split is never read. ``--json FILE`` writes every candidate's figures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from mirage.evaluate.harness import HOUR, Walker
+from mirage.evaluate.harness import HOUR, Walker, factory
 from mirage.evaluate.inputs import default_profile, default_trace
-from mirage.evaluate.probes import PROBES, record_all
+from mirage.evaluate.probes import PROBES, is_cached, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
-from mirage.evaluate.shipping import candidates, choose
+from mirage.evaluate.shipping import Candidate, candidates, choose, guarded, inner_submits
+from mirage.evaluate.stats import gains
 from mirage.profile.schema import load_profile
 from mirage.trace.readers import load_trace
 
 
-def tuning_walker(cluster: str, profile_name: str, load: float, args: argparse.Namespace) -> Walker:
+def tuning_walker(
+    cluster: str, profile_name: str, load: float, args: argparse.Namespace, split_name: str = "tune"
+) -> Walker:
     trace = args.trace or default_trace(cluster)
     if trace is None:
         sys.exit(f"no {cluster} trace found: pass --trace")
     profile = load_profile(profile_name)
     df = load_trace(trace).jobs
     first, last = int(df["submit"].min()), int(df["submit"].max())
-    split = default_splits(cluster, profile.timezone, first, last)["tune"]
-    protocol = Protocol()
+    split = default_splits(cluster, profile.timezone, first, last)[split_name]
+    protocol = dataclasses.replace(
+        Protocol(), step_s=round(args.step_min * 60), every_s=round(args.every_h * HOUR)
+    )
     part = profile.partition(None)
     if part.nodes is None:
         sys.exit(f"profile {profile_name} has no node count: calibrate it first")
     setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
     times = sample_times(split, protocol, first)
+    if args.cached_only:  # what a long run has recorded so far (mirage evaluate's option)
+        times = [t for t in times if is_cached(args.cache, setting, t, PROBES)]
+        print(f"{split_name} split, load {load:g}: {len(times)} cached samples (--cached-only)")
     samples = record_all(setting, times, PROBES, cache=args.cache, n_jobs=args.jobs)
     return Walker(samples, protocol, profile, part.name)
 
@@ -53,6 +63,27 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--step-min",
+        type=float,
+        default=Protocol().step_s / 60,
+        help="decision step, as mirage evaluate's (CERIT's runs: 30)",
+    )
+    ap.add_argument(
+        "--every-h",
+        type=float,
+        default=Protocol().every_s / HOUR,
+        help="sample spacing, as mirage evaluate's (CERIT's runs: 12)",
+    )
+    ap.add_argument(
+        "--cached-only", action="store_true", help="only the samples already in the probe cache"
+    )
+    ap.add_argument(
+        "--measure-test",
+        action="store_true",
+        help="after the choice, walk the test split with it and print its no-harm "
+        "and gain figures per level (the test split is read only then)",
+    )
     args = ap.parse_args()
     profile_name = args.profile or default_profile(args.cluster)
     walkers = {ld: tuning_walker(args.cluster, profile_name, ld, args) for ld in args.load}
@@ -74,8 +105,42 @@ def main() -> None:
     else:
         print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
               f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
+        print("as the daemon's configuration:\n" + policy_toml(best))
+        if args.measure_test:
+            for ld in args.load:
+                measure(best, tuning_walker(args.cluster, profile_name, ld, args, "test"), ld,
+                        args.boot)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps([c.as_dict() for c in cands], indent=1))
+
+
+def policy_toml(c: Candidate) -> str:
+    """The ``[policy]`` lines that make the daemon run candidate ``c``."""
+    lines = ["[policy]", f'default = "{c.method}"']
+    if c.method == "qbets":
+        lines.append(f"qbets_quantile = {c.constant:g}")
+    elif c.method == "running-average":
+        lines.append(f"average_factor = {c.constant:g}")
+    lines += ['guard = "estimate"', f"guard_margin_s = {round(c.margin_h * HOUR)}"]
+    return "\n".join(lines)
+
+
+def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
+    """The choice on the test split, per level: reactive's and the oracle's mean J, the
+    choice's, its share of the oracle gain and its no-harm interval."""
+    alpha = Protocol().alpha
+    res = {
+        "reactive": walker.run(factory("reactive", None)),
+        "oracle": walker.oracle(alpha),
+        "choice": guarded(walker, inner_submits(walker, c.method, c.constant), c.margin_h * HOUR),
+    }
+    print(f"test split, load {load:g}: {len(walker.samples)} samples")
+    for level, g in gains(res, alpha, boot=boot).items():
+        x, og = g.methods["choice"], g.oracle_gain
+        h = x.harm
+        print(f"  {level:6s} oracle gain {og.value:6.2f} h  choice takes {x.share:4.0%}  "
+              f"choice - reactive {h.value:+.2f} [{h.lo:+.2f}, {h.hi:+.2f}] h  "
+              f"{'no harm' if x.no_harm else 'HARM'}")  # fmt: skip
 
 
 if __name__ == "__main__":

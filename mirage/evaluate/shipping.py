@@ -7,11 +7,12 @@ setting of least mean J: it is the setting of least mean J among those that harm
 level on the tuning split.
 
 The candidates are the wait-statistic baselines (``qbets``, ``running-average``) with
-each constant of :data:`GRID`, behind the estimate guard with each margin of
-:data:`MARGINS_H`. A candidate is *safe* when, at every load given and every level there
-with at least :data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its
-J minus reactive's ends at most :data:`mirage.evaluate.stats.NO_HARM_H` above zero. The
-choice is the safe candidate of least mean J summed over the loads; none safe: reactive.
+each constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no constant),
+behind the estimate guard with each margin of :data:`MARGINS_H`. A candidate is *safe*
+when, at every load given and every level there with at least
+:data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its J minus
+reactive's ends at most :data:`mirage.evaluate.stats.NO_HARM_H` above zero. The choice is
+the safe candidate of least mean J summed over the loads; none safe: reactive.
 ``scripts/select_shipped.py`` runs it on a cluster's tuning split.
 
 The walk is the daemon's rule on recorded samples: the inner policy's answer at every
@@ -36,6 +37,9 @@ from mirage.policy.base import revocable_step
 GRID: dict[str, tuple[float, ...]] = {
     "qbets": (0.5, 0.75, 0.9, 0.95),
     "running-average": (1.0, 1.5, 2.0, 3.0),
+    # no constant (0 stands for none): on a cluster whose estimates are close to the real
+    # starts (CERIT's) the best baseline; on ls6's, where they run hours late, it harms
+    "slurm-estimate": (0.0,),
 }
 MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0)
 

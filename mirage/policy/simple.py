@@ -5,6 +5,10 @@
 - ``fixed-lead``: submits once ``now >= planned_end - lead_s``.
 - ``qbets``, ``running-average``: the wait-statistic baselines of
   :mod:`mirage.policy.baselines`, learning recent waits from the daemon's polls.
+- ``slurm-estimate``: submits when Slurm's own start estimate for the successor
+  (``sbatch --test-only``, within the cycle's ``test_only_per_cycle``) reaches the
+  predecessor's planned end; where Slurm's estimates are close to the real starts (CERIT's
+  log: ``scripts/select_shipped.py`` chooses it there), the best of the baselines.
 
 The full baseline set (Slurm's estimate, running average, QBETS, oracle) lives in
 ``mirage.policy.baselines``; ``lookahead`` (:mod:`mirage.policy.lookahead`) is made here too,
@@ -16,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
-from mirage.policy.baselines import Qbets, RunningAverage
+from mirage.policy.baselines import Qbets, RunningAverage, SlurmEstimate
 from mirage.policy.guard import SHIPPED
 
-POLICY_NAMES = ("reactive", "fixed-lead", "qbets", "running-average", "lookahead")
+POLICY_NAMES = ("reactive", "fixed-lead", "qbets", "running-average", "slurm-estimate", "lookahead")
 #: What ``[policy] fallback`` may name: policies that need neither the whole queue nor the
 #: profile, so that they can decide where the chosen policy cannot.
 FALLBACK_NAMES = ("reactive", "fixed-lead")
@@ -78,6 +82,8 @@ def make_policy(
         return Qbets(qbets_quantile)
     if name == "running-average":
         return RunningAverage(average_factor)
+    if name == "slurm-estimate":
+        return SlurmEstimate()
     if name == "lookahead":
         from mirage.policy.lookahead import LookaheadPolicy
 

@@ -151,3 +151,22 @@ def test_lookahead_policy_in_the_daemon_learns_run_times_from_sacct(tmp_path: Pa
     restarted = again.policies["lookahead"]
     assert isinstance(restarted, LookaheadPolicy)
     assert restarted.runtimes.predict("ann", 7200) == 1200
+
+
+def test_daemon_runs_slurm_s_estimate_by_name(tmp_path: Path) -> None:
+    """``[policy] default = "slurm-estimate"``: on the simulator's free cluster the
+    successor's estimate is "now", so it is submitted at the first cycle within the
+    policy's 600 s of the predecessor's planned end, not before."""
+    assert config_from_dict({"policy": {"default": "slurm-estimate"}}, "t").policy.default == (
+        "slurm-estimate"
+    )
+    client = make_sim(4)
+    daemon = Daemon(make_store(tmp_path), client, config=make_config("slurm-estimate"),
+                    profile=toy_profile(4))  # fmt: skip
+    make_chain(daemon.store, limit=3600, segments=2)
+    run_cycles([daemon], client, 0, 3600 - 15 * 60)
+    assert len(client.sim.specs) == 1
+    first = client.sim.start[0]
+    run_cycles([daemon], client, 3600 - 14 * 60, 3600 - 60)
+    assert len(client.sim.specs) == 2
+    assert first + 3600 - 600 <= client.sim.specs[1].submit < first + 3600 - 600 + 60
