@@ -167,6 +167,7 @@ def test_daemon_runs_slurm_s_estimate_by_name(tmp_path: Path) -> None:
     run_cycles([daemon], client, 0, 3600 - 15 * 60)
     assert len(client.sim.specs) == 1
     first = client.sim.start[0]
+    assert first is not None
     run_cycles([daemon], client, 3600 - 14 * 60, 3600 - 60)
     assert len(client.sim.specs) == 2
     assert first + 3600 - 600 <= client.sim.specs[1].submit < first + 3600 - 600 + 60
