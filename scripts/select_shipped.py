@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/select_shipped.py --cluster ls6 \
         --profile models/ls6/profile-limits.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
-        [--step-min 10] [--every-h 4] [--cached-only] [--measure-test]
+        [--step-min 10] [--every-h 4] [--cached-only] [--measure-test] [--write FOLDER]
 
 Records (or reads from the probe cache, as `mirage evaluate` does) the tuning split's
 samples at each load, walks every candidate of the grid, prints each one's mean J per load
@@ -24,6 +24,7 @@ from mirage.evaluate.probes import PROBES, is_cached, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.shipping import Candidate, candidates, choose, guarded, inner_submits
 from mirage.evaluate.stats import gains
+from mirage.policy.guard import POLICY_FILE
 from mirage.profile.schema import load_profile
 from mirage.trace.readers import load_trace
 
@@ -76,6 +77,13 @@ def main() -> None:
         help="sample spacing, as mirage evaluate's (CERIT's runs: 12)",
     )
     ap.add_argument(
+        "--write",
+        default=None,
+        metavar="FOLDER",
+        help="write the choice as FOLDER/policy.toml (a cluster's models folder: the daemon "
+        "and mirage evaluate take it as that cluster's defaults)",
+    )
+    ap.add_argument(
         "--cached-only", action="store_true", help="only the samples already in the probe cache"
     )
     ap.add_argument(
@@ -106,12 +114,29 @@ def main() -> None:
         print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
               f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
         print("as the daemon's configuration:\n" + policy_toml(best))
+        if args.write:
+            path = Path(args.write) / POLICY_FILE
+            path.write_text(provenance(args, best) + policy_toml(best) + "\n", encoding="utf-8")
+            print(f"wrote {path}")
         if args.measure_test:
             for ld in args.load:
                 measure(best, tuning_walker(args.cluster, profile_name, ld, args, "test"), ld,
                         args.boot)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps([c.as_dict() for c in cands], indent=1))
+
+
+def provenance(args: argparse.Namespace, c: Candidate) -> str:
+    """The comment that says how the choice was made."""
+    loads = ", ".join(f"{ld:g}" for ld in args.load)
+    cached = " (cached samples only)" if args.cached_only else ""
+    return (
+        f"# Chosen by scripts/select_shipped.py on {args.cluster}'s tuning split{cached}, loads "
+        f"{loads},\n# decision step {args.step_min:g} min, samples every {args.every_h:g} h: "
+        f"the safe candidate of least\n# summed mean J ({c.total_j_h:.2f} h). The daemon "
+        "configured with this cluster (and\n# mirage evaluate --cluster) takes these "
+        "[policy] values where its configuration\n# leaves them out.\n"
+    )
 
 
 def policy_toml(c: Candidate) -> str:

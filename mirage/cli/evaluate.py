@@ -161,9 +161,14 @@ def evaluate(**kw: Any) -> None:
     from mirage.evaluate import run
     from mirage.evaluate.inputs import InputError
     from mirage.learn.rolling import run_rolling
+    from mirage.policy.guard import PolicyFileError, shipped_for
 
     methods = [m.strip() for m in kw["policies"].split(",") if m.strip()]
     folder = Path(kw["models_dir"] or models_root() / kw["cluster"])
+    try:
+        shipped = shipped_for(folder)  # the cluster's own choice, where it ships one
+    except PolicyFileError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         ev = run(
             kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"], policies=methods,
@@ -177,7 +182,7 @@ def evaluate(**kw: Any) -> None:
             recalibrate_every_days=kw["recal_every_days"],
             recalibrate_window_days=kw["recal_window_days"],
             lookahead_runtime=kw["lookahead_stat"], lookahead_draws=kw["lookahead_draws"],
-            cached_only=kw["cached_only"],
+            cached_only=kw["cached_only"], shipped=shipped,
         )  # fmt: skip
     except InputError as exc:
         raise click.UsageError(str(exc)) from exc

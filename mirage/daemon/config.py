@@ -86,6 +86,7 @@ absence means every default; a file named by flag or environment must exist).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from dataclasses import dataclass, field, fields
@@ -94,6 +95,8 @@ from typing import Any, Literal
 
 from mirage.policy.guard import GUARDS, SHIPPED
 from mirage.typedtoml import SchemaError, build, read_toml
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = "/etc/mirage/mirage.toml"
 CONFIG_ENV = "MIRAGE_CONFIG"  # the configuration's path when --config is not given
@@ -217,6 +220,8 @@ def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         for name, cls in _SECTIONS.items():
             table = data.get(name, {})
             nested: dict[str, Any] = {}
+            if name == "policy" and isinstance(table, dict):
+                table = _with_cluster_policy(table, source)
             if name == "policy" and isinstance(table, dict) and "partitions" in table:
                 nested["partitions"] = _str_table(table["partitions"], f"{source} [policy]")
             built[name] = build(cls, table, f"{source} [{name}]", nested=nested)
@@ -225,6 +230,28 @@ def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     cfg = Config(**built)
     _check(cfg, source)
     return cfg
+
+
+def _with_cluster_policy(table: dict[str, Any], source: str) -> dict[str, Any]:
+    """``[policy]`` with the cluster's own choice (``<models_dir>/<cluster>/policy.toml``,
+    mirage.policy.guard.cluster_policy) for the keys it leaves out: the shipped defaults
+    chosen on that cluster's tuning month instead of ls6's."""
+    from mirage.policy.guard import POLICY_FILE, PolicyFileError, cluster_policy
+
+    cluster = table.get("cluster")
+    if not isinstance(cluster, str) or not cluster:
+        return table
+    models = table.get("models_dir", PolicySection.models_dir)
+    folder = Path(str(models)) / cluster
+    try:
+        values = cluster_policy(folder)
+    except PolicyFileError as exc:
+        raise ConfigError(f"{source} [policy]: {exc}") from exc
+    taken = {k: v for k, v in values.items() if k not in table}
+    if taken:
+        log.info("[policy] %s from %s", ", ".join(f"{k} = {v!r}" for k, v in taken.items()),
+                 folder / POLICY_FILE)  # fmt: skip
+    return {**taken, **table}
 
 
 def _str_table(value: Any, where: str) -> dict[str, str]:

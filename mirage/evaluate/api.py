@@ -23,6 +23,7 @@ judges are built (``mirage.learn`` is above this layer). E.g. in a notebook::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ from mirage.evaluate.protocol import (
     scaled_nodes,
     spread,
 )
+from mirage.policy.guard import SHIPPED, Shipped
 
 if TYPE_CHECKING:
     from mirage.evaluate.harness import BatchedPolicy, Outcomes, Walker
@@ -129,13 +131,16 @@ def run(
     lookahead_runtime: str = "median",
     lookahead_draws: int = 1,
     cached_only: bool = False,
+    shipped: Shipped = SHIPPED,
 ) -> Evaluation:
     """Evaluate ``policies`` on ``cluster``'s trace (``trace``: default, its known trace)
     with its calibrated profile (``profile``), at each of ``loads``. The arguments are
     ``mirage evaluate``'s options (see ``mirage evaluate --help``); ``learned`` maps each
     trained method asked for (rf, xgb, dqn, pg) to its loaded policy. Probes are cached
     in ``cache`` (None: not cached); ``cached_only``: report on the samples already there
-    (what a long run has recorded so far), each split saying how many it left out.
+    (what a long run has recorded so far), each split saying how many it left out;
+    ``shipped``: what the method ``shipped`` runs (a cluster's own choice,
+    :func:`mirage.policy.guard.shipped_for`; default the daemon's defaults).
     :class:`InputError` for inputs that cannot be used."""
     methods = _methods(policies, learned)
     if recalibrate_every_days > 0 and rolling is None:
@@ -152,7 +157,7 @@ def run(
         "recal_window_days": recalibrate_window_days, "lookahead_stat": lookahead_runtime,
         "lookahead_draws": lookahead_draws, "learned": {
             m: p for m, p in (learned or {}).items() if m in methods
-        }, "rolling": rolling, "cached_only": cached_only,
+        }, "rolling": rolling, "cached_only": cached_only, "shipped": shipped,
     }  # fmt: skip
     options = {"nodes": nodes, "gpus": gpus, "time_limit_h": time_limit_h,
                "step_min": step_min, "window_h": window_h, "warmup_h": warmup_h,
@@ -179,6 +184,7 @@ def run(
         "trace": trace,
         "profile": profile_name,
         "protocol": protocol.__dict__,
+        "shipped_configuration": dataclasses.asdict(shipped),
         "methods": methods,
         "lookahead_runtime": lookahead_runtime,
         "lookahead_draws": lookahead_draws,
@@ -314,7 +320,7 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
         recorded = _records(setting, times, methods, rows, kw)
         walkers[split.name] = _usable(split, protocol, times, Walker(
             recorded[0], protocol, profile, part.name, recorded[1],
-            no_arrivals=recorded[2], lookahead=recorded[3],
+            no_arrivals=recorded[2], lookahead=recorded[3], shipped=kw["shipped"],
         ))  # fmt: skip
         queues[split.name] = recorded
     tuned_params: Any  # one set of constants, or one per block
@@ -544,7 +550,7 @@ def _rolling(  # noqa: PLR0917 - one call site
     noarr = None if n_tune is None or n_test is None else [*n_tune, *n_test]
     ahead = None if a_tune is None or a_test is None else [*a_tune, *a_test]
     history = Walker([*s_tune, *s_test], protocol, profile, partition, queue,
-                     no_arrivals=noarr, lookahead=ahead)  # fmt: skip
+                     no_arrivals=noarr, lookahead=ahead, shipped=kw["shipped"])  # fmt: skip
     # the test samples are history's last ones: share their contexts and matrices
     first_test = len(history.samples) - len(test.samples)
     test = history.subset(range(first_test, len(history.samples)))

@@ -27,7 +27,7 @@ from mirage.policy.base import (
 )
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
-from mirage.policy.guard import SHIPPED, EstimateGuard
+from mirage.policy.guard import SHIPPED, EstimateGuard, Shipped
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -192,7 +192,11 @@ class BatchedPolicy(typing.Protocol):
 
 
 class Walker:
-    """Evaluates policies on a fixed list of usable samples (contexts built once)."""
+    """Evaluates policies on a fixed list of usable samples (contexts built once);
+    ``shipped``: what the method ``shipped`` runs (a cluster's own choice, else the
+    defaults)."""
+
+    shipped: Shipped = SHIPPED
 
     def __init__(
         self,
@@ -204,6 +208,7 @@ class Walker:
         *,
         no_arrivals: Sequence[np.ndarray] | None = None,
         lookahead: Sequence[np.ndarray] | None = None,
+        shipped: Shipped = SHIPPED,
     ) -> None:
         """``queue``: per sample (of ``samples``, usable or not) its recorded queue features;
         ``no_arrivals``: per sample its no-arrival starts (:mod:`mirage.evaluate.whatif`),
@@ -212,6 +217,7 @@ class Walker:
         keep = [i for i, s in enumerate(samples) if s.ok]
         self.samples = [samples[i] for i in keep]
         self.protocol = protocol
+        self.shipped = shipped
         self.queue = None if queue is None else [queue[i] for i in keep]
         self.curves: dict[str, list[np.ndarray]] = {
             m: [c[i] for i in keep]
@@ -230,6 +236,7 @@ class Walker:
         out = object.__new__(Walker)
         out.samples = [self.samples[i] for i in keep]
         out.protocol, out.profile = self.protocol, self.profile
+        out.shipped = self.shipped
         out.queue = None if self.queue is None else [self.queue[i] for i in keep]
         out.curves = {m: [c[i] for i in keep] for m, c in self.curves.items()}
         out.ctxs = [self.ctxs[i] for i in keep]
@@ -351,14 +358,17 @@ SELECTED = "selected"
 METHODS = (*BASELINES, SHIPPED_METHOD, *EXTRA_REFERENCES, *LEARNED, *MODEL_BASED, SELECTED)
 
 
-def shipped_policy() -> Policy:
-    """The daemon's default policy with its default constants (``[policy]`` defaults),
-    built by the daemon's own :func:`~mirage.policy.simple.make_policy`."""
+def shipped_policy(shipped: Shipped = SHIPPED) -> Policy:
+    """The daemon's default policy with its default constants (``[policy]`` defaults, or
+    a cluster's own: :func:`mirage.policy.guard.shipped_for`), built by the daemon's own
+    :func:`~mirage.policy.simple.make_policy`."""
     from mirage.policy.simple import make_policy
 
-    inner = make_policy(SHIPPED.policy, qbets_quantile=SHIPPED.qbets_quantile,
-                        average_factor=SHIPPED.average_factor)  # fmt: skip
-    return EstimateGuard(inner, SHIPPED.guard_margin_s)
+    inner = make_policy(shipped.policy, qbets_quantile=shipped.qbets_quantile,
+                        average_factor=shipped.average_factor)  # fmt: skip
+    if shipped.guard == "none" or shipped.policy == "reactive":
+        return inner
+    return EstimateGuard(inner, shipped.guard_margin_s)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -442,6 +452,8 @@ def _run_plain(walker: Walker, method: str, param: float | None) -> Outcomes:
     """A baseline (or a curve rule) with its constant."""
     if method in CURVE_RULES:
         return walker.curve_rule(method, param if param is not None else 0.0)
+    if method == SHIPPED_METHOD:
+        return walker.run(functools.partial(shipped_policy, walker.shipped))
     return walker.run(factory(method, param))
 
 

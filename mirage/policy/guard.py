@@ -20,13 +20,18 @@ queue Slurm gives none beyond its backfill window, where waiting would cost the 
 :data:`SHIPPED` is the configuration the daemon runs by default; `mirage evaluate`
 measures it as the method ``shipped`` (see docs/evaluation.md for how it was chosen: on
 ls6's tuning month only, the grid's best mean J among the settings with no harm at any
-level).
+level). A cluster's models folder may ship its own choice, made by the same rule on that
+cluster's tuning month (``policy.toml``, :func:`cluster_policy`): the daemon configured
+for that cluster, and `mirage evaluate --cluster` on it, take it in place of
+:data:`SHIPPED` for the ``[policy]`` keys the configuration leaves out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import successor_request
@@ -43,11 +48,60 @@ class Shipped:
     qbets_quantile: float = 0.75
     average_factor: float = 1.5
     guard_margin_s: int = 8 * HOUR
+    guard: str = "estimate"
+
+    def with_values(self, values: Mapping[str, Any]) -> Shipped:
+        """These defaults with a ``[policy]`` table's values (its keys, as the daemon's
+        configuration names them: ``default`` for the policy)."""
+        named = {FILE_KEYS[k]: v for k, v in values.items() if k in FILE_KEYS}
+        return replace(self, **named)
 
 
 SHIPPED = Shipped()
 #: ``[policy] guard``: the estimate guard, or none.
 GUARDS = ("estimate", "none")
+#: A cluster's own choice, in its models folder (scripts/select_shipped.py --write).
+POLICY_FILE = "policy.toml"
+#: The ``[policy]`` keys it may set, and the :class:`Shipped` field of each.
+FILE_KEYS = {
+    "default": "policy",
+    "qbets_quantile": "qbets_quantile",
+    "average_factor": "average_factor",
+    "guard_margin_s": "guard_margin_s",
+    "guard": "guard",
+}
+
+
+class PolicyFileError(ValueError):
+    """A cluster's ``policy.toml`` that cannot be used (one line naming the file)."""
+
+
+def cluster_policy(folder: Path) -> dict[str, Any]:
+    """The ``[policy]`` values of ``folder/policy.toml`` (a cluster's models folder);
+    empty when there is none."""
+    from mirage.typedtoml import SchemaError, read_toml
+
+    path = folder / POLICY_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = read_toml(path, "cluster policy")
+    except SchemaError as exc:
+        raise PolicyFileError(str(exc)) from exc
+    table = data.get("policy")
+    if set(data) != {"policy"} or not isinstance(table, dict):
+        raise PolicyFileError(f"{path}: needs one [policy] table and nothing else")
+    unknown = sorted(set(table) - set(FILE_KEYS))
+    if unknown:
+        raise PolicyFileError(
+            f"{path} [policy]: unknown key(s) {', '.join(unknown)}; valid: {', '.join(FILE_KEYS)}"
+        )
+    return dict(table)
+
+
+def shipped_for(folder: Path) -> Shipped:
+    """What the daemon runs by default on the cluster of the models ``folder``."""
+    return SHIPPED.with_values(cluster_policy(folder))
 
 
 class EstimateGuard(Policy):

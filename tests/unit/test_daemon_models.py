@@ -92,7 +92,9 @@ def test_config_needs_models_dir_for_a_trained_policy() -> None:
         config_from_dict({"policy": {"fallback": "lookahead", "models_dir": "/m", "cluster": "c"}})
     with pytest.raises(ConfigError, match="'lookahead' needs models_dir and cluster"):
         config_from_dict({"policy": {"default": "lookahead"}})
-    valid = "valid: reactive, fixed-lead, qbets, running-average, lookahead, rf, xgb"
+    valid = (
+        "valid: reactive, fixed-lead, qbets, running-average, slurm-estimate, lookahead, rf, xgb"
+    )
     with pytest.raises(ConfigError, match=valid):
         config_from_dict({"policy": {"default": "magic"}})
     with pytest.raises(ConfigError, match=r"lookahead_runtime: .*'average'.* median, mean or q"):
@@ -171,3 +173,46 @@ def test_daemon_runs_slurm_s_estimate_by_name(tmp_path: Path) -> None:
     run_cycles([daemon], client, 3600 - 14 * 60, 3600 - 60)
     assert len(client.sim.specs) == 2
     assert first + 3600 - 600 <= client.sim.specs[1].submit < first + 3600 - 600 + 60
+
+
+def test_a_cluster_s_own_policy_file_sets_the_defaults_its_config_leaves_out(
+    tmp_path: Path,
+) -> None:
+    """models/<cluster>/policy.toml (scripts/select_shipped.py --write): the [policy] keys
+    the configuration leaves out come from it; the configuration's own win; a bad file is
+    one line naming it."""
+    from mirage.policy.guard import SHIPPED, shipped_for
+
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    (folder / "policy.toml").write_text(
+        '[policy]\ndefault = "slurm-estimate"\nguard = "estimate"\nguard_margin_s = 3600\n'
+    )
+    base = {"models_dir": str(tmp_path), "cluster": "lab"}
+    p = config_from_dict({"policy": base}, "t").policy
+    assert (p.default, p.guard_margin_s, p.qbets_quantile) == ("slurm-estimate", 3600, 0.75)
+    own = config_from_dict({"policy": {**base, "guard_margin_s": 60}}, "t").policy
+    assert (own.default, own.guard_margin_s) == ("slurm-estimate", 60)
+    assert config_from_dict({"policy": {}}, "t").policy.default == SHIPPED.policy
+    assert shipped_for(folder) == SHIPPED.with_values({"default": "slurm-estimate",
+                                                       "guard_margin_s": 3600})  # fmt: skip
+    assert shipped_for(tmp_path / "none") == SHIPPED
+    (folder / "policy.toml").write_text("[policy]\ndefault = 'qbets'\nlead_s = 5\n")
+    with pytest.raises(ConfigError, match=r"policy.toml \[policy\]: unknown key\(s\) lead_s"):
+        config_from_dict({"policy": base}, "t")
+
+
+def test_the_shipped_cerit_policy_is_what_evaluate_measures_there() -> None:
+    """The committed models/cerit/policy.toml: Slurm's estimate behind the guard, 1 h."""
+    from mirage.evaluate.harness import shipped_policy
+    from mirage.policy.baselines import SlurmEstimate
+    from mirage.policy.guard import shipped_for
+
+    shipped = shipped_for(Path("models/cerit"))
+    assert (shipped.policy, shipped.guard, shipped.guard_margin_s) == (
+        "slurm-estimate", "estimate", 3600,
+    )  # fmt: skip
+    policy = shipped_policy(shipped)
+    assert isinstance(policy, EstimateGuard) and isinstance(policy.inner, SlurmEstimate)
+    assert policy.margin_s == 3600
+    assert shipped_for(Path("models/ls6")) == shipped_for(Path("models/theta"))  # no file
