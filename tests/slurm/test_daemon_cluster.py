@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from mirage.daemon.config import Config, DaemonSection, PolicySection, SlurmSection
+from mirage.daemon.config import (
+    Config,
+    DaemonSection,
+    PolicySection,
+    SlurmSection,
+    config_from_dict,
+)
 from mirage.daemon.core import Daemon
 from mirage.daemon.identity import action_clients
 from mirage.daemon.ledger import register_chain
@@ -136,6 +142,32 @@ def test_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path)
     assert segs[0].end is not None and segs[1].start is not None
     assert segs[1].start >= segs[0].end  # no overlap: it waited for the end
     assert d.metrics.value("mirage_test_only_total") >= 1  # Slurm was asked
+
+
+@pytest.mark.slurm_slow
+def test_cerit_s_shipped_choice_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path) -> None:
+    """models/cerit/policy.toml as the daemon takes it (Slurm's estimate behind a 1-hour
+    guard) on real Slurm: the policy asks `sbatch --test-only` and would submit at once
+    (the estimate is "now", within its 600 s of the planned end), the guard holds it back
+    (now is more than the margin before the end + 1 h), so the successor goes in at the
+    predecessor's end and the chain completes."""
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    models = Path(__file__).resolve().parents[2] / "models"
+    cfg = Config(
+        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
+                             sacct_overlap_s=120, run_as_owner="never"),
+        slurm=SlurmSection(timeout_s=60),
+        policy=config_from_dict(
+            {"policy": {"models_dir": str(models), "cluster": "cerit"}}, "t"
+        ).policy,
+    )  # fmt: skip
+    assert (cfg.policy.default, cfg.policy.guard_margin_s) == ("slurm-estimate", 3600)
+    client = CliSlurmClient(timeout=60.0)
+    _, segs, kinds, d = run_one_chain(store, jobdir, cfg, client, "cerit-choice")
+    assert len(segs) == 2 and not segs[1].presubmitted and "handoff" not in kinds
+    assert segs[0].end is not None and segs[1].start is not None
+    assert segs[1].start >= segs[0].end
+    assert d.metrics.value("mirage_test_only_total") >= 1
 
 
 class RevokeOnce(FixedLeadPolicy):
