@@ -67,14 +67,11 @@ def work_left(chain: Chain, running: Segment | None) -> Work | None:
 
 
 def _size(chain: Chain, unit: str) -> int:
-    """The chain's present size in ``unit``: a CPU shape's is its plan's (the CPUs are in
-    its sbatch options, not in a column of their own)."""
+    """The chain's present size in ``unit``."""
     if unit == "node":
         return chain.nodes
-    if unit == "cpu":
-        shape = (chain.plan or {}).get("shape") or {}
-        return int(shape.get("nodes", chain.nodes)) * int(shape.get("cpus_per_node", 0))
-    return chain.nodes * chain.gpus_per_node
+    per = chain.planned_cpus_per_node if unit == "cpu" else chain.gpus_per_node
+    return chain.nodes * per
 
 
 def replan(s: Session, chain: Chain, segs: list[Segment], planner: Planner, now: int) -> None:
@@ -133,7 +130,7 @@ def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:
 
 
 def _shape(chain: Chain) -> str:
-    cpus = int(((chain.plan or {}).get("shape") or {}).get("cpus_per_node", 0))
+    cpus = chain.planned_cpus_per_node
     per = f"{cpus} CPUs" if cpus else f"{chain.gpus_per_node} GPUs"
     return (
         f"{chain.partition or '-'}: {chain.nodes} x {per}, "

@@ -99,8 +99,7 @@ def chain_summary(chain: Chain) -> dict[str, Any]:
         # the shape every segment is submitted with, and the plan it came from
         "nodes": chain.nodes,
         "gpus_per_node": chain.gpus_per_node,
-        # a planned CPU shape's (its task options are in the chain's sbatch options)
-        "cpus_per_node": int(((chain.plan or {}).get("shape") or {}).get("cpus_per_node", 0)),
+        "cpus_per_node": chain.planned_cpus_per_node,
         "plan": plan_view(chain.plan),
         "policy": policy_label(chain),
         "script_sha256": chain.script_sha256,

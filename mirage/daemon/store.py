@@ -169,6 +169,12 @@ class Chain(Base):
     created_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
 
+    @property
+    def planned_cpus_per_node(self) -> int:
+        """A planned CPU shape's CPUs per node (they are in the chain's sbatch options,
+        not in a column of their own); 0 for any other chain."""
+        return int(((self.plan or {}).get("shape") or {}).get("cpus_per_node", 0))
+
 
 class Submission(Base):
     __tablename__ = "submissions"

@@ -446,19 +446,9 @@ def _cached(  # noqa: PLR0917 - private, one call site
 ) -> list[int]:
     """The sample times whose every record :func:`_records` would read is in the cache;
     ``counts[split]`` says how many of how many."""
-    from mirage.evaluate.features import FEATURES
-    from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
-    from mirage.evaluate.lookahead import lookahead_recorder
-    from mirage.evaluate.probes import PROBES, is_cached
-    from mirage.evaluate.whatif import NO_ARRIVALS
+    from mirage.evaluate.probes import is_cached
 
-    recs: list[Any] = [PROBES]
-    if rows:
-        recs.append(FEATURES)
-    if RUNTIME_ORACLE in methods:
-        recs.append(NO_ARRIVALS)
-    if LOOKAHEAD in methods:
-        recs.append(lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"]))
+    recs = [r for r in _recorders(methods, rows, kw) if r is not None]
     kept = [t for t in times if all(is_cached(kw["cache"], setting, t, r) for r in recs)]
     name = setting.split.name
     counts[name] = {"used": len(kept), "of": len(times)}
@@ -468,25 +458,38 @@ def _cached(  # noqa: PLR0917 - private, one call site
     return kept
 
 
-def _records(
-    setting: Setting, times: list[int], methods: list[str], rows: bool, kw: dict[str, Any]
-) -> tuple[list[Any], list[Any] | None, list[Any] | None, list[Any] | None]:
-    """A split's recorded samples: the probes, the queue features (``rows``), and the
-    no-arrival and look-ahead curves where a method asked for reads them."""
+def _recorders(methods: list[str], rows: bool, kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """What a split records: the probes, and where asked for (else None) the queue
+    features, the no-arrival curves and the look-ahead curves."""
     from mirage.evaluate.features import FEATURES
     from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
     from mirage.evaluate.lookahead import lookahead_recorder
     from mirage.evaluate.probes import PROBES
     from mirage.evaluate.whatif import NO_ARRIVALS
 
-    samples = _generate(PROBES, setting, times, kw)
-    queue = [c.queue for c in _generate(FEATURES, setting, times, kw)] if rows else None
-    noarr = ahead = None
-    if RUNTIME_ORACLE in methods:
-        noarr = [c.start for c in _generate(NO_ARRIVALS, setting, times, kw)]
-    if LOOKAHEAD in methods:
-        rec = lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"])
-        ahead = [c.start for c in _generate(rec, setting, times, kw)]
+    ahead = (
+        lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"])
+        if LOOKAHEAD in methods
+        else None
+    )
+    return (PROBES, FEATURES if rows else None,
+            NO_ARRIVALS if RUNTIME_ORACLE in methods else None, ahead)  # fmt: skip
+
+
+def _records(
+    setting: Setting, times: list[int], methods: list[str], rows: bool, kw: dict[str, Any]
+) -> tuple[list[Any], list[Any] | None, list[Any] | None, list[Any] | None]:
+    """A split's recorded samples: the probes, the queue features (``rows``), and the
+    no-arrival and look-ahead curves where a method asked for reads them."""
+    probes, features, noarr_rec, ahead_rec = _recorders(methods, rows, kw)
+    samples = _generate(probes, setting, times, kw)
+    queue = None if features is None else [c.queue for c in _generate(features, setting, times, kw)]
+    noarr = (
+        None if noarr_rec is None else [c.start for c in _generate(noarr_rec, setting, times, kw)]
+    )
+    ahead = (
+        None if ahead_rec is None else [c.start for c in _generate(ahead_rec, setting, times, kw)]
+    )
     return samples, queue, noarr, ahead
 
 

@@ -196,7 +196,7 @@ class Walker:
     ``shipped``: what the method ``shipped`` runs (a cluster's own choice, else the
     defaults)."""
 
-    shipped: Shipped = SHIPPED
+    shipped: Shipped
 
     def __init__(
         self,

@@ -404,7 +404,7 @@ def record_all(
     times = sorted(times)
     results: dict[int, R] = {}
     for t in times:
-        if cache is not None and _path(cache, setting, t, rec).exists():
+        if cache is not None and is_cached(cache, setting, t, rec):
             results[t] = rec.load(_path(cache, setting, t, rec))
     todo = [t for t in times if t not in results]
     done = len(results)

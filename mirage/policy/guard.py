@@ -28,8 +28,8 @@ for that cluster, and `mirage evaluate --cluster` on it, take it in place of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,6 @@ class Shipped:
     average_factor: float = 1.5
     guard_margin_s: int = 8 * HOUR
     guard: str = "estimate"
-
-    def with_values(self, values: Mapping[str, Any]) -> Shipped:
-        """These defaults with a ``[policy]`` table's values (its keys, as the daemon's
-        configuration names them: ``default`` for the policy)."""
-        named = {FILE_KEYS[k]: v for k, v in values.items() if k in FILE_KEYS}
-        return replace(self, **named)
 
 
 SHIPPED = Shipped()
@@ -100,8 +94,15 @@ def cluster_policy(folder: Path) -> dict[str, Any]:
 
 
 def shipped_for(folder: Path) -> Shipped:
-    """What the daemon runs by default on the cluster of the models ``folder``."""
-    return SHIPPED.with_values(cluster_policy(folder))
+    """What the daemon runs by default on the cluster of the models ``folder`` (each
+    value of its ``policy.toml`` of the type the configuration takes)."""
+    from mirage.typedtoml import SchemaError, build
+
+    named = {FILE_KEYS[k]: v for k, v in cluster_policy(folder).items()}
+    try:
+        return build(Shipped, {**asdict(SHIPPED), **named}, str(folder / POLICY_FILE))
+    except SchemaError as exc:
+        raise PolicyFileError(str(exc)) from exc
 
 
 class EstimateGuard(Policy):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -181,7 +182,7 @@ def test_a_cluster_s_own_policy_file_sets_the_defaults_its_config_leaves_out(
     """models/<cluster>/policy.toml (scripts/select_shipped.py --write): the [policy] keys
     the configuration leaves out come from it; the configuration's own win; a bad file is
     one line naming it."""
-    from mirage.policy.guard import SHIPPED, shipped_for
+    from mirage.policy.guard import SHIPPED, PolicyFileError, shipped_for
 
     folder = tmp_path / "lab"
     folder.mkdir()
@@ -194,9 +195,13 @@ def test_a_cluster_s_own_policy_file_sets_the_defaults_its_config_leaves_out(
     own = config_from_dict({"policy": {**base, "guard_margin_s": 60}}, "t").policy
     assert (own.default, own.guard_margin_s) == ("slurm-estimate", 60)
     assert config_from_dict({"policy": {}}, "t").policy.default == SHIPPED.policy
-    assert shipped_for(folder) == SHIPPED.with_values({"default": "slurm-estimate",
-                                                       "guard_margin_s": 3600})  # fmt: skip
+    assert shipped_for(folder) == dataclasses.replace(
+        SHIPPED, policy="slurm-estimate", guard_margin_s=3600
+    )
     assert shipped_for(tmp_path / "none") == SHIPPED
+    (folder / "policy.toml").write_text("[policy]\nguard_margin_s = '1h'\n")
+    with pytest.raises(PolicyFileError, match="guard_margin_s"):
+        shipped_for(folder)  # the evaluation's reading checks types as the daemon's does
     (folder / "policy.toml").write_text("[policy]\ndefault = 'qbets'\nlead_s = 5\n")
     with pytest.raises(ConfigError, match=r"policy.toml \[policy\]: unknown key\(s\) lead_s"):
         config_from_dict({"policy": base}, "t")
