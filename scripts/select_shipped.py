@@ -22,7 +22,7 @@ from mirage.evaluate.harness import HOUR, Walker, factory
 from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.probes import PROBES, is_cached, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
-from mirage.evaluate.shipping import Candidate, candidates, choose, guarded, inner_submits
+from mirage.evaluate.shipping import Candidate, guarded, inner_submits, policy_toml, select
 from mirage.evaluate.stats import gains
 from mirage.policy.guard import POLICY_FILE
 from mirage.profile.schema import load_profile
@@ -95,7 +95,8 @@ def main() -> None:
     args = ap.parse_args()
     profile_name = args.profile or default_profile(args.cluster)
     walkers = {ld: tuning_walker(args.cluster, profile_name, ld, args) for ld in args.load}
-    cands = candidates(walkers, Protocol().alpha, boot=args.boot)
+    choice = select(walkers, Protocol().alpha, boot=args.boot)
+    cands = choice.candidates
     loads = " ".join(f"{ld:g}" for ld in walkers)
     print(f"tuning split, mean J (h) at loads {loads}; harm: a level whose paired 95% "
           "interval of (candidate - reactive) ends above +0.05 h")  # fmt: skip
@@ -107,8 +108,10 @@ def main() -> None:
             f"  {c.method:16s} {c.constant:5g}  margin {c.margin_h:g} h  J {js}  "
             f"sum {c.total_j_h:6.2f}  {'safe' if c.safe else 'harms ' + ', '.join(harmed)}"
         )
-    best = choose(cands)
-    if best is None:
+    best = choice.chosen
+    if not choice.judged:
+        print("no level has enough samples to judge harm (30): no choice can be made here")
+    elif best is None:
         print("no candidate is safe at every level: ship reactive")
     else:
         print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
@@ -137,17 +140,6 @@ def provenance(args: argparse.Namespace, c: Candidate) -> str:
         "configured with this cluster (and\n# mirage evaluate --cluster) takes these "
         "[policy] values where its configuration\n# leaves them out.\n"
     )
-
-
-def policy_toml(c: Candidate) -> str:
-    """The ``[policy]`` lines that make the daemon run candidate ``c``."""
-    lines = ["[policy]", f'default = "{c.method}"']
-    if c.method == "qbets":
-        lines.append(f"qbets_quantile = {c.constant:g}")
-    elif c.method == "running-average":
-        lines.append(f"average_factor = {c.constant:g}")
-    lines += ['guard = "estimate"', f"guard_margin_s = {round(c.margin_h * HOUR)}"]
-    return "\n".join(lines)
 
 
 def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:

@@ -12,8 +12,12 @@ behind the estimate guard with each margin of :data:`MARGINS_H`. A candidate is 
 when, at every load given and every level there with at least
 :data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its J minus
 reactive's ends at most :data:`mirage.evaluate.stats.NO_HARM_H` above zero. The choice is
-the safe candidate of least mean J summed over the loads; none safe: reactive.
-``scripts/select_shipped.py`` runs it on a cluster's tuning split.
+the safe candidate of least mean J summed over the loads; none safe: reactive. When no
+level at any load has enough samples to judge harm, there is no choice: a candidate
+would be "safe" by default (:func:`select` says so, and ``mirage train`` then writes no
+file). ``mirage train`` runs it on the tuning split it tunes on and writes the choice as
+the cluster's ``policy.toml`` (:mod:`mirage.learn.ship`); ``scripts/select_shipped.py``
+runs it alone.
 
 The walk is the daemon's rule on recorded samples: the inner policy's answer at every
 step, the guard's veto and revocation from the estimate recorded at that step
@@ -116,3 +120,36 @@ def choose(cands: Sequence[Candidate]) -> Candidate | None:
     """The safe candidate of least summed mean J (ties: the grid's order); None: none safe."""
     safe = [c for c in cands if c.safe]
     return min(safe, key=lambda c: c.total_j_h) if safe else None
+
+
+@dataclass
+class Choice:
+    """The grid measured on tuning walkers and what it chooses."""
+
+    candidates: list[Candidate]
+    chosen: Candidate | None  # None: no candidate is safe (reactive submission)
+    judged: bool  # some level (not "all") had enough samples to judge harm
+
+    @property
+    def toml(self) -> str:
+        return policy_toml(self.chosen)
+
+
+def select(walkers: Mapping[float, Walker], alpha: float, *, boot: int = 2000) -> Choice:
+    """Measure the grid on each load's tuning walker and choose (:func:`choose`)."""
+    cands = candidates(walkers, alpha, boot=boot)
+    judged = any(lv != "all" for c in cands[:1] for per in c.levels.values() for lv in per)
+    return Choice(cands, choose(cands), judged)
+
+
+def policy_toml(c: Candidate | None) -> str:
+    """The ``[policy]`` lines that make the daemon run candidate ``c`` (None: reactive)."""
+    if c is None:
+        return '[policy]\ndefault = "reactive"'
+    lines = ["[policy]", f'default = "{c.method}"']
+    if c.method == "qbets":
+        lines.append(f"qbets_quantile = {c.constant:g}")
+    elif c.method == "running-average":
+        lines.append(f"average_factor = {c.constant:g}")
+    lines += ['guard = "estimate"', f"guard_margin_s = {round(c.margin_h * HOUR)}"]
+    return "\n".join(lines)

@@ -83,11 +83,12 @@ def train_models(
     window_h: float = 120.0,
     warmup_h: float = 48.0,
     alpha: float = 0.5,
+    policy_file: bool = True,
     notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``policies`` ("all", or some of rf, xgb, dqn, pg) for ``cluster`` and save
     them under ``models_dir/<cluster>/<policy>/``; return ``{"wall_s": ..., "policies":
-    {policy: metrics}}`` (what ``mirage train --json`` prints).
+    {policy: metrics}, "shipped": ...}`` (what ``mirage train --json`` prints).
 
     The arguments are ``mirage train``'s options (see ``mirage train --help``): ``trace``
     (default: the cluster's known trace, else ``history_days`` of its accounting read
@@ -96,7 +97,10 @@ def train_models(
     "LOAD[:EVERY_H[:STEP_MIN]]"), ``models_dir`` (default: $MIRAGE_MODELS, else
     ``models``), ``recalibrate`` (a folder of trained policies: keep them, re-tune only
     their constants on the tuning split), the splits ("START:END"; ``tune_last_days``
-    overrides ``tune_split``) and the protocol. :class:`InputError` (an
+    overrides ``tune_split``) and the protocol. With ``policy_file`` (the default), the
+    shipped configuration is then chosen on the same tuning samples and written as
+    ``models_dir/<cluster>/policy.toml`` (:mod:`mirage.learn.ship`; ``shipped`` says what
+    and where, or why no file was written). :class:`InputError` (an
     :class:`OptionError` for a bad option value) for inputs that cannot be used,
     :class:`TrainError` when training cannot be done with them,
     :class:`~mirage.learn.artifacts.ModelError` for models that cannot be recalibrated.
@@ -108,10 +112,12 @@ def train_models(
     cfg = _config(cluster, trace, profile, locals())  # the options, by name
     t0 = time.perf_counter()
     try:
-        metrics = _run(cfg, chosen, Path(models_dir or models_root()), source)
+        root = Path(models_dir or models_root())
+        metrics, shipped = _run(cfg, chosen, root, source, policy_file)
     except ValueError as exc:  # ModelError (a RuntimeError) goes through as it is
         raise TrainError(str(exc)) from exc
-    return {"wall_s": round(time.perf_counter() - t0, 1), "policies": metrics}
+    return {"wall_s": round(time.perf_counter() - t0, 1), "policies": metrics,
+            "shipped": shipped}  # fmt: skip
 
 
 def _config(
@@ -238,16 +244,26 @@ def load_spec(spec: Load) -> tuple[float, tuple[int, int] | None]:
 
 
 def _run(
-    cfg: TrainConfig, policies: list[str], root: Path, source: str | None
-) -> dict[str, dict[str, Any]]:
-    from mirage.learn.train import recalibrate, train
+    cfg: TrainConfig, policies: list[str], root: Path, source: str | None, policy_file: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """The policies' metrics, and the shipped configuration chosen on the same tuning
+    samples (written as the cluster's policy.toml) unless ``policy_file`` is off."""
+    from mirage.learn.ship import choose_and_write
+    from mirage.learn.train import load_data, recalibrate, train, tuning_data
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
         if source:
-            recal: dict[str, dict[str, Any]] = recalibrate(
-                cfg, policies, Path(source), root, bars.update
-            )
-            return recal
-        out: dict[str, dict[str, Any]] = train(cfg, policies, root, bars.update)
-        return out
+            tuning = tuning_data(cfg, bars.update)
+            metrics = recalibrate(cfg, policies, Path(source), root, bars.update, tuning=tuning)
+            by_load = tuning[2]
+        else:
+            data = load_data(cfg, bars.update)
+            metrics = train(cfg, policies, root, bars.update, data)
+            by_load = data.tune_by_load
+    if not policy_file:
+        return metrics, None
+    folder = root / cfg.cluster
+    return metrics, choose_and_write(
+        cfg.cluster, cfg.profile, cfg.splits["tune"], by_load, folder=folder, alpha=cfg.alpha
+    )

@@ -101,6 +101,14 @@ log = logging.getLogger(__name__)
 @click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
 @click.option("--warmup-h", default=48.0, show_default=True)
 @click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@click.option(
+    "--policy-file/--no-policy-file",
+    default=True,
+    show_default=True,
+    help="Then choose the shipped configuration (a wait baseline or Slurm's estimate behind "
+    "the estimate guard) on the same tuning split, the safe one of least mean J, and write "
+    "it as models/NAME/policy.toml: the daemon's [policy] defaults on this cluster.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
@@ -118,7 +126,7 @@ def train_cmd(**kw: Any) -> None:
             train_split=kw["train_split"], tune_split=kw["tune_split"],
             tune_last_days=kw["tune_last_days"], nodes=kw["nodes"], gpus=kw["gpus"],
             time_limit_h=kw["time_limit_h"], step_min=kw["step_min"], window_h=kw["window_h"],
-            warmup_h=kw["warmup_h"], alpha=kw["alpha"],
+            warmup_h=kw["warmup_h"], alpha=kw["alpha"], policy_file=kw["policy_file"],
             notify=lambda said: click.echo(said, err=True),
         )  # fmt: skip
     except OptionError as exc:
@@ -131,6 +139,22 @@ def train_cmd(**kw: Any) -> None:
         click.echo(json.dumps(out, sort_keys=True))
         return
     _print(out["policies"], out["wall_s"])
+    if out["shipped"] is not None:
+        click.echo(_shipped_line(out["shipped"]))
+
+
+def _shipped_line(shipped: dict[str, Any]) -> str:
+    """One line: the shipped configuration chosen, and its file (or why none)."""
+    p = shipped["policy"]
+    what = {
+        "qbets": f"qbets {shipped.get('constant', 0):g}",
+        "running-average": f"running-average {shipped.get('constant', 0):g}",
+    }.get(p, p)
+    if p != "reactive":
+        what += f" behind the estimate guard ({shipped['guard_margin_s'] / 3600:g} h)"
+    if shipped["file"] is None:
+        return f"shipped configuration: none written ({shipped['reason']})"
+    return f"shipped configuration: {what} -> {shipped['file']}"
 
 
 def _print(metrics: dict[str, dict[str, Any]], wall: float) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mirage.evaluate.features import generate_features
-from mirage.evaluate.probes import generate
+from mirage.evaluate.probes import SampleResult, generate
 from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times, scaled_nodes
 from mirage.extras import require
 from mirage.learn.artifacts import ModelMeta
@@ -79,6 +79,9 @@ class Data:
     train: Dataset
     tune: Dataset
     counts: dict[str, dict[str, int]]  # load -> split -> usable samples
+    # per tuning load: its protocol and every recorded sample (usable or not), for the
+    # choice of the shipped configuration (mirage.learn.ship)
+    tune_by_load: dict[float, tuple[Protocol, list[SampleResult]]] = field(default_factory=dict)
 
 
 def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Split) -> Setting:
@@ -96,20 +99,34 @@ def _setting(cfg: TrainConfig, profile: ClusterProfile, load: float, split: Spli
 
 def load_data(cfg: TrainConfig, progress: Progress | None = None) -> Data:
     """Probes and features for every load on the training and tuning splits (cached)."""
-    train, counts = _split_data(cfg, "train", (*cfg.loads, *cfg.train_only_loads), progress)
-    tune, tune_counts = _split_data(cfg, "tune", cfg.loads, progress)
+    train, counts, _ = _split_data(cfg, "train", (*cfg.loads, *cfg.train_only_loads), progress)
+    tune, tune_counts, by_load = _split_data(cfg, "tune", cfg.loads, progress)
     for load, n in tune_counts.items():
         counts.setdefault(load, {}).update(n)
-    return Data(train, tune, counts)
+    return Data(train, tune, counts, by_load)
+
+
+#: A split's dataset, its usable sample counts (load -> split -> n), and per load its
+#: protocol and every recorded sample.
+SplitData = tuple[
+    Dataset, dict[str, dict[str, int]], dict[float, tuple[Protocol, list[SampleResult]]]
+]
+
+
+def tuning_data(cfg: TrainConfig, progress: Progress | None = None) -> SplitData:
+    """The tuning split's probes and features at the tuning loads (cached)."""
+    return _split_data(cfg, "tune", cfg.loads, progress)
 
 
 def _split_data(
     cfg: TrainConfig, name: str, loads: Sequence[float], progress: Progress | None
-) -> tuple[Dataset, dict[str, dict[str, int]]]:
-    """One split's probes and features at each of ``loads`` (cached), as one dataset."""
+) -> SplitData:
+    """One split's probes and features at each of ``loads`` (cached), as one dataset; its
+    sample counts; and per load, its protocol and samples."""
     profile = load_profile(cfg.profile)
     parts: list[Dataset] = []
     counts: dict[str, dict[str, int]] = {}
+    by_load: dict[float, tuple[Protocol, list[SampleResult]]] = {}
     for load in loads:
         setting = _setting(cfg, profile, load, cfg.splits[name])
         times = sample_times(setting.split, setting.protocol, cfg.first_submit)
@@ -120,7 +137,8 @@ def _split_data(
         ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)
         parts.append(ds)
         counts[f"{load:g}"] = {name: len(ds.samples)}
-    return Dataset.concat(parts), counts
+        by_load[load] = (setting.protocol, list(samples))
+    return Dataset.concat(parts), counts, by_load
 
 
 # ---- judging on a split ------------------------------------------------------------------
@@ -468,8 +486,11 @@ def recalibrate(
     source: Path,
     root: Path,
     progress: Progress | None = None,
+    *,
+    tuning: SplitData | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Move policies trained on another cluster (``source/<policy>/``) to this one.
+    """Move policies trained on another cluster (``source/<policy>/``) to this one
+    (``tuning``: the tuning split's data, :func:`tuning_data`, else read here).
 
     The models are kept as they are; only their decision constants are re-tuned on this
     cluster's tuning split: a forecaster's quantile and band acted on, the quiet queue's
@@ -483,7 +504,7 @@ def recalibrate(
     from mirage.learn.forecast import ForecastPolicy
 
     sources = {kind: load_policy(source / kind) for kind in policies}  # fail before replaying
-    tune, counts = _split_data(cfg, "tune", cfg.loads, progress)
+    tune, counts, _ = tuning or tuning_data(cfg, progress)
     if not tune.samples:
         raise ValueError(f"no usable tuning samples: {counts} (a shorter window or lower load?)")
     out: dict[str, dict[str, Any]] = {}

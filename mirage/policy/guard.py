@@ -54,7 +54,7 @@ class Shipped:
 SHIPPED = Shipped()
 #: ``[policy] guard``: the estimate guard, or none.
 GUARDS = ("estimate", "none")
-#: A cluster's own choice, in its models folder (scripts/select_shipped.py --write).
+#: A cluster's own choice, in its models folder (written by mirage train, mirage.learn.ship).
 POLICY_FILE = "policy.toml"
 #: The ``[policy]`` keys it may set, and the :class:`Shipped` field of each.
 FILE_KEYS = {

@@ -382,6 +382,40 @@ def test_shipped_choice_is_safe_and_least_j(
         assert best.safe and best.total_j_h == min(c.total_j_h for c in safe)
 
 
+def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
+    slice_samples: tuple[Setting, list[SampleResult], Path], tmp_path: Path
+) -> None:
+    """mirage train's last step (mirage.learn.ship): the grid's choice on the tuning
+    samples, written as the cluster's policy.toml, reads back as the daemon's shipped
+    configuration; with too few samples to judge harm, no file (the defaults hold)."""
+    from mirage.evaluate.shipping import select
+    from mirage.learn.ship import choose_and_write
+    from mirage.policy.guard import shipped_for
+    from mirage.profile.schema import load_profile
+
+    setting, samples, _ = slice_samples
+    many = samples * 4  # the slice's 16 samples: a level needs MIN_N to be judged
+    folder = tmp_path / "ls6"
+    out = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, many)}, folder=folder,
+                           alpha=0.5)  # fmt: skip
+    prof = load_profile(LS6)
+    want = select({2.0: Walker(many, SMALL, prof, prof.partition(None).name)}, 0.5).chosen
+    assert out["judged"] and out["file"] == str(folder / "policy.toml")
+    got = shipped_for(folder)
+    if want is None:
+        assert out["policy"] == got.policy == "reactive"
+    else:
+        assert (out["policy"], got.policy) == (want.method, want.method)
+        assert got.guard == "estimate" and got.guard_margin_s == round(want.margin_h * H)
+        assert out["tune_mean_J_h"] == {"2": round(want.mean_j_h[2.0], 3)}
+    text = (folder / "policy.toml").read_text()
+    assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")
+    few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples[:10])},
+                           folder=tmp_path / "few", alpha=0.5)  # fmt: skip
+    assert few["file"] is None and "enough samples" in few["reason"]
+    assert not (tmp_path / "few" / "policy.toml").exists()
+
+
 def test_shipped_summary_rows_and_targets() -> None:
     """The issue's one table: per level reactive, oracle, the gain, the best baseline and
     the shipped configuration's J, share and no-harm interval, and whether it meets the
