@@ -115,7 +115,8 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     is_flag=True,
     help="Evaluate `mirage plan` instead: per load, the whole-chain completion of the "
     "habitual, planned and hindsight-best shapes at the test split's chain decision points "
-    "(--every-h, --max-samples, --test-split, --load, --boot, --cache, --jobs apply).",
+    "(--every-h, --max-samples, --test-split, --load, --boot, --cache, --jobs apply; "
+    "--tune-split with --plan-fit).",
 )
 @click.option("--plan-horizon-h", default=168.0, show_default=True, help="--plans: censor after.")
 @click.option(
@@ -152,6 +153,23 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
     default=True,
     show_default=True,
     help="--plans: plan again before every segment (else keep the first shape).",
+)
+@click.option(
+    "--plan-calibration/--plan-no-calibration",
+    default=True,
+    show_default=True,
+    help="--plans: the planner reads the cluster's wait calibration, plan.toml in --models "
+    "(default models/CLUSTER), where there is one, as mirage plan does; the figures "
+    "without it are printed beside.",
+)
+@click.option(
+    "--plan-fit",
+    "plan_fit",
+    default=None,
+    metavar="FOLDER",
+    help="--plans: first fit the wait calibration on the tuning split's decision points (the "
+    "same loads and spacing; every grid shape's truth and prediction) and write it as "
+    "FOLDER/plan.toml; the test split is then planned with it.",
 )
 def evaluate(**kw: Any) -> None:
     """Tune the baselines on the tuning split and report every method on the test split."""
@@ -215,8 +233,14 @@ def _evaluate_plans(kw: dict[str, Any]) -> None:
     from mirage.evaluate.inputs import InputError
     from mirage.evaluate.planrun import run_plans
     from mirage.evaluate.plans import PlanProtocol
+    from mirage.plan.calibrate import CalibrationError, read_calibration
 
     hour = 3600
+    folder = Path(kw["models_dir"] or models_root() / kw["cluster"])
+    try:
+        calibration = read_calibration(folder) if kw["plan_calibration"] else None
+    except CalibrationError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         low, _, high = kw["plan_work_h"].partition(":")
         pp = PlanProtocol(
@@ -234,6 +258,7 @@ def _evaluate_plans(kw: dict[str, Any]) -> None:
             loads=kw["loads"] or (1.0,), every_h=kw["every_h"], max_samples=kw["max_samples"],
             test_split=kw["test_split"], plan=pp, cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"], boot=kw["boot"], out_dir=kw["out_dir"],
+            calibration=calibration, fit_to=kw["plan_fit"], tune_split=kw["tune_split"],
         )  # fmt: skip
     except (InputError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc

@@ -39,6 +39,7 @@ class Advancer:
         self.router = router
         # [plan] replan: a planned chain's next segment planned again (replan.py)
         self.planner: Planner | None = None
+        self.replan_min_gain_s = 0  # [plan] replan_min_gain_s
 
     def advance(
         self,
@@ -111,7 +112,7 @@ class Advancer:
             set_note(chain, "a submission's outcome is not known yet: no new one until then")
             return None  # never a new submission while one may exist
         if self.planner is not None and replan.due(chain, segs, now):
-            replan.replan(s, chain, segs, self.planner, now)
+            replan.replan(s, chain, segs, self.planner, now, self.replan_min_gain_s)
         return self._next_want(chain, segs, now)
 
     def _next_want(self, chain: Chain, segs: list[Segment], now: int) -> Want | None:

@@ -68,6 +68,8 @@ never silently falls back to a default. Durations are seconds (``_s``).
     replan = false                 # true: a chain registered with `chain submit --plan` is
                                    # planned again before each segment (`mirage plan` on the
                                    # daemon's poll, the work left): its shape may change
+    replan_min_gain_s = 0          # ... only when the new shape is predicted to finish the
+                                   # chain at least this much sooner than its present one
 
     [metrics]
     address = "127.0.0.1"          # Prometheus exporter; port 0 = off
@@ -165,6 +167,9 @@ class PolicySection:
 @dataclass(frozen=True)
 class PlanSection:
     replan: bool = False
+    # a re-plan changes a chain's shape only when the shape it recommends is predicted to
+    # finish the chain at least this much sooner than the chain's present shape (0: any gain)
+    replan_min_gain_s: int = 0
 
 
 @dataclass(frozen=True)

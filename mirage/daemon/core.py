@@ -50,7 +50,7 @@ from mirage.daemon.context import (
 from mirage.daemon.metrics import FALLBACK_WHYS, DaemonMetrics
 from mirage.daemon.outcomes import CycleReport, Skip, SubmitOutcome, Want
 from mirage.daemon.planning import Planner
-from mirage.daemon.policies import model_key
+from mirage.daemon.policies import model_key, plan_calibration
 from mirage.daemon.routing import PolicyChoice, PolicyRouter
 from mirage.daemon.store import (
     Chain,
@@ -112,9 +112,11 @@ class Daemon:
                                    policies=policies)  # fmt: skip
         self.advancer = Advancer(self.ctx, self.router)
         # `mirage plan` on the socket plans on this daemon's last poll (planning.py)
-        self.planner = Planner(client, self._plan_profile, self._plan_forecaster)
+        self.planner = Planner(client, self._plan_profile, self._plan_forecaster,
+                               plan_calibration(self.config.policy))  # fmt: skip
         if self.config.plan.replan:
             self.advancer.planner = self.planner
+            self.advancer.replan_min_gain_s = self.config.plan.replan_min_gain_s
         self._model_metrics()
         # A chain of uid 0 would have its jobs run as root by a daemon that submits as each
         # owner: one registered as root, or a row written into the database by anyone who

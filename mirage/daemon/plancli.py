@@ -109,7 +109,12 @@ def make_plan(
     if sock is not None:
         plan: dict[str, Any] = ask_daemon(sock, {"op": "plan", **request})["plan"]
         return plan
-    return local_plan(request, _slurm_snapshot(cfg, params["profile_name"]))
+    from mirage.daemon.policies import plan_calibration
+
+    q = _slurm_snapshot(cfg, params["profile_name"])
+    # the configured cluster's calibration, unless --profile names another cluster's shape
+    calibration = None if params["profile_name"] else plan_calibration(cfg.policy)
+    return local_plan(request, q, calibration)
 
 
 def plan_for_chain(request: dict[str, Any], config_path: str | None) -> dict[str, Any]:
@@ -160,12 +165,12 @@ def plan_record(
     }
 
 
-def local_plan(request: dict[str, Any], q: Any) -> dict[str, Any]:
+def local_plan(request: dict[str, Any], q: Any, calibration: Any = None) -> dict[str, Any]:
     from mirage.plan.request import plan_request
     from mirage.plan.work import PlanInputError
 
     try:
-        return plan_request(q, request).to_dict()
+        return plan_request(q, request, calibration=calibration).to_dict()
     except PlanInputError as exc:
         raise click.UsageError(str(exc)) from exc
 

@@ -8,7 +8,9 @@ controller itself. The first request reads the accounting history once (the look
 snapshot or the run times while a request is planned on them (a plan takes about a
 second; the cycle waits that long at most). Where the daemon's policy is a trained
 forecaster (``rf``, ``xgb``) that is not set aside, its waits and stated intervals give
-the later waits and the interval (:mod:`mirage.plan.predict`).
+the later waits and the interval (:mod:`mirage.plan.predict`). Where the cluster's models
+folder holds a wait calibration (``plan.toml``, :mod:`mirage.plan.calibrate`), plans use
+it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from mirage.plan.calibrate import WaitCalibration
 from mirage.plan.predict import WaitForecast
 from mirage.plan.queue import Snapshot
 from mirage.plan.request import plan_request
@@ -59,9 +62,12 @@ class Planner:
         client: SlurmClient,
         profile: Callable[[], ClusterProfile | None],
         forecaster: Callable[[], Policy | None] = lambda: None,
+        calibration: WaitCalibration | None = None,
     ) -> None:
         self.client = client
         self.profile = profile  # the daemon's (its policies'), else the live cluster's
+        # the cluster's wait calibration (<models_dir>/<cluster>/plan.toml) where it has one
+        self.calibration = calibration
         # the daemon's trained forecaster (rf, xgb) when it decides: later waits and the
         # interval from its stated 90% intervals (mirage.plan.predict)
         self.forecaster = forecaster
@@ -90,7 +96,7 @@ class Planner:
             self._read_history()
             q = Snapshot(self._snapshot, profile, self._now, self.runtimes, user=user)
             try:
-                plan = plan_request(q, request, self._forecast(q))
+                plan = plan_request(q, request, self._forecast(q), self.calibration)
             except PlanInputError as exc:
                 return {"ok": False, "error": str(exc)}
         return {"ok": True, "plan": plan.to_dict()}

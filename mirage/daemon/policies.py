@@ -10,6 +10,7 @@ counts.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,9 @@ from mirage.profile.schema import ClusterProfile, Partition
 
 if TYPE_CHECKING:
     from mirage.learn.artifacts import ModelMeta
+    from mirage.plan.calibrate import WaitCalibration
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,25 @@ def learned_profile(cfg: PolicySection) -> ClusterProfile:
         raise ModelError(
             f"trained policies need the cluster profile (node counts) at {path}: {exc}"
         ) from exc
+
+
+def plan_calibration(cfg: PolicySection) -> WaitCalibration | None:
+    """The cluster's wait calibration for plans (``<models_dir>/<cluster>/plan.toml``), or
+    None: no cluster, no file, or a file that cannot be used (logged: plans go on
+    uncalibrated, as before one was fitted)."""
+    from mirage.plan.calibrate import CalibrationError, read_calibration
+
+    if not cfg.cluster:
+        return None
+    try:
+        cal = read_calibration(Path(cfg.models_dir) / cfg.cluster)
+    except CalibrationError as exc:
+        log.error("plans run without the wait calibration: %s", exc)
+        return None
+    if cal is not None:
+        log.info("plans use %s's wait calibration (alpha by width %s)", cfg.cluster,
+                 ", ".join(f"{a:g}" for a in cal.alpha))  # fmt: skip
+    return cal
 
 
 def profile_path(cfg: PolicySection) -> Path:

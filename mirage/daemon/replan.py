@@ -14,6 +14,10 @@ successor's shape (partition, nodes, GPUs or CPUs per node, time limit) and, unl
 ``--segments`` was given, how many segments are left. Without the daemon's poll, or
 with no work left, the shape stays.
 Each change is an event (``chain.replan``) and the chain's plan record is rewritten.
+With ``[plan] replan_min_gain_s``, the shape changes only when the recommendation is
+predicted to finish the chain at least that much sooner than the chain's present shape on
+the same plan (a shape is not changed back and forth for minutes); when it stays, the
+record takes the present shape's fresh prediction.
 """
 
 from __future__ import annotations
@@ -74,8 +78,11 @@ def _size(chain: Chain, unit: str) -> int:
     return chain.nodes * per
 
 
-def replan(s: Session, chain: Chain, segs: list[Segment], planner: Planner, now: int) -> None:
-    """Plan the chain's next segment again and take the shape chosen (see the module)."""
+def replan(  # noqa: PLR0917 - the advancer's one call
+    s: Session, chain: Chain, segs: list[Segment], planner: Planner, now: int, min_gain_s: int = 0
+) -> None:
+    """Plan the chain's next segment again and take the shape chosen (see the module),
+    unless it gains less than ``min_gain_s`` on the chain's present shape."""
     assert chain.plan is not None
     record = dict(chain.plan)
     record["for_segment"] = chain.next_index  # once per segment, whatever comes of it
@@ -91,7 +98,38 @@ def replan(s: Session, chain: Chain, segs: list[Segment], planner: Planner, now:
     if not answer.get("ok"):
         log.info("chain %s: no re-plan: %s", chain.id, answer.get("error"))
         return
-    _take(s, chain, answer["plan"], now)
+    plan = answer["plan"]
+    present = _present(chain, plan)
+    gain = present["completion"] - plan["recommended"]["completion"] if present else None
+    if present is not None and gain is not None and 0 <= gain < max(1, min_gain_s):
+        _keep(chain, present, plan, gain)
+        return
+    _take(s, chain, plan, now)
+
+
+def _present(chain: Chain, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's candidate of the chain's present shape, or None when it is not one."""
+    now = (chain.partition, chain.nodes, chain.gpus_per_node, chain.planned_cpus_per_node,
+           chain.time_limit_s)  # fmt: skip
+    for c in plan.get("candidates", []):
+        shape = (c["partition"], c["nodes"], c["gpus_per_node"], c.get("cpus_per_node", 0),
+                 c["time_limit_s"])  # fmt: skip
+        if shape == now:
+            return dict(c)
+    return None
+
+
+def _keep(chain: Chain, present: dict[str, Any], plan: dict[str, Any], gain: int) -> None:
+    """The shape stays (the recommendation gains too little); the chain's predicted
+    completion is the present shape's on this plan."""
+    assert chain.plan is not None
+    record = dict(chain.plan)
+    record.update(completion=present["completion"], interval=present["interval"],
+                  planned_at=plan["now"])  # fmt: skip
+    chain.plan = record
+    if gain > 0:
+        log.info("chain %s: re-plan kept its shape: the recommendation gains %d s, under "
+                 "[plan] replan_min_gain_s", chain.id, gain)  # fmt: skip
 
 
 def _take(s: Session, chain: Chain, plan: dict[str, Any], now: int) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +32,30 @@ from mirage.evaluate.inputs import (
     parse_split,
     read_inputs,
 )
-from mirage.evaluate.plans import PlanProtocol, PlanRecord, plan_recorder
+from mirage.evaluate.plans import (
+    PlanProtocol,
+    PlanRecord,
+    plan_recorder,
+    planned_recorder,
+    predictions_recorder,
+    wait_pairs,
+)
 from mirage.evaluate.planstats import render, summarize
-from mirage.evaluate.probes import record_all
-from mirage.evaluate.protocol import HOUR, Protocol, Setting, default_splits, scaled_nodes, spread
+from mirage.evaluate.probes import R, Recorder, record_all
+from mirage.evaluate.protocol import (
+    HOUR,
+    Protocol,
+    Setting,
+    Split,
+    default_splits,
+    scaled_nodes,
+    spread,
+)
+from mirage.plan.calibrate import MIN_PAIRS, PLAN_FILE, WaitCalibration, WaitPairs, fit
 from mirage.profile.schema import ClusterProfile
 from mirage.progress import progress_bars
+
+log = logging.getLogger(__name__)
 
 
 def run_plans(
@@ -52,10 +72,17 @@ def run_plans(
     n_jobs: int = 1,
     boot: int = 2000,
     out_dir: str | Path | None = "out/eval",
+    calibration: WaitCalibration | None = None,
+    fit_to: str | Path | None = None,
+    tune_split: str | None = None,
 ) -> Evaluation:
     """Habitual, planned and hindsight-best completion per load on the test split.
     ``plan``: the grid and horizon (default :class:`PlanProtocol`; an "auto" size unit
-    is set from the trace: whole nodes where the trace records no GPU counts)."""
+    is set from the trace: whole nodes where the trace records no GPU counts).
+    ``calibration``: the planner's wait calibration (:mod:`mirage.plan.calibrate`; the
+    uncalibrated planner's figures are reported beside). ``fit_to``: first fit one on the
+    tuning split's samples (``tune_split``, default the cluster's) at the same loads and
+    write it as ``fit_to/plan.toml`` (it replaces ``calibration``)."""
     trace = trace or default_trace(cluster)
     if trace is None:
         raise InputError(f"no known trace for {cluster!r}: give trace=")
@@ -66,7 +93,8 @@ def run_plans(
         raise InputError(f"profile {profile_name!r} has no node count: calibrate it first")
     pp = _unit(plan or PlanProtocol(), df, part.gpus_per_node)
     first, last = int(df["submit"].min()), int(df["submit"].max())
-    test = default_splits(cluster, prof.timezone, first, last)["test"]
+    splits = default_splits(cluster, prof.timezone, first, last)
+    test = splits["test"]
     if test_split:
         test = parse_split(test_split, "test", prof.timezone, test)
     points = _points(df, prof, test.start, test.end, first, pp, every_h, max_samples)
@@ -75,13 +103,27 @@ def run_plans(
         "plan_protocol": dataclasses.asdict(pp), "every_h": every_h,
         "split": test.as_dict(), "samples": len(points), "loads": {},
     }  # fmt: skip
+    inputs = _Inputs(trace, profile_name, part.nodes, pp, cache, n_jobs)
+    if fit_to is not None:
+        tune = parse_split(tune_split, "tune", prof.timezone, splits["tune"])
+        tpoints = _points(df, prof, tune.start, tune.end, first, pp, every_h, max_samples, "tuning")
+        calibration = _fit(inputs, tune, tpoints, loads, Path(fit_to), cluster)
+        report["calibration_fit"] = {"split": tune.as_dict(), "samples": len(tpoints),
+                                     "file": str(Path(fit_to) / PLAN_FILE)}  # fmt: skip
+    if calibration is not None:
+        report["calibration"] = dataclasses.asdict(calibration)
     rows = {}
     for load in loads:
         t0 = time.perf_counter()
-        nodes = scaled_nodes(part.nodes, load)
-        setting = Setting(trace, profile_name, nodes, load, test, Protocol())
+        setting = inputs.setting(load, test)
         records = _record(setting, points, pp, cache, n_jobs)
-        entry = {"nodes": nodes, **summarize(records, boot=boot)}
+        entry: dict[str, Any] = {"nodes": setting.nodes}
+        if calibration is not None:
+            entry["uncalibrated"] = _brief(summarize(records, boot=boot))
+            planned = _record_any(setting, points, planned_recorder(points, pp, calibration),
+                                  inputs, "planned, calibrated")  # fmt: skip
+            records = [p.into(r) for p, r in zip(planned, records, strict=True)]
+        entry.update(summarize(records, boot=boot))
         entry["wall_s"] = round(time.perf_counter() - t0, 1)
         report["loads"][f"{load:g}"] = rows[f"{load:g}"] = entry
     title = (
@@ -119,6 +161,7 @@ def _points(  # noqa: PLR0917 - private, one call site
     pp: PlanProtocol,
     every_h: float,
     max_samples: int,
+    split: str = "test",
 ) -> list[ChainPoint]:
     """The split's sampled decision points, each with its horizon before the split's end
     (the replay is cut there: no arrival after it) and after the warm-up."""
@@ -131,7 +174,7 @@ def _points(  # noqa: PLR0917 - private, one call site
         pts = [p for k, p in enumerate(pts) if k in keep]
     if not pts:
         raise InputError(
-            "no chain decision point in the test split with its horizon before the split's "
+            f"no chain decision point in the {split} split with its horizon before the split's "
             "end and enough work left: shorten the horizon or lower the minimum work"
         )
     return pts
@@ -145,6 +188,74 @@ def _record(
             setting, [p.t for p in points], plan_recorder(points, pp), cache=cache,
             n_jobs=n_jobs, progress=bars.counter(f"plans load {setting.load:g}"),
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every split's recording shares."""
+
+    trace: str
+    profile: str
+    nodes: int
+    pp: PlanProtocol
+    cache: str | None
+    n_jobs: int
+
+    def setting(self, load: float, split: Split) -> Setting:
+        return Setting(self.trace, self.profile, scaled_nodes(self.nodes, load), load, split,
+                       Protocol())  # fmt: skip
+
+
+def _record_any(
+    setting: Setting, points: list[ChainPoint], rec: Recorder[R], inputs: _Inputs, label: str
+) -> list[R]:
+    with progress_bars() as bars:
+        return record_all(
+            setting, [p.t for p in points], rec, cache=inputs.cache, n_jobs=inputs.n_jobs,
+            progress=bars.counter(f"{label} load {setting.load:g}"),
+        )  # fmt: skip
+
+
+def _fit(  # noqa: PLR0917 - private, one call site
+    inputs: _Inputs,
+    tune: Split,
+    points: list[ChainPoint],
+    loads: Sequence[float],
+    folder: Path,
+    cluster: str,
+) -> WaitCalibration:
+    """The wait calibration fitted on the tuning split's pairs at ``loads``, written as
+    ``folder/plan.toml``."""
+    pairs = []
+    for load in loads:
+        setting = inputs.setting(load, tune)
+        truths = _record(setting, points, inputs.pp, inputs.cache, inputs.n_jobs)
+        preds = _record_any(setting, points, predictions_recorder(points, inputs.pp), inputs,
+                            "plan predictions")  # fmt: skip
+        pairs.append(wait_pairs(truths, preds, inputs.pp.horizon_s))
+    every = WaitPairs.concat(pairs)
+    cal = fit(every)
+    folder.mkdir(parents=True, exist_ok=True)
+    note = (
+        f"Fitted by mirage evaluate --plans --plan-fit on {cluster}'s tuning split, "
+        f"{_day(tune.start)} to {_day(tune.end)}:\n{len(points)} decision points at load(s) "
+        f"{', '.join(f'{ld:g}' for ld in loads)}, {len(every)} grid shapes' true total waits.\n"
+        "start = by predicted runs + alpha x (by limits - by predicted runs), per width class\n"
+        "(node_edges: upper bounds in nodes; pairs: the pairs per class, under "
+        f"{MIN_PAIRS}: alpha 0)."
+    )
+    path = folder / PLAN_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(cal.to_toml(note), encoding="utf-8")
+    tmp.replace(path)
+    log.info("wait calibration written to %s", path)
+    return cal
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    """The uncalibrated planner's figures kept beside the calibrated ones."""
+    keys = ("planned", "planned_minus_habitual", "planned_over_best", "planned_is_best")
+    return {k: s[k] for k in keys if k in s}
 
 
 def _day(t: int) -> str:

@@ -50,6 +50,7 @@ from mirage.evaluate.lookahead import FinishedRuns
 from mirage.evaluate.probes import Recorder
 from mirage.evaluate.protocol import DAY, HOUR, Protocol
 from mirage.plan import Options, Shape, Snapshot, Work, candidates, habitual_shape, plan_chain
+from mirage.plan.calibrate import Limits, WaitCalibration, WaitPairs, width
 from mirage.plan.queue import request_of
 from mirage.plan.shapes import DEFAULT_LIMITS_S
 from mirage.policy.lookahead import RunTimes, request_spec
@@ -172,9 +173,16 @@ class Planned:
     plan_s: float  # time spent planning
 
 
-def run_planned(base: Simulation, shapes: list[Shape], work: Work, pp: PlanProtocol) -> Planned:
+def run_planned(
+    base: Simulation,
+    shapes: list[Shape],
+    work: Work,
+    pp: PlanProtocol,
+    calibration: WaitCalibration | None = None,
+) -> Planned:
     """The chain's true completion with each segment's shape chosen by the planner on
-    the snapshot of the moment (only the first one when ``pp.replan`` is off)."""
+    the snapshot of the moment (only the first one when ``pp.replan`` is off), its waits
+    calibrated by ``calibration`` when given."""
     sim = base.fork()
     runtimes = RunTimes()
     feed = FinishedRuns(sim, runtimes)
@@ -187,7 +195,9 @@ def run_planned(base: Simulation, shapes: list[Shape], work: Work, pp: PlanProto
             t0 = time.perf_counter()
             feed.catch_up()
             q = Snapshot(client.queue(), sim.profile, sim.now, runtimes, user=USER)
-            options = Options(overhead_s=pp.overhead_s, horizon_s=pp.horizon_s)
+            options = Options(
+                overhead_s=pp.overhead_s, horizon_s=pp.horizon_s, calibration=calibration
+            )
             shape = plan_chain(q, work, shapes, options=options).recommended.shape
             out.plan_s += time.perf_counter() - t0
         out.shapes.append(shape)
@@ -283,3 +293,132 @@ def plan_recorder(points: list[ChainPoint], pp: PlanProtocol) -> Recorder[PlanRe
     (``<cache>/<setting key>/<t>.plans-<tag>.npz``)."""
     rec = partial(_record, points={p.t: p for p in points}, pp=pp)
     return Recorder(f".plans-{pp.tag()}.npz", rec, PlanRecord.load)
+
+
+@dataclass
+class PlannedRecord:
+    """One sample's planned path with a calibrated planner (the grid's truths are the
+    :class:`PlanRecord`'s: they do not depend on the planner)."""
+
+    t: int
+    planned_done: int
+    planned_censored: bool
+    planned_shapes: np.ndarray  # int64 (segments,): index of each segment's grid shape
+    plan_s: float
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        meta = np.array([self.t, self.planned_done, int(self.planned_censored)], np.int64)
+        np.savez_compressed(tmp, meta=meta, planned_shapes=self.planned_shapes,
+                            cost=np.array([self.plan_s]))  # fmt: skip
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> PlannedRecord:
+        with np.load(path) as z:
+            t, done, censored = (int(x) for x in z["meta"])
+            return cls(t, done, bool(censored), z["planned_shapes"], float(z["cost"][0]))
+
+    def into(self, rec: PlanRecord) -> PlanRecord:
+        """``rec`` with this planned path in place of its own."""
+        return replace(rec, planned_done=self.planned_done, planned_censored=self.planned_censored,
+                       planned_shapes=self.planned_shapes, plan_s=self.plan_s)  # fmt: skip
+
+
+def _record_planned(
+    sim: Simulation,
+    protocol: Protocol,
+    points: dict[int, ChainPoint],
+    pp: PlanProtocol,
+    calibration: WaitCalibration,
+) -> PlannedRecord:
+    shapes, _ = grid(sim.profile, protocol.partition, points[sim.now], pp)
+    cap = sim.now + pp.horizon_s
+    p = run_planned(sim, shapes, work_of(points[sim.now], pp.unit), pp, calibration)
+    return PlannedRecord(
+        t=sim.now,
+        planned_done=cap if p.done is None else p.done,
+        planned_censored=p.done is None,
+        planned_shapes=np.array([shapes.index(s) for s in p.shapes], np.int64),
+        plan_s=p.plan_s,
+    )
+
+
+def planned_recorder(
+    points: list[ChainPoint], pp: PlanProtocol, calibration: WaitCalibration
+) -> Recorder[PlannedRecord]:
+    """The calibrated planner's path at ``points``
+    (``<cache>/<setting key>/<t>.planned-<tag>-<calibration tag>.npz``)."""
+    rec = partial(_record_planned, points={p.t: p for p in points}, pp=pp,
+                  calibration=calibration)  # fmt: skip
+    return Recorder(f".planned-{pp.tag()}-{calibration.tag()}.npz", rec, PlannedRecord.load)
+
+
+@dataclass
+class PlanPredictions:
+    """What the planner reads at a sample for every grid shape, both ways (predicted runs,
+    limits): the pairs a wait calibration is fitted on, beside the :class:`PlanRecord`'s
+    truths."""
+
+    t: int
+    by_runs: np.ndarray  # int64 (n,): first wait with the queue's predicted runs, s
+    by_limits: np.ndarray  # int64 (n,): first wait with every job at its limit, s
+    segments: np.ndarray  # int64 (n,)
+    runs: np.ndarray  # int64 (n,): run of every segment, overheads included, s
+    widths: np.ndarray  # float (n,): the shape's size in nodes
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, t=np.array([self.t]), by_runs=self.by_runs,
+                            by_limits=self.by_limits, segments=self.segments, runs=self.runs,
+                            widths=self.widths)  # fmt: skip
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> PlanPredictions:
+        with np.load(path) as z:
+            return cls(int(z["t"][0]), z["by_runs"], z["by_limits"], z["segments"], z["runs"],
+                       z["widths"])  # fmt: skip
+
+
+def _record_predictions(
+    sim: Simulation, protocol: Protocol, points: dict[int, ChainPoint], pp: PlanProtocol
+) -> PlanPredictions:
+    shapes, _ = grid(sim.profile, protocol.partition, points[sim.now], pp)
+    work = work_of(points[sim.now], pp.unit)
+    fork = sim.fork()
+    runtimes = RunTimes()
+    FinishedRuns(fork, runtimes)  # the jobs finished so far, as run_planned feeds them
+    snap = SimSlurmClient(fork, user=USER).queue()
+    options = Options(overhead_s=pp.overhead_s, horizon_s=pp.horizon_s)
+    seen = []
+    for runs in (runtimes, Limits()):
+        q = Snapshot(snap, fork.profile, fork.now, runs, user=USER)
+        seen.append({c.shape: c for c in plan_chain(q, work, shapes, options=options).candidates})
+    by, at_limits = seen
+    return PlanPredictions(
+        t=sim.now,
+        by_runs=np.array([by[s].first_wait_s for s in shapes], np.int64),
+        by_limits=np.array([at_limits[s].first_wait_s for s in shapes], np.int64),
+        segments=np.array([by[s].segments for s in shapes], np.int64),
+        runs=np.array([by[s].run_s for s in shapes], np.int64),
+        widths=np.array([width(s, sim.profile) for s in shapes], float),
+    )
+
+
+def predictions_recorder(points: list[ChainPoint], pp: PlanProtocol) -> Recorder[PlanPredictions]:
+    """The planner's predictions at ``points`` (``<t>.planpred-<tag>.npz``)."""
+    rec = partial(_record_predictions, points={p.t: p for p in points}, pp=pp)
+    return Recorder(f".planpred-{pp.tag()}.npz", rec, PlanPredictions.load)
+
+
+def wait_pairs(truths: list[PlanRecord], preds: list[PlanPredictions], horizon_s: int) -> WaitPairs:
+    """Every grid shape at every sample, as a fit's pairs. A censored truth counts as its
+    lower bound (the horizon), except where the run alone passes the horizon: that
+    truth says nothing of the wait."""
+    parts = []
+    for tr, pr in zip(truths, preds, strict=True):
+        k = pr.runs < horizon_s
+        parts.append(WaitPairs(pr.widths[k], pr.segments[k], pr.by_runs[k], pr.by_limits[k],
+                               (tr.done - tr.t - pr.runs)[k]))  # fmt: skip
+    return WaitPairs.concat(parts)

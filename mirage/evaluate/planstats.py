@@ -143,6 +143,14 @@ def render(rows: dict[str, dict[str, Any]], title: str) -> str:
                 f"/{s['n']}; {s['mean_sample_s']:.1f} s a sample, of which planning "
                 f"{s['mean_plan_s']:.2f} s"
             )
+            u = s.get("uncalibrated")
+            if u:
+                lines.append(
+                    f"load {load}: the planner with its wait calibration (above); without it: "
+                    f"planned {_cell(u['planned'])} h, planned - habitual "
+                    f"{_cell(u['planned_minus_habitual'])} h, {u['planned_over_best']:+.0%} vs "
+                    f"best, planned = best in {u['planned_is_best']}/{s['n']}"
+                )
     return "\n".join(lines)
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirage.plan.calibrate import Limits, WaitCalibration
 from mirage.plan.draws import FastDraw
 from mirage.plan.queue import COARSE_STEP_S, Snapshot, spread, start_times
 from mirage.plan.shapes import Shape
@@ -52,6 +53,9 @@ class Options:
     draws: int = 0
     method: str = "plan"
     horizon_s: int = HORIZON_S
+    # the cluster's wait calibration (mirage.plan.calibrate): each start between the
+    # run-based plan and the limit-based one, by the shape's width
+    calibration: WaitCalibration | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ def plan_chain(
         raise PlanInputError("later_wait_share must be between 0 and 1")
     every = list(dict.fromkeys([*shapes, *([habitual] if habitual else [])]))
     starts = start_times(q, every, method=options.method, horizon_s=options.horizon_s)
+    if options.calibration is not None:
+        starts = _calibrated(q, every, starts, options)
     drawn = _drawn_starts(q, every, options)
     waits = list(forecast(every)) if forecast is not None else [None] * len(every)
     rows = {
@@ -162,6 +168,18 @@ def plan_chain(
         queue_jobs=len(q.snapshot.jobs),
         notes=_notes(q, options, forecast is not None),
     )
+
+
+def _calibrated(q: Snapshot, shapes: Sequence[Shape], starts: list[int], o: Options) -> list[int]:
+    """Each start placed between the run-based one and the one with every job at its
+    limit, by the cluster's calibration for the shape's width."""
+    assert o.calibration is not None
+    at_limits = Snapshot(q.snapshot, q.profile, q.now, Limits(), q.to_limit, q.user)
+    limits = start_times(at_limits, shapes, method=o.method, horizon_s=o.horizon_s)
+    return [
+        o.calibration.start(r, lim, s, q.profile)
+        for s, r, lim in zip(shapes, starts, limits, strict=True)
+    ]
 
 
 def _rank(c: Candidate) -> tuple[int, float, Shape]:
@@ -234,4 +252,7 @@ def _notes(q: Snapshot, o: Options, forecast: bool) -> tuple[str, ...]:
         out.append("no finished jobs seen: queued jobs are predicted to run to their limits")
     if o.method == "plan":
         out.append("starts from one planning pass over the queue (mirage.plan.queue)")
+    if o.calibration is not None:
+        out.append("starts calibrated by the shape's width between run-based and limit-based "
+                   "plans (the cluster's plan.toml, mirage.plan.calibrate)")  # fmt: skip
     return tuple(out)

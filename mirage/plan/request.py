@@ -15,8 +15,10 @@ habitual shape goes (the default partition when null).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from mirage.plan.calibrate import WaitCalibration
 from mirage.plan.predict import Options, Plan, WaitForecast, plan_chain
 from mirage.plan.queue import METHODS, Snapshot
 from mirage.plan.shapes import candidates
@@ -80,10 +82,16 @@ def _work(req: Mapping[str, Any]) -> Work:
     )
 
 
-def plan_request(q: Snapshot, req: Mapping[str, Any], forecast: WaitForecast | None = None) -> Plan:
-    """The plan ``req`` asks for, on the queue ``q``; PlanInputError for bad options."""
+def plan_request(
+    q: Snapshot,
+    req: Mapping[str, Any],
+    forecast: WaitForecast | None = None,
+    calibration: WaitCalibration | None = None,
+) -> Plan:
+    """The plan ``req`` asks for, on the queue ``q`` (with the cluster's wait
+    ``calibration`` where it has one); PlanInputError for bad options."""
     work = _work(req)
-    options = options_of(req)
+    options = replace(options_of(req), calibration=calibration)
     try:
         shapes = candidates(
             q.profile,

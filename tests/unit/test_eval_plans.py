@@ -256,3 +256,42 @@ def test_evaluate_plans_on_the_bundled_slice(tmp_path: Path) -> None:
     again = CliRunner().invoke(main, [*args, "--json"])  # from the cache
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["loads"]["2"]["planned"] == load["planned"]
+
+
+def test_plan_fit_writes_the_calibration_the_next_run_plans_with(tmp_path: Path) -> None:
+    """--plan-fit: pairs from the tuning split (every grid shape's truth beside both of
+    the planner's readings), the calibration written, the test split planned with it and
+    the uncalibrated figures beside; a later run reads the file from --models."""
+    from mirage.plan.calibrate import read_calibration
+
+    models = tmp_path / "models"
+    base = [
+        "evaluate", "--cluster", "ls6", "--plans",
+        "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
+        "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
+        "--load", "2", "--test-split", "2023-03-08:2023-03-11", "--every-h", "12",
+        "--max-samples", "2", "--plan-horizon-h", "24", "--plan-work-h", "1:8",
+        "--boot", "100", "--cache", str(tmp_path / "cache"), "--models", str(models),
+    ]  # fmt: skip
+    fitted = [*base, "--tune-split", "2022-11-06:2022-11-12", "--plan-fit", str(models),
+              "--out", str(tmp_path / "a")]  # fmt: skip
+    res = CliRunner().invoke(main, fitted)
+    assert res.exit_code == 0, res.output
+    cal = read_calibration(models)
+    assert cal is not None and sum(cal.pairs) > 0
+    report = json.loads((tmp_path / "a" / "plans-ls6-load2.json").read_text())
+    assert report["calibration_fit"]["samples"] == 2
+    assert report["calibration"]["alpha"] == list(cal.alpha)
+    load = report["loads"]["2"]
+    assert set(load["uncalibrated"]) >= {"planned", "planned_over_best"}
+    assert "without it: planned" in res.output
+    again = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "b"), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["calibration"]["alpha"] == list(cal.alpha)
+    off = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "c"), "--json",
+                                    "--plan-no-calibration"])  # fmt: skip
+    assert off.exit_code == 0, off.output
+    assert "calibration" not in json.loads(off.output)
+    (models / "plan.toml").write_text("[waits]\nnode_edges = [1]\n")
+    bad = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "d")])
+    assert bad.exit_code == 2 and "plan.toml" in bad.output

@@ -209,6 +209,40 @@ def test_replan_gives_the_next_segment_the_shape_planned_then(tmp_path: Path) ->
     assert kinds.count("chain.replan") == 1  # once per segment
 
 
+def test_replan_keeps_the_shape_when_the_gain_is_under_the_margin(tmp_path: Path) -> None:
+    """[plan] replan_min_gain_s: the 8-hour shape finishes sooner than the chain's 1-hour
+    one (10 minutes lost at each of fewer restarts), so it is taken without a margin; not by
+    100 h: with that margin the shape stays, no event, and the record takes the present
+    shape's fresh prediction."""
+    request = {"work": "16h@4gpu", "limits": ["1h", "8h"], "sizes": [4], "draws": 0,
+               "overhead": "10m"}  # fmt: skip
+
+    def replanned(folder: Path, margin: int) -> tuple[Daemon, Chain]:
+        client = make_sim(4)
+        config = dataclasses.replace(make_config(), plan=PlanSection(True, margin))
+        daemon = Daemon(make_store(folder), client, config=config, profile=toy_profile(4))
+        chain = make_chain(daemon.store, limit=H, segments=5)
+        with daemon.store.sessions() as s:
+            c = s.get(Chain, chain.id)
+            assert c is not None
+            c.plan = {"request": request, "overhead_s": 600, "for_segment": 0, "replans": 0,
+                      "completion": 0}  # fmt: skip
+            s.commit()
+        run_cycles([daemon], client, 0, 300)
+        return daemon, chain_state(daemon.store, chain.id)
+
+    (tmp_path / "any").mkdir()
+    _, moved = replanned(tmp_path / "any", 0)
+    assert moved.time_limit_s == 8 * H  # without a margin the 8-hour shape is taken
+    daemon, c = replanned(tmp_path, 100 * H)
+    assert (c.time_limit_s, c.segments_target) == (H, 5)
+    assert c.plan is not None and (c.plan["for_segment"], c.plan["replans"]) == (1, 0)
+    assert c.plan["completion"] > 15 * H  # the 1-hour shape's, planned on the poll
+    with daemon.store.sessions() as s:
+        kinds = [e.kind for e in s.scalars(select(Event).where(Event.chain_id == c.id))]
+    assert "chain.replan" not in kinds
+
+
 def test_without_replan_the_shape_stays(tmp_path: Path) -> None:
     client = make_sim(4)
     daemon = Daemon(make_store(tmp_path), client, config=make_config(), profile=toy_profile(4))
