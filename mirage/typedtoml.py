@@ -12,6 +12,7 @@ from __future__ import annotations
 import tomllib
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -86,3 +87,18 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SchemaError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def read_one_table(path: Path, what: str, name: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The one table ``[name]`` a small file holds (a cluster's ``policy.toml``,
+    ``plan.toml``): SchemaError for anything else in the file or a key not in ``keys``."""
+    data = read_toml(path, what)
+    table = data.get(name)
+    if set(data) != {name} or not isinstance(table, dict):
+        raise SchemaError(f"{path}: needs one [{name}] table and nothing else")
+    unknown = sorted(set(table) - set(keys))
+    if unknown:
+        raise SchemaError(
+            f"{path} [{name}]: unknown key(s) {', '.join(unknown)}; valid: {', '.join(keys)}"
+        )
+    return dict(table)

@@ -73,24 +73,15 @@ class PolicyFileError(ValueError):
 def cluster_policy(folder: Path) -> dict[str, Any]:
     """The ``[policy]`` values of ``folder/policy.toml`` (a cluster's models folder);
     empty when there is none."""
-    from mirage.typedtoml import SchemaError, read_toml
+    from mirage.typedtoml import SchemaError, read_one_table
 
     path = folder / POLICY_FILE
     if not path.is_file():
         return {}
     try:
-        data = read_toml(path, "cluster policy")
+        return read_one_table(path, "cluster policy", "policy", list(FILE_KEYS))
     except SchemaError as exc:
         raise PolicyFileError(str(exc)) from exc
-    table = data.get("policy")
-    if set(data) != {"policy"} or not isinstance(table, dict):
-        raise PolicyFileError(f"{path}: needs one [policy] table and nothing else")
-    unknown = sorted(set(table) - set(FILE_KEYS))
-    if unknown:
-        raise PolicyFileError(
-            f"{path} [policy]: unknown key(s) {', '.join(unknown)}; valid: {', '.join(FILE_KEYS)}"
-        )
-    return dict(table)
 
 
 def shipped_for(folder: Path) -> Shipped:

@@ -237,15 +237,18 @@ def test_targets_need_the_gain_a_paired_interval_below_zero_and_the_best_near() 
 # ---- the command ---------------------------------------------------------------------------
 
 
+#: A short plan evaluation on the bundled slice: two decision points, a day's horizon.
+SLICE_ARGS = [
+    "evaluate", "--cluster", "ls6", "--plans",
+    "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
+    "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
+    "--load", "2", "--test-split", "2023-03-08:2023-03-11", "--every-h", "12",
+    "--max-samples", "2", "--plan-horizon-h", "24", "--plan-work-h", "1:8", "--boot", "100",
+]  # fmt: skip
+
+
 def test_evaluate_plans_on_the_bundled_slice(tmp_path: Path) -> None:
-    args = [
-        "evaluate", "--cluster", "ls6", "--plans",
-        "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
-        "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
-        "--load", "2", "--test-split", "2023-03-08:2023-03-11", "--every-h", "12",
-        "--max-samples", "2", "--plan-horizon-h", "24", "--plan-work-h", "1:8",
-        "--boot", "100", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
-    ]  # fmt: skip
+    args = [*SLICE_ARGS, "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "out" / "plans-ls6-load2.json").read_text())
@@ -265,14 +268,7 @@ def test_plan_fit_writes_the_calibration_the_next_run_plans_with(tmp_path: Path)
     from mirage.plan.calibrate import read_calibration
 
     models = tmp_path / "models"
-    base = [
-        "evaluate", "--cluster", "ls6", "--plans",
-        "--trace", str(REPO / "traces" / "ls6-a100-slice.log.gz"),
-        "--profile", str(REPO / "models" / "ls6" / "profile.toml"),
-        "--load", "2", "--test-split", "2023-03-08:2023-03-11", "--every-h", "12",
-        "--max-samples", "2", "--plan-horizon-h", "24", "--plan-work-h", "1:8",
-        "--boot", "100", "--cache", str(tmp_path / "cache"), "--models", str(models),
-    ]  # fmt: skip
+    base = [*SLICE_ARGS, "--cache", str(tmp_path / "cache"), "--models", str(models)]
     fitted = [*base, "--tune-split", "2022-11-06:2022-11-12", "--plan-fit", str(models),
               "--out", str(tmp_path / "a")]  # fmt: skip
     res = CliRunner().invoke(main, fitted)

@@ -69,7 +69,7 @@ def test_the_file_reads_back_and_bad_ones_are_one_line(tmp_path: Path) -> None:
     assert read_calibration(tmp_path) == cal
     assert read_calibration(tmp_path / "none") is None
     bad = {
-        "[waits]\nnode_edges = [1]\nalpha = [0, 0]\nslope = 1\n": "unknown: slope",
+        "[waits]\nnode_edges = [1]\nalpha = [0, 0]\nslope = 1\n": "unknown key.s. slope",
         "[waits]\nnode_edges = [1]\nalpha = [0, 2]\n": "between 0 and 1",
         "[waits]\nnode_edges = [1]\nalpha = [0]\n": "need 2 alphas",
         '[waits]\nnode_edges = [1]\nalpha = [0, "x"]\n': "expected numbers",
