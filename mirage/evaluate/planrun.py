@@ -51,7 +51,14 @@ from mirage.evaluate.protocol import (
     scaled_nodes,
     spread,
 )
-from mirage.plan.calibrate import MIN_PAIRS, PLAN_FILE, WaitCalibration, WaitPairs, fit
+from mirage.plan.calibrate import (
+    MIN_PAIRS,
+    PLAN_FILE,
+    WaitCalibration,
+    WaitPairs,
+    fit,
+    picked_mean_s,
+)
 from mirage.profile.schema import ClusterProfile
 from mirage.progress import progress_bars
 
@@ -232,17 +239,19 @@ def _fit(  # noqa: PLR0917 - private, one call site
         truths = _record(setting, points, inputs.pp, inputs.cache, inputs.n_jobs)
         preds = _record_any(setting, points, predictions_recorder(points, inputs.pp), inputs,
                             "plan predictions")  # fmt: skip
-        pairs.append(wait_pairs(truths, preds, inputs.pp.horizon_s))
+        pairs.append(wait_pairs(truths, preds))
     every = WaitPairs.concat(pairs)
     cal = fit(every)
     folder.mkdir(parents=True, exist_ok=True)
     note = (
         f"Fitted by mirage evaluate --plans --plan-fit on {cluster}'s tuning split, "
         f"{_day(tune.start)} to {_day(tune.end)}:\n{len(points)} decision points at load(s) "
-        f"{', '.join(f'{ld:g}' for ld in loads)}, {len(every)} grid shapes' true total waits.\n"
-        "start = by predicted runs + alpha x (by limits - by predicted runs), per width class\n"
-        "(node_edges: upper bounds in nodes; pairs: the pairs per class, under "
-        f"{MIN_PAIRS}: alpha 0)."
+        f"{', '.join(f'{ld:g}' for ld in loads)}, every grid shape's true completion.\n"
+        "start = by predicted runs + alpha x (by limits - by predicted runs), per width "
+        "class:\nthe alphas under which the planner's picks finished soonest there (with "
+        f"{picked_mean_s(cal, every) / HOUR:.1f} h on average).\nnode_edges: the classes' upper "
+        f"bounds in nodes; pairs: the pairs per class (under {MIN_PAIRS}: the narrower "
+        "class's alpha)."
     )
     path = folder / PLAN_FILE
     tmp = path.with_name(path.name + ".tmp")

@@ -412,13 +412,11 @@ def predictions_recorder(points: list[ChainPoint], pp: PlanProtocol) -> Recorder
     return Recorder(f".planpred-{pp.tag()}.npz", rec, PlanPredictions.load)
 
 
-def wait_pairs(truths: list[PlanRecord], preds: list[PlanPredictions], horizon_s: int) -> WaitPairs:
-    """Every grid shape at every sample, as a fit's pairs. A censored truth counts as its
-    lower bound (the horizon), except where the run alone passes the horizon: that
-    truth says nothing of the wait."""
+def wait_pairs(truths: list[PlanRecord], preds: list[PlanPredictions]) -> WaitPairs:
+    """Every grid shape at every sample, as a fit's pairs (a censored truth counts as
+    the horizon, as in the figures)."""
     parts = []
-    for tr, pr in zip(truths, preds, strict=True):
-        k = pr.runs < horizon_s
-        parts.append(WaitPairs(pr.widths[k], pr.segments[k], pr.by_runs[k], pr.by_limits[k],
-                               (tr.done - tr.t - pr.runs)[k]))  # fmt: skip
+    for k, (tr, pr) in enumerate(zip(truths, preds, strict=True)):
+        parts.append(WaitPairs(np.full(len(pr.runs), k), pr.widths, pr.segments, pr.runs,
+                               pr.by_runs, pr.by_limits, tr.done - tr.t))  # fmt: skip
     return WaitPairs.concat(parts)

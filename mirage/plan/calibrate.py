@@ -14,10 +14,13 @@ which the run-based pass said and the limit-based one overstated.
 So a calibrated plan reads the queue both ways and takes, for a shape of width class
 ``c`` (its size in nodes: 40 of 80 CPUs is 0.5), the start
 ``run-based + alpha[c] x (limit-based - run-based)``; its later segments wait as long
-(:mod:`.predict`). Each ``alpha`` is fitted by least squares, in [0, 1], on the total
-waits of every grid shape at every decision point of a cluster's tuning month, whose
-truth is run forward in the simulator with later arrivals (:mod:`mirage.evaluate.plans`);
-a class with fewer than :data:`MIN_PAIRS` pairs keeps the run-based plan (0).
+(:mod:`.predict`). The alphas are chosen on a cluster's tuning month: at every decision
+point there, every grid shape's truth is run forward in the simulator with later
+arrivals (:mod:`mirage.evaluate.plans`), and the alphas kept are those, from a coarse
+grid and never smaller for a wider class, under which the planner's picks finish
+soonest on average. That is the decision the plan is for; a least-squares fit of the
+waits themselves, tried first, weighs the long waits of shapes no plan would pick and
+chose worse (CERIT's March: 15% above the best shape in hindsight, against 11%).
 ``mirage evaluate --plans --plan-fit FOLDER`` fits it and writes ``FOLDER/plan.toml``;
 ``mirage plan``, ``chain submit --plan`` and the daemon's re-plans read it from the
 cluster's models folder, beside ``policy.toml``.
@@ -25,7 +28,9 @@ cluster's models folder, beside ``policy.toml``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -41,8 +46,10 @@ from mirage.slurm.types import SlurmJob
 PLAN_FILE = "plan.toml"
 #: Upper bounds of the width classes, in nodes (the last class is open-ended).
 DEFAULT_EDGES = (0.125, 0.25, 0.5, 1.0, 2.0)
-#: Fewer pairs than this in a class: it keeps the run-based plan.
+#: Fewer pairs than this in a class: it takes its narrower neighbour's alpha.
 MIN_PAIRS = 20
+#: The alphas a fit chooses from (coarse: a month of decision points fits a few choices).
+LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KEYS = ("node_edges", "alpha", "pairs")
 
 
@@ -109,43 +116,102 @@ def width(shape: Shape, profile: ClusterProfile) -> float:
 
 @dataclass(frozen=True)
 class WaitPairs:
-    """A fit's data, one row per grid shape and decision point: the shape's width (nodes),
-    segments, first wait by runs and by limits (s), and the true total of its waits (s)."""
+    """A fit's data, one row per grid shape and decision point: the decision point
+    (``sample``), the shape's width (nodes), segments, run (all segments, s), first wait by
+    predicted runs and by limits (s), and the true completion after the decision (s)."""
 
+    sample: np.ndarray
     widths: np.ndarray
     segments: np.ndarray
+    runs_s: np.ndarray
     by_runs_s: np.ndarray
     by_limits_s: np.ndarray
-    true_total_s: np.ndarray
+    true_done_s: np.ndarray
 
     @classmethod
     def concat(cls, parts: Sequence[WaitPairs]) -> WaitPairs:
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in _PAIR_FIELDS))
+        """One set of pairs; each part's samples kept apart."""
+        out, base = [], 0
+        for p in parts:
+            out.append(dataclasses.replace(p, sample=p.sample + base))
+            base += int(p.sample.max()) + 1 if len(p) else 0
+        return cls(*(np.concatenate([getattr(p, f.name) for p in out])
+                     for f in dataclasses.fields(cls)))  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.widths)
 
 
-_PAIR_FIELDS = ("widths", "segments", "by_runs_s", "by_limits_s", "true_total_s")
-
-
 def fit(
-    pairs: WaitPairs, edges: Sequence[float] = DEFAULT_EDGES, min_pairs: int = MIN_PAIRS
+    pairs: WaitPairs,
+    edges: Sequence[float] = DEFAULT_EDGES,
+    min_pairs: int = MIN_PAIRS,
+    levels: Sequence[float] = LEVELS,
 ) -> WaitCalibration:
-    """Per width class, the ``alpha`` in [0, 1] of least squares for the total wait
-    ``segments x (first by runs + alpha x (by limits - by runs))`` against the truth
-    (each later segment waits as the first: :mod:`.predict`'s persistence)."""
-    w, n, r, lim, t = (np.asarray(getattr(pairs, f), float) for f in _PAIR_FIELDS)
-    cls = np.searchsorted(np.asarray(edges, float), w, side="left")
-    alphas, counts = [], []
-    for c in range(len(edges) + 1):
-        m = cls == c
-        counts.append(int(m.sum()))
-        x, y = n[m] * (lim[m] - r[m]), t[m] - n[m] * r[m]
-        den = float(np.dot(x, x))
-        ok = counts[-1] >= min_pairs and den > 0
-        alphas.append(min(1.0, max(0.0, float(np.dot(x, y)) / den)) if ok else 0.0)
-    return WaitCalibration(tuple(edges), tuple(round(a, 3) for a in alphas), tuple(counts))
+    """The alphas, one per width class, from ``levels`` and never smaller for a wider
+    class, under which the planner's picks at the pairs' decision points finish soonest
+    on average (ties: the smaller alphas, nearer the run-based plan). A class of fewer
+    than ``min_pairs`` pairs takes the alpha of the class narrower than it (the first: 0)."""
+    cls = np.searchsorted(np.asarray(edges, float), pairs.widths, side="left")
+    n_cls = len(edges) + 1
+    counts = np.bincount(cls, minlength=n_cls)
+    free = [c for c in range(n_cls) if counts[c] >= min_pairs]
+    pick = _Picks(pairs, cls)
+    best: tuple[float, tuple[float, ...]] | None = None
+    for combo in itertools.combinations_with_replacement(sorted(levels), len(free)):
+        alpha = _spread(combo, free, n_cls)
+        score = pick.mean_done(np.asarray(alpha))
+        if best is None or score < best[0] - 1e-9:
+            best = (score, alpha)
+    alpha = best[1] if best is not None else (0.0,) * n_cls
+    return WaitCalibration(tuple(edges), alpha, tuple(int(x) for x in counts))
+
+
+def picked_mean_s(cal: WaitCalibration, pairs: WaitPairs) -> float:
+    """The mean true completion (after the decision, s) of the shapes a planner with
+    ``cal`` picks at the pairs' decision points."""
+    cls = np.searchsorted(np.asarray(cal.edges, float), pairs.widths, side="left")
+    return _Picks(pairs, cls).mean_done(np.asarray(cal.alpha))
+
+
+def _spread(combo: Sequence[float], free: Sequence[int], n_cls: int) -> tuple[float, ...]:
+    """Alphas per class: the free classes' from ``combo``, each other class its narrower
+    neighbour's."""
+    out, last, it = [], 0.0, iter(combo)
+    for c in range(n_cls):
+        last = next(it) if c in free else last
+        out.append(last)
+    return tuple(out)
+
+
+class _Picks:
+    """The pairs as a (decision point x shape) table, for scoring many alphas."""
+
+    def __init__(self, pairs: WaitPairs, cls: np.ndarray) -> None:
+        ids, row = np.unique(pairs.sample, return_inverse=True)
+        col = np.zeros(len(pairs), int)
+        seen: dict[int, int] = {}
+        for k, r in enumerate(row):
+            col[k] = seen.get(int(r), 0)
+            seen[int(r)] = col[k] + 1
+        shape = (len(ids), max(seen.values(), default=0))
+
+        def table(x: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full(shape, fill, float)
+            out[row, col] = x
+            return out
+
+        self.cls = table(cls, 0).astype(int)
+        self.runs = table(pairs.runs_s, np.inf)
+        self.segments = table(pairs.segments, 1)
+        self.by_runs = table(pairs.by_runs_s, 0)
+        self.spread = table(pairs.by_limits_s - pairs.by_runs_s, 0)
+        self.done = table(pairs.true_done_s, np.inf)
+
+    def mean_done(self, alpha: np.ndarray) -> float:
+        predicted = self.runs + self.segments * (self.by_runs + alpha[self.cls] * self.spread)
+        k = np.argmin(predicted, axis=1)
+        return float(self.done[np.arange(len(k)), k].mean())
 
 
 def read_calibration(folder: Path) -> WaitCalibration | None:

@@ -16,6 +16,7 @@ from mirage.plan.calibrate import (
     WaitCalibration,
     WaitPairs,
     fit,
+    picked_mean_s,
     read_calibration,
     width,
 )
@@ -28,30 +29,33 @@ H = 3600
 NOW = 1_000_000
 
 
-def pairs(rng: np.random.Generator, w: float, alpha: float, n: int) -> WaitPairs:
-    """``n`` pairs of width ``w`` whose truth sits ``alpha`` of the way to the limits."""
-    seg = rng.integers(1, 4, n)
-    runs = rng.uniform(0, 10 * H, n)
-    limits = runs + rng.uniform(0, 40 * H, n)
-    true = seg * (runs + alpha * (limits - runs)) + rng.normal(0, 0.5 * H, n)
-    return WaitPairs(np.full(n, w), seg, runs, limits, true)
+def pairs(n: int, wide_truth: float) -> WaitPairs:
+    """``n`` decision points of two shapes: a narrow one (0.1 node) that runs 20 h and
+    starts now by both readings, and a wide one (one node) that runs 10 h, starts now by
+    predicted runs and in 30 h by limits, and truly starts ``wide_truth`` of the way."""
+    k = np.repeat(np.arange(n), 2)
+    wide = np.tile([False, True], n)
+    limits = np.where(wide, 30 * H, 0)
+    runs = np.where(wide, 10 * H, 20 * H)
+    return WaitPairs(sample=k, widths=np.where(wide, 1.0, 0.1), segments=np.ones(2 * n),
+                     runs_s=runs, by_runs_s=np.zeros(2 * n), by_limits_s=limits,
+                     true_done_s=runs + wide_truth * limits)  # fmt: skip
 
 
-def test_fit_finds_each_width_class_s_share_of_the_way_to_the_limits() -> None:
-    rng = np.random.default_rng(3)
-    few = MIN_PAIRS - 1
-    data = WaitPairs.concat([pairs(rng, 0.1, 0.0, 200), pairs(rng, 0.4, 0.3, 200),
-                             pairs(rng, 1.0, 0.9, 200), pairs(rng, 3.0, 1.0, few)])  # fmt: skip
-    cal = fit(data)
-    assert cal.pairs == (200, 0, 200, 200, 0, few)
-    assert cal.alpha[0] == pytest.approx(0.0, abs=0.02)
-    assert cal.alpha[2] == pytest.approx(0.3, abs=0.02)
-    assert cal.alpha[3] == pytest.approx(0.9, abs=0.02)
-    assert cal.alpha[1] == cal.alpha[5] == 0.0  # too few pairs: the run-based plan
-    # a truth beyond the limits is held to them, one below the runs to the runs
-    over = fit(pairs(rng, 0.1, 1.6, 100))
-    under = fit(pairs(rng, 0.1, -0.5, 100))
-    assert over.alpha[0] == 1.0 and under.alpha[0] == 0.0
+def test_fit_chooses_the_alphas_whose_picks_finish_soonest() -> None:
+    # the wide shape truly waits its limits: it loses (40 h against 20); any alpha that
+    # predicts it over 20 h (a third of the way and more) picks the narrow one: 0.5, the
+    # smallest level that does
+    late = fit(pairs(30, 1.0))
+    assert late.alpha == (0.0, 0.0, 0.0, 0.5, 0.5, 0.5)  # the wider classes: as class 3
+    assert late.pairs == (30, 0, 0, 30, 0, 0)
+    assert picked_mean_s(late, pairs(30, 1.0)) == 20 * H
+    # it truly starts at once: the run-based plan (alpha 0) is right, and kept
+    early = fit(pairs(30, 0.0))
+    assert early.alpha == (0.0,) * 6
+    assert picked_mean_s(early, pairs(30, 0.0)) == 10 * H
+    # too few pairs in a class: it takes the narrower class's alpha
+    assert fit(pairs(MIN_PAIRS - 1, 1.0)).alpha == (0.0,) * 6
 
 
 def test_width_is_a_share_of_the_node() -> None:
