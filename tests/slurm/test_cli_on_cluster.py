@@ -99,6 +99,21 @@ def test_plan_reads_the_test_cluster_s_queue(slurm: CliSlurmClient, tmp_path: Pa
     assert plan["habitual"]["time_limit_s"] == 2 * 86400  # gpu's MaxTime
     text = CliRunner().invoke(main, ["plan", *args[:-1]])
     assert "recommended: gpu, 4 gpu (1x4)" in text.output, text.output
+    # the configured cluster's wait calibration (models/<cluster>/plan.toml), alpha 1 for
+    # every width: each start is the limit-based one, when the 1-hour limits end
+    from mirage.plan.calibrate import WaitCalibration
+
+    (tmp_path / "models" / "lab").mkdir(parents=True)
+    cal = WaitCalibration((0.5,), (1.0, 1.0))
+    (tmp_path / "models" / "lab" / "plan.toml").write_text(cal.to_toml())
+    cfg = tmp_path / "mirage.toml"
+    cfg.write_text(f'[policy]\nmodels_dir = "{tmp_path / "models"}"\ncluster = "lab"\n')
+    calibrated = CliRunner().invoke(main, ["plan", *args, "--config", str(cfg)])
+    assert calibrated.exit_code == 0, calibrated.output
+    plan = json.loads(calibrated.stdout)
+    assert any("calibrated" in note for note in plan["notes"]), plan["notes"]
+    for c in plan["candidates"]:
+        assert 3000 < c["first_wait_s"] <= 3600, c  # the limits' end, less their run so far
 
 
 def test_cpu_plan_reads_shared_nodes_and_its_options_submit(

@@ -216,6 +216,9 @@ def _train(work: Path, ids: list[str], out: str) -> None:
     assert training["profile_sha256"] == hashlib.sha256(calibrated).hexdigest()
     assert training["recalibrated_from"], training
     assert meta["cluster"] == SITE
+    # its last step: the shipped configuration, chosen on the same (few) tuning samples
+    assert "shipped configuration: none written (no tuning level has enough samples" in out
+    assert not (work / "models" / SITE / "policy.toml").exists()
 
 
 def _evaluate_xgb(work: Path, ids: list[str], out: str) -> None:
