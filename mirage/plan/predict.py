@@ -7,7 +7,10 @@ takes ``n = ceil(W / (L - o))`` segments and ``W + n o`` of run. Then
 
     completion = now + first wait + W + n o + (n - 1) x later wait
 
-- **first wait**: the shape's predicted start from the present queue (:mod:`.queue`).
+- **first wait**: the shape's predicted start from the present queue (:mod:`.queue`);
+  with the cluster's wait calibration (``Options.calibration``, :mod:`.calibrate`), a
+  start between that one and the one with every job at its time limit, by the shape's
+  width.
 - **later waits**: persistence: each later segment waits as long as the first would
   now (x ``later_wait_share``). The look-ahead cannot say more: it sees no later
   arrivals, so its queue drains and a segment submitted days on would start at once,
