@@ -42,11 +42,12 @@ def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
     assert meta.cluster == "ls6" and meta.training["loads"] == [2.0]
     argv = ["train", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
             "--policy", "rf", "--models", str(models), "--cache", cache, *SMALL_ARGS,
-            "--json"]  # fmt: skip
+            "--json", "--no-policy-file"]  # fmt: skip
     res = CliRunner().invoke(main, argv)
     assert res.exit_code == 0, res.output
     printed = json.loads(res.stdout)
     assert set(printed) == set(got) and printed["wall_s"] >= 0
+    assert printed["shipped"] is None  # --no-policy-file: no choice made
     assert _steady(printed) == _steady(json.loads(json.dumps(got)))
 
 
