@@ -34,7 +34,6 @@ from mirage.evaluate.inputs import (
 )
 from mirage.evaluate.plans import (
     PlanProtocol,
-    PlanRecord,
     plan_recorder,
     planned_recorder,
     predictions_recorder,
@@ -123,11 +122,11 @@ def run_plans(
     for load in loads:
         t0 = time.perf_counter()
         setting = inputs.setting(load, test)
-        records = _record(setting, points, pp, cache, n_jobs)
+        records = _record(setting, points, plan_recorder(points, pp), inputs, "plans")
         entry: dict[str, Any] = {"nodes": setting.nodes}
         if calibration is not None:
             entry["uncalibrated"] = _brief(summarize(records, boot=boot))
-            planned = _record_any(setting, points, planned_recorder(points, pp, calibration),
+            planned = _record(setting, points, planned_recorder(points, pp, calibration),
                                   inputs, "planned, calibrated")  # fmt: skip
             records = [p.into(r) for p, r in zip(planned, records, strict=True)]
         entry.update(summarize(records, boot=boot))
@@ -187,16 +186,6 @@ def _points(  # noqa: PLR0917 - private, one call site
     return pts
 
 
-def _record(
-    setting: Setting, points: list[ChainPoint], pp: PlanProtocol, cache: str | None, n_jobs: int
-) -> list[PlanRecord]:
-    with progress_bars() as bars:
-        return record_all(
-            setting, [p.t for p in points], plan_recorder(points, pp), cache=cache,
-            n_jobs=n_jobs, progress=bars.counter(f"plans load {setting.load:g}"),
-        )  # fmt: skip
-
-
 @dataclass(frozen=True)
 class _Inputs:
     """What every split's recording shares."""
@@ -213,7 +202,7 @@ class _Inputs:
                        Protocol())  # fmt: skip
 
 
-def _record_any(
+def _record(
     setting: Setting, points: list[ChainPoint], rec: Recorder[R], inputs: _Inputs, label: str
 ) -> list[R]:
     with progress_bars() as bars:
@@ -236,8 +225,8 @@ def _fit(  # noqa: PLR0917 - private, one call site
     pairs = []
     for load in loads:
         setting = inputs.setting(load, tune)
-        truths = _record(setting, points, inputs.pp, inputs.cache, inputs.n_jobs)
-        preds = _record_any(setting, points, predictions_recorder(points, inputs.pp), inputs,
+        truths = _record(setting, points, plan_recorder(points, inputs.pp), inputs, "plans")
+        preds = _record(setting, points, predictions_recorder(points, inputs.pp), inputs,
                             "plan predictions")  # fmt: skip
         pairs.append(wait_pairs(truths, preds))
     every = WaitPairs.concat(pairs)
