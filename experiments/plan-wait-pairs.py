@@ -30,7 +30,15 @@ from mirage.evaluate.chainwork import ChainPoint
 from mirage.evaluate.inputs import default_profile, default_trace, parse_split, read_inputs
 from mirage.evaluate.lookahead import FinishedRuns
 from mirage.evaluate.planrun import _points, _unit
-from mirage.evaluate.plans import USER, PlanProtocol, PlanRecord, grid, plan_recorder, work_of
+from mirage.evaluate.plans import (
+    PLANNER_VERSION,
+    USER,
+    PlanProtocol,
+    PlanRecord,
+    grid,
+    plan_recorder,
+    work_of,
+)
 from mirage.evaluate.probes import Recorder, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, scaled_nodes
 from mirage.plan import Options, Snapshot, plan_chain
@@ -120,8 +128,8 @@ def main() -> None:
     points = _points(df, prof, test.start, test.end, first, pp, a.every_h, 0)
     setting = Setting(trace, profile_name, scaled_nodes(part.nodes, a.load), a.load, test,
                       Protocol())  # fmt: skip
-    rec = Recorder(f".planpredz-{pp.tag()}.npz", partial(_record, points={p.t: p for p in points},
-                   pp=pp), Pred.load)  # fmt: skip
+    suffix = f".planpredz-{pp.tag()}-p{PLANNER_VERSION}.npz"
+    rec = Recorder(suffix, partial(_record, points={p.t: p for p in points}, pp=pp), Pred.load)
     preds = record_all(setting, [p.t for p in points], rec, cache=a.cache, n_jobs=a.jobs)
     truths = record_all(setting, [p.t for p in points], plan_recorder(points, pp),
                         cache=a.cache, n_jobs=a.jobs)  # fmt: skip

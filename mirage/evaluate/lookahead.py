@@ -38,7 +38,8 @@ from mirage.sim.engine import Simulation
 from mirage.slurm.types import SlurmJob
 
 #: Bump when the look-ahead or its run-time model changes: cached curves are then redone.
-LOOKAHEAD_VERSION = 4
+#: 5: running jobs on the nodes they hold (QueuePlan.place).
+LOOKAHEAD_VERSION = 5
 
 
 @dataclass

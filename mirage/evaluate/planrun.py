@@ -34,6 +34,7 @@ from mirage.evaluate.inputs import (
 )
 from mirage.evaluate.plans import (
     PlanProtocol,
+    PlanRecord,
     plan_recorder,
     planned_recorder,
     predictions_recorder,
@@ -124,11 +125,10 @@ def run_plans(
         setting = inputs.setting(load, test)
         records = _record(setting, points, plan_recorder(points, pp), inputs, "plans")
         entry: dict[str, Any] = {"nodes": setting.nodes}
+        records = _planned(setting, points, records, inputs, None)
         if calibration is not None:
             entry["uncalibrated"] = _brief(summarize(records, boot=boot))
-            planned = _record(setting, points, planned_recorder(points, pp, calibration),
-                                  inputs, "planned, calibrated")  # fmt: skip
-            records = [p.into(r) for p, r in zip(planned, records, strict=True)]
+            records = _planned(setting, points, records, inputs, calibration)
         entry.update(summarize(records, boot=boot))
         entry["wall_s"] = round(time.perf_counter() - t0, 1)
         report["loads"][f"{load:g}"] = rows[f"{load:g}"] = entry
@@ -210,6 +210,21 @@ def _record(
             setting, [p.t for p in points], rec, cache=inputs.cache, n_jobs=inputs.n_jobs,
             progress=bars.counter(f"{label} load {setting.load:g}"),
         )  # fmt: skip
+
+
+def _planned(
+    setting: Setting,
+    points: list[ChainPoint],
+    records: list[PlanRecord],
+    inputs: _Inputs,
+    calibration: WaitCalibration | None,
+) -> list[PlanRecord]:
+    """``records`` with the present planner's paths (recorded apart: a planner change
+    re-runs them, not the grid's truths)."""
+    label = "planned" + (", calibrated" if calibration is not None else "")
+    planned = _record(setting, points, planned_recorder(points, inputs.pp, calibration),
+                      inputs, label)  # fmt: skip
+    return [p.into(r) for p, r in zip(planned, records, strict=True)]
 
 
 def _fit(  # noqa: PLR0917 - private, one call site

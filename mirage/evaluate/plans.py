@@ -61,6 +61,10 @@ from mirage.sim.workload import JobSpec
 
 #: Bump when what a record holds or how it is computed changes: cached ones are redone.
 PLANS_VERSION = 1
+#: Bump when the planner (mirage.plan) changes what it recommends: the planned paths and
+#: the planner's readings are redone, the grid's truths (the costly part) are not.
+#: 2: running jobs planned on the nodes they hold (mirage.policy.lookahead.QueuePlan).
+PLANNER_VERSION = 2
 USER = "mirage-eval"
 UNITS = ("auto", "gpu", "node", "cpu")
 
@@ -330,7 +334,7 @@ def _record_planned(
     protocol: Protocol,
     points: dict[int, ChainPoint],
     pp: PlanProtocol,
-    calibration: WaitCalibration,
+    calibration: WaitCalibration | None,
 ) -> PlannedRecord:
     shapes, _ = grid(sim.profile, protocol.partition, points[sim.now], pp)
     cap = sim.now + pp.horizon_s
@@ -345,13 +349,16 @@ def _record_planned(
 
 
 def planned_recorder(
-    points: list[ChainPoint], pp: PlanProtocol, calibration: WaitCalibration
+    points: list[ChainPoint], pp: PlanProtocol, calibration: WaitCalibration | None
 ) -> Recorder[PlannedRecord]:
-    """The calibrated planner's path at ``points``
-    (``<cache>/<setting key>/<t>.planned-<tag>-<calibration tag>.npz``)."""
+    """The planner's path at ``points``, calibrated by ``calibration`` when given
+    (``<cache>/<setting key>/<t>.planned-<tag>-p<planner version>-<calibration tag or
+    "none">.npz``). The :class:`PlanRecord`'s own planned path is the planner's of when
+    it was recorded; the figures read this one."""
     rec = partial(_record_planned, points={p.t: p for p in points}, pp=pp,
                   calibration=calibration)  # fmt: skip
-    return Recorder(f".planned-{pp.tag()}-{calibration.tag()}.npz", rec, PlannedRecord.load)
+    cal = calibration.tag() if calibration is not None else "none"
+    return Recorder(f".planned-{pp.tag()}-p{PLANNER_VERSION}-{cal}.npz", rec, PlannedRecord.load)
 
 
 @dataclass
@@ -407,9 +414,10 @@ def _record_predictions(
 
 
 def predictions_recorder(points: list[ChainPoint], pp: PlanProtocol) -> Recorder[PlanPredictions]:
-    """The planner's predictions at ``points`` (``<t>.planpred-<tag>.npz``)."""
+    """The planner's predictions at ``points`` (``<t>.planpred-<tag>-p<planner
+    version>.npz``)."""
     rec = partial(_record_predictions, points={p.t: p for p in points}, pp=pp)
-    return Recorder(f".planpred-{pp.tag()}.npz", rec, PlanPredictions.load)
+    return Recorder(f".planpred-{pp.tag()}-p{PLANNER_VERSION}.npz", rec, PlanPredictions.load)
 
 
 def wait_pairs(truths: list[PlanRecord], preds: list[PlanPredictions]) -> WaitPairs:

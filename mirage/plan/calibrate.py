@@ -5,11 +5,11 @@ The one-pass plan (:mod:`.queue`) reserves every queued job for its *predicted* 
 (its user's history). Slurm reserves for *time limits*. Narrow shapes start about when
 the predicted runs say: the holes that jobs ending early leave are wide enough for them.
 Wide shapes do not: on CERIT-SC (80-CPU nodes, age-only priority), single-segment shapes
-of one to two nodes were predicted to wait 18 to 27 h in March 2013 and waited 49 to
-83 h, while the same pass with every job at its limit said 70 to 84 h: small jobs take
-the room early ends free, and a wide job starts about when the limits let Slurm's
-reservation for it begin. Narrow shapes (an eighth of a node) waited under an hour,
-which the run-based pass said and the limit-based one overstated.
+of half a node to two nodes were predicted to wait 29 to 44 h in March 2013 (running
+jobs on their own nodes) and waited 49 to 83 h, while the same pass with every job at
+its limit said 80 to 98 h: small jobs take the room early ends free. Narrow shapes (an
+eighth of a node) waited under an hour, which the run-based pass said and the
+limit-based one overstated.
 
 So a calibrated plan reads the queue both ways and takes, for a shape of width class
 ``c`` (its size in nodes: 40 of 80 CPUs is 0.5), the start
@@ -20,7 +20,8 @@ arrivals (:mod:`mirage.evaluate.plans`), and the alphas kept are those, from a c
 grid and never smaller for a wider class, under which the planner's picks finish
 soonest on average. That is the decision the plan is for; a least-squares fit of the
 waits themselves, tried first, weighs the long waits of shapes no plan would pick and
-chose worse (CERIT's March: 15% above the best shape in hindsight, against 11%).
+chose worse (CERIT's March, before running jobs kept their nodes: 15% above the best
+shape in hindsight, against 11%).
 ``mirage evaluate --plans --plan-fit FOLDER`` fits it and writes ``FOLDER/plan.toml``;
 ``mirage plan``, ``chain submit --plan`` and the daemon's re-plans read it from the
 cluster's models folder, beside ``policy.toml``.

@@ -8,7 +8,9 @@ predicted run times, the same priority order, the same node placement of the job
 run now) planned **once**, as a conservative backfill would plan it knowing the runs:
 
 1. the snapshot's jobs go into the look-ahead's simulation and its scheduling pass at
-   ``now`` places the running jobs (and whatever starts at once) on nodes;
+   ``now`` places the running jobs on the nodes squeue lists for them
+   (:meth:`QueuePlan.place`; by its own packing where it lists none the profile knows),
+   and whatever starts at once;
 2. every pending job, in priority order, reserves the earliest slot where it fits for
    its predicted run;
 3. each candidate, ranked below all of them (a new job has age 0), gets the earliest
@@ -106,7 +108,8 @@ def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int, step: int) ->
     """The module's three steps: place, reserve the queue, fit each shape after it."""
     plan = _on_grid(queue_specs(q.snapshot, q.profile, q.now, q.runtimes, q.to_limit), step)
     sim = _Ranked(q.profile, start_time=q.now, track_estimates=False)
-    sim.add_jobs_skipping_invalid(plan.ahead)
+    added = sim.add_jobs_skipping_invalid(plan.ahead)
+    plan.place(sim, dict(zip((s.name for s in plan.ahead), added, strict=True)))
     sim.run_until(q.now)  # the pass at now: running jobs on their nodes
     nodes = _node_plan(sim)
     _reserve_pending(sim, nodes, horizon_s)
@@ -129,7 +132,9 @@ def _on_grid(plan: QueuePlan, step: int) -> QueuePlan:
     def on_step(spec: JobSpec) -> JobSpec:
         return replace(spec, run=max(1, round(spec.run / step)) * step)
 
-    return QueuePlan([on_step(s) for s in plan.ahead], [(on_step(s), p) for s, p in plan.after])
+    return QueuePlan(
+        [on_step(s) for s in plan.ahead], [(on_step(s), p) for s, p in plan.after], plan.nodes
+    )
 
 
 def _node_plan(sim: Simulation) -> NodePlan:

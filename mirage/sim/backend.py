@@ -169,6 +169,7 @@ class SimSlurmClient(SlurmClient):
             comment=s.comment,
             exit_code=exit_code,
             raw_state=st.value,
+            node_list=v.nodes,
         )
 
     def _partition_cpus(self, name: str) -> int:

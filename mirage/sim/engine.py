@@ -224,6 +224,7 @@ class Simulation:
         "alloc",
         "skipped",
         "_next_nodes",
+        "_pinned",
         "_pool",
         "_releases",
     )
@@ -305,6 +306,8 @@ class Simulation:
         self.heap: list[tuple[int, int, int]] = []
         self.skipped: dict[str, int] = {}  # reason -> jobs add_jobs_skipping_invalid left out
         self._next_nodes: dict[int, tuple[int, ...]] = {}
+        # jobs to start on given nodes when those fit them (pin: a snapshot's running jobs)
+        self._pinned: dict[int, tuple[int, ...]] = {}
         self._pool = PendingPool(self.sched)  # the pending jobs' columns (mirage.sim.pool)
         self._custom_priority = type(self).priority is not Simulation.priority
         self._dirty_main = False
@@ -693,6 +696,14 @@ class Simulation:
         """
         count, g, c, whole = self.dem[i]
         nrun, gfree, cfree = self.nrun, self.gfree, self.cfree
+        if self._pinned:
+            pinned = self._pinned.get(i)
+            if pinned is not None and all(
+                not (barred and n in barred)
+                and ((nrun[n] == 0) if whole else (gfree[n] >= g and cfree[n] >= c))
+                for n in pinned
+            ):
+                return pinned
         if self._cons_tres and not whole:
             fit = [
                 n
@@ -727,6 +738,8 @@ class Simulation:
             self.nrun[n] += 1
             holds.append((n, hg, hc))
         self.alloc[i] = tuple(holds)
+        if self._pinned:
+            self._pinned.pop(i, None)
         if self._lim is not None:
             self._lim.started(i)
         if self._fs is not None:
@@ -760,6 +773,19 @@ class Simulation:
             if self.nrun[n] == 0:
                 for p in self.node_parts[n]:
                     self.free[p] += 1
+
+    def pin(self, job_id: str, nodes: Sequence[str]) -> bool:
+        """Start ``job_id`` on ``nodes`` (names) when it starts and they fit it then, as
+        a snapshot's running job is where Slurm put it; elsewhere (as any job) when they
+        do not. False, and nothing pinned, when the names are not the job's partition's
+        nodes or are not as many as it asks for."""
+        i = self._index(job_id)
+        index = {self.node_names[n]: n for n in self.part_nodes[self.specs[i].partition]}
+        picked = tuple(sorted({index[n] for n in nodes if n in index}))
+        if len(picked) != len(set(nodes)) or len(picked) != self.dem[i][0]:
+            return False
+        self._pinned[i] = picked
+        return True
 
     def nodes_of(self, job_id: str) -> list[str]:
         """Names of the nodes a running job holds (empty when it is not running)."""

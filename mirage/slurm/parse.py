@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from mirage.slurm import hostlist
 from mirage.slurm.syntax import (
     SlurmSyntaxError,
     digits,
@@ -397,7 +398,25 @@ def _squeue_job(job: Mapping[str, Any]) -> SlurmJob:
         array_job_id=array_job_id,
         array_task_id=array_task_id,
         raw_state=raw,
+        node_list=running_nodes(state, _text(job.get("nodes"))),
     )
+
+
+#: States in which a job holds its nodes.
+_HOLDING = frozenset({JobState.RUNNING, JobState.COMPLETING, JobState.RESIZING, JobState.SUSPENDED})
+
+
+def running_nodes(state: JobState, nodes: str) -> tuple[str, ...]:
+    """A running job's nodes from its NodeList (a pending job's is empty, or the nodes a
+    pass has in mind for it: not held). A list this module cannot read is left out with
+    a warning: the placement is a refinement, never a reason to drop the job."""
+    if state not in _HOLDING or not nodes or nodes in {"(null)", "None assigned"}:
+        return ()
+    try:
+        return tuple(hostlist.expand(nodes))
+    except hostlist.HostlistError:
+        log.warning("cannot read the node list %r: the job is placed without it", nodes)
+        return ()
 
 
 def parse_squeue_json(text: str | bytes, *, taken_at: int | None = None) -> QueueSnapshot:

@@ -74,6 +74,7 @@ from mirage.slurm.parse import (
     _minutes,
     _number,
     map_state,
+    running_nodes,
 )
 from mirage.slurm.syntax import digits, gres_gpus, parse_tres, tres_count, tres_gpus
 from mirage.slurm.types import (
@@ -285,6 +286,7 @@ def job_from_queue_dict(
         array_job_id=array_job_id,
         array_task_id=array_task_id,
         raw_state=raw,
+        node_list=running_nodes(state, str(job.get("nodes") or "")),
     )
 
 

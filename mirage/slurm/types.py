@@ -100,6 +100,9 @@ class SlurmJob:
     array_job_id: str | None = None
     array_task_id: str | None = None
     raw_state: str = ""  # the state string(s) exactly as Slurm printed them
+    # the nodes a running job holds (squeue's NodeList): where it sits matters on nodes
+    # that jobs share, whose free CPUs are scattered (empty where unknown or pending)
+    node_list: tuple[str, ...] = ()
 
     @property
     def elapsed(self) -> int | None:

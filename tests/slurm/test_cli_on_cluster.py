@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from mirage.cli import main
 from mirage.profile.schema import load_profile
 from mirage.slurm.cli_backend import CliSlurmClient
-from mirage.slurm.types import JobState, SubmitRequest
+from mirage.slurm.types import JobState, SlurmJob, SubmitRequest
 from mirage.trace.parquet import read_parquet
 from tests.slurm.conftest import wait_for
 
@@ -116,6 +117,50 @@ def test_plan_reads_the_test_cluster_s_queue(slurm: CliSlurmClient, tmp_path: Pa
         assert 3000 < c["first_wait_s"] <= 3600, c  # the limits' end, less their run so far
 
 
+def _running_cpu_job(
+    slurm: CliSlurmClient, tmp_path: Path, name: str, cpus: int, *extra: str
+) -> SlurmJob:
+    """A 10-minute job of ``cpus`` CPUs on the CPU partition, once it runs."""
+    job_id = slurm.submit(
+        SubmitRequest(
+            script=b"#!/bin/sh\nsleep 600\n", job_name=f"mirage-t-{name}", time_limit=3600,
+            nodes=1, partition="cpu", chdir=str(tmp_path),
+            extra_args=(f"--cpus-per-task={cpus}", *extra),
+        )
+    )  # fmt: skip
+    slurm.mine.append(job_id)  # type: ignore[attr-defined]
+    return wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, timeout=60,
+                    what="running")  # fmt: skip
+
+
+def _cpu_plan_args(work: str, *sizes: int) -> list[str]:
+    sized = [x for s in sizes for x in ("--size", str(s))]
+    return ["--work", work, "--scaling", "none", "--partition", "cpu", *sized, "--limit",
+            "3h", "--draws", "0", "--backend", "cli", "--json"]  # fmt: skip
+
+
+def _cpu_plan(work: str, *sizes: int) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["plan", *_cpu_plan_args(work, *sizes)])
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = json.loads(result.output)
+    return out
+
+
+def test_plan_sees_where_running_jobs_sit_on_shared_nodes(
+    slurm: CliSlurmClient, tmp_path: Path
+) -> None:
+    """A 6-CPU job on each of the CPU partition's two 16-CPU nodes: 20 CPUs are free, but
+    no node is free. squeue's node list places them where Slurm did, so a whole-node
+    (16-CPU) shape waits for one to end, where re-packing both onto one node would have
+    left the other idle (a start now, which Slurm would not give)."""
+    for k in (1, 2):
+        job = _running_cpu_job(slurm, tmp_path, f"frag-{k}", 6, f"--nodelist=cpu{k}")
+        assert job.node_list == (f"cpu{k}",)
+    plan = _cpu_plan("2h@16cpu", 8, 16)
+    waits = {(c["nodes"], c["cpus_per_node"]): c["first_wait_s"] for c in plan["candidates"]}
+    assert waits[(1, 8)] <= 120 and 0 < waits[(1, 16)] <= 3600, waits
+
+
 def test_cpu_plan_reads_shared_nodes_and_its_options_submit(
     slurm: CliSlurmClient, tmp_path: Path
 ) -> None:
@@ -125,22 +170,10 @@ def test_cpu_plan_reads_shared_nodes_and_its_options_submit(
     from mirage.daemon.plancli import planned_args
 
     for k in range(2):
-        job_id = slurm.submit(
-            SubmitRequest(
-                script=b"#!/bin/sh\nsleep 600\n", job_name=f"mirage-t-cplan-{k}",
-                time_limit=3600, nodes=1, partition="cpu", chdir=str(tmp_path),
-                extra_args=("--cpus-per-task=10",),
-            )
-        )  # fmt: skip
-        slurm.mine.append(job_id)  # type: ignore[attr-defined]
-        wait_for(slurm, job_id, lambda j: j.state is JobState.RUNNING, timeout=60, what="running")
+        _running_cpu_job(slurm, tmp_path, f"cplan-{k}", 10)
     # no speed-up beyond 4 CPUs: the shape that starts now is done first
-    args = ["--work", "2h@4cpu", "--scaling", "none", "--partition", "cpu", "--size", "4",
-            "--size", "8", "--limit", "3h", "--draws", "0", "--backend", "cli",
-            "--json"]  # fmt: skip
-    result = CliRunner().invoke(main, ["plan", *args])
-    assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)
+    plan = _cpu_plan("2h@4cpu", 4, 8)
+    args = _cpu_plan_args("2h@4cpu", 4, 8)
     waits = {c["nodes"] * c["cpus_per_node"]: c["first_wait_s"] for c in plan["candidates"]}
     assert waits[4] <= 120 and 0 < waits[8] <= 3600, waits
     best = plan["recommended"]

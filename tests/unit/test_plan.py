@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mirage.plan import (
@@ -25,6 +27,7 @@ from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.scenario import toy_profile
+from mirage.sim.workload import JobSpec
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob, SubmitRequest
 
 H = 3600
@@ -154,6 +157,41 @@ def test_queue_pass_fits_a_cpu_shape_beside_the_jobs_that_share_its_node() -> No
               Shape("gpu", 2, 0, 6 * H, 12), Shape("gpu", 1, 0, 6 * H)]  # fmt: skip
     assert start_times(q, shapes) == [NOW, NOW + 5 * H, NOW, NOW + 5 * H]
     assert start_times(q, shapes, method="simulate") == [NOW, NOW + 5 * H, NOW, NOW + 5 * H]
+
+
+def test_queue_pass_keeps_running_jobs_on_the_nodes_they_hold() -> None:
+    """2 nodes of 32 CPUs, a 12-CPU job running on each (squeue's node list): 40 CPUs are
+    free but no node is, so a whole node waits for the first to end (3 h). Re-packed (no
+    node list, or names the profile does not have) both would share one node and the
+    other would start now."""
+    profile = toy_profile(2, gpus_per_node=0)
+    jobs = [record(f"r{k}", JobState.RUNNING, start=NOW - H, cpus=12, gpus=0,
+                   time_limit=(4 + 2 * k) * H, node_list=(f"gpu-000{k}",))
+            for k in range(2)]  # fmt: skip
+    shapes = [Shape("gpu", 1, 0, 6 * H, 32), Shape("gpu", 1, 0, 6 * H, 20)]
+
+    def starts(listed: list[SlurmJob], method: str = "plan") -> list[int]:
+        q = Snapshot(QueueSnapshot(taken_at=NOW, jobs=tuple(listed)), profile, NOW, RunTimes())
+        return start_times(q, shapes, method=method)
+
+    assert starts(jobs) == [NOW + 3 * H, NOW]
+    assert starts(jobs, "simulate") == [NOW + 3 * H, NOW]
+    unplaced = [replace(j, node_list=()) for j in jobs]
+    assert starts(unplaced) == [NOW, NOW]
+    unknown = [replace(j, node_list=("elsewhere",)) for j in jobs]
+    assert starts(unknown) == [NOW, NOW]
+
+
+def test_simulation_pins_a_job_to_its_nodes_only_where_they_fit() -> None:
+    sim = Simulation(toy_profile(2, gpus_per_node=0), start_time=NOW)
+    a, b, c = (sim.add_job(JobSpec(submit=NOW, run=H, time_limit=H, nodes=1, partition="gpu",
+                                   cpus=n, user="ann")) for n in (12, 12, 30))  # fmt: skip
+    assert sim.pin(b, ["gpu-0001"])
+    assert sim.pin(c, ["gpu-0001"])  # b takes it first: c goes where it fits
+    assert not sim.pin(a, ["gpu-0007"]) and not sim.pin(a, ["gpu-0000", "gpu-0001"])
+    sim.run_until(NOW)
+    assert sim.nodes_of(a) == ["gpu-0000"] and sim.nodes_of(b) == ["gpu-0001"]
+    assert sim.nodes_of(c) == []  # 20 CPUs left on each node: it waits
 
 
 def test_queue_pass_finds_the_hole_a_short_limit_backfills_into() -> None:

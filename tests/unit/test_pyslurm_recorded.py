@@ -81,6 +81,7 @@ def test_queue_records_equal_but_exit_code(
     odd = queue_pairs[ids["held-odd-name"]][1]
     assert (odd.name, odd.comment) == ("rec-é ü|x", "mirage:odd|comment, with spaces é")
     assert queue_pairs[ids["gpu-running"]][1].gpus == 2
+    assert queue_pairs[ids["gpu-running"]][1].node_list == ("gpu1",)
     assert queue_pairs[ids["never-eligible"]][1].cpus == 0  # never allocated, as squeue
 
 

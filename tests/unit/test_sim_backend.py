@@ -30,6 +30,7 @@ def test_round_trip_submit_queue_advance_accounting() -> None:
     jobs = snap.by_id()
     assert jobs[a].state is JobState.RUNNING
     assert (jobs[a].start, jobs[a].end, jobs[a].comment) == (100, 700, "chain")
+    assert len(jobs[a].node_list) == 4 and jobs[b].node_list == ()  # squeue's NodeList
     assert (jobs[b].state, jobs[b].reason, jobs[b].nodes, jobs[b].gpus) == (
         JobState.PENDING,
         "Dependency",

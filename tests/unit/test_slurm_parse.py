@@ -74,6 +74,20 @@ def test_squeue_running_gpu_job(queue: dict[str, SlurmJob]) -> None:
     assert job.start is not None and job.end == job.start + 86400
     assert job.exit_code is None  # not finished
     assert job.raw_state == "RUNNING"
+    assert job.node_list == ("gpu1",)  # where it runs: the look-ahead places it there
+
+
+def test_squeue_node_list_only_while_a_job_holds_nodes(
+    queue: dict[str, SlurmJob], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert queue["2"].node_list == () and queue["13"].node_list == ()  # finished, pending
+    doc = load("squeue.json")
+    running = next(j for j in doc["jobs"] if j["job_id"] == 8)
+    for nodes, want in (("gpu[1-2],cpu1", ("gpu1", "gpu2", "cpu1")), ("gpu[2-", ())):
+        doc["jobs"] = [{**running, "nodes": nodes}]
+        (parsed,) = parse_squeue_json(json.dumps(doc)).jobs
+        assert parsed.node_list == want
+    assert "cannot read the node list 'gpu[2-'" in caplog.text
 
 
 def test_squeue_dependency_pending(queue: dict[str, SlurmJob]) -> None:
