@@ -199,6 +199,9 @@ def parse_dependency(text: str) -> list[tuple[str, str]]:
 class Simulation:
     """One simulated cluster: its nodes, its jobs, its clock, its event heap."""
 
+    #: node name -> index, built by the first ``pin`` (a fork shares it: nodes never change)
+    _node_index: dict[str, int] | None = None
+
     # Every per-run container; ``fork`` copies exactly these (all have ``.copy()``), and
     # the limits and fair share where the simulation has them (else None).
     _MUTABLE = (
@@ -780,9 +783,13 @@ class Simulation:
         do not. False, and nothing pinned, when the names are not the job's partition's
         nodes or are not as many as it asks for."""
         i = self._index(job_id)
-        index = {self.node_names[n]: n for n in self.part_nodes[self.specs[i].partition]}
+        if self._node_index is None:  # built once: a snapshot pins every running job
+            self._node_index = {name: n for n, name in enumerate(self.node_names)}
+        index, part = self._node_index, self.specs[i].partition
         picked = tuple(sorted({index[n] for n in nodes if n in index}))
         if len(picked) != len(set(nodes)) or len(picked) != self.dem[i][0]:
+            return False
+        if not all(part in self.node_parts[n] for n in picked):
             return False
         self._pinned[i] = picked
         return True

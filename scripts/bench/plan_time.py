@@ -80,13 +80,17 @@ def _job(rng: random.Random, k: int, profile: ClusterProfile, running: bool) -> 
 
 
 def synthetic(profile: ClusterProfile, n: int, seed: int = 1) -> Snapshot:
-    """``n`` jobs: running ones until every node is taken, the rest pending."""
+    """``n`` jobs: running ones until every node is taken (each on its own nodes, as squeue
+    lists them), the rest pending."""
     rng = random.Random(seed)
+    names = Simulation(profile).node_names
     free = profile.partition().nodes or 0
     jobs = []
     for k in range(n):
         job = _job(rng, k, profile, running=True)
         if job.nodes <= free:
+            used = len(names) - free
+            job = replace(job, node_list=tuple(names[used : used + job.nodes]))
             free -= job.nodes
         else:
             job = _job(rng, k, profile, running=False)
