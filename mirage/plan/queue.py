@@ -108,8 +108,7 @@ def _planned(q: Snapshot, shapes: Sequence[Shape], horizon_s: int, step: int) ->
     """The module's three steps: place, reserve the queue, fit each shape after it."""
     plan = _on_grid(queue_specs(q.snapshot, q.profile, q.now, q.runtimes, q.to_limit), step)
     sim = _Ranked(q.profile, start_time=q.now, track_estimates=False)
-    added = sim.add_jobs_skipping_invalid(plan.ahead)
-    plan.place(sim, dict(zip((s.name for s in plan.ahead), added, strict=True)))
+    plan.place(sim)
     sim.run_until(q.now)  # the pass at now: running jobs on their nodes
     nodes = _node_plan(sim)
     _reserve_pending(sim, nodes, horizon_s)

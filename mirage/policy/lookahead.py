@@ -42,7 +42,7 @@ import hashlib
 import math
 import re
 from collections import OrderedDict, deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -319,14 +319,19 @@ class QueuePlan:
     after: list[tuple[JobSpec, tuple[str, ...]]]
     nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def place(self, sim: Simulation, ids: Mapping[str, str]) -> int:
-        """Pin each running job of ``ahead`` (added to ``sim`` as ``ids``: spec name ->
-        the sim's job id) to its nodes, before the pass at ``now`` places them. Re-packed,
-        the running jobs of nodes that jobs share free whole nodes the cluster does not
-        have: on CERIT-SC (80-CPU nodes) a pass re-packing 1,088 busy CPUs saw two idle
-        nodes where the busiest had 69 CPUs free, and planned a 2-node job to start at
-        once that waited 82 h. The number pinned."""
-        return sum(sim.pin(ids[name], held) for name, held in self.nodes.items() if ids.get(name))
+    def place(self, sim: Simulation) -> dict[str, str]:
+        """Add ``ahead`` to ``sim`` with each running job pinned to its nodes, before the
+        pass at ``now`` places them; spec name -> the sim's job id ("" where left out).
+        Re-packed, the running jobs of nodes that jobs share free whole nodes the cluster
+        does not have: on CERIT-SC (80-CPU nodes) a pass re-packing 1,088 busy CPUs saw
+        two idle nodes where the busiest had 69 CPUs free, and planned a 2-node job to
+        start at once that waited 82 h."""
+        added = sim.add_jobs_skipping_invalid(self.ahead)
+        ids = dict(zip((s.name for s in self.ahead), added, strict=True))
+        for name, held in self.nodes.items():
+            if ids.get(name):
+                sim.pin(ids[name], held)
+        return ids
 
 
 def queue_specs(
@@ -469,9 +474,7 @@ def _starts(  # noqa: PLR0917 - the arguments of lookahead_starts
     out: dict[Request, int] = {}
     for req in dict.fromkeys(requests):
         sim = _RankedSimulation(profile, start_time=now, track_estimates=False)
-        added = sim.add_jobs_skipping_invalid(plan.ahead)
-        ids = dict(zip((s.name for s in plan.ahead), added, strict=True))
-        plan.place(sim, ids)
+        ids = plan.place(sim)
         job = sim.add_job(request_spec(req, profile, now))
         sim.ranked = len(sim.specs)
         _add_dependents(sim, plan.after, ids)
