@@ -5,8 +5,8 @@ For a sample at ``t`` the replay (forked at ``t``) gets the predecessor; it star
 predecessor's planned end, where the successor is submitted regardless) the base
 simulation (predecessor, no successor) is forked twice:
 
-- *estimate*: the successor is submitted and one scheduling pass planned at once
-  (``sbatch --test-only``): Slurm's start estimate for "submit now" (-1: none);
+- *estimate*: Slurm's start estimate for "submit now", as ``sbatch --test-only`` gives
+  it (:meth:`mirage.sim.engine.Simulation.test_only`; -1: none);
 - *outcome*: the successor is submitted and the fork runs until it starts: its start
   if submitted at ``tau_k`` (capped at the end of the sample's window; ``censored``).
 
@@ -16,10 +16,10 @@ successor exists: queue features, Slurm's estimate, the waits of jobs started so
 the oracle is the step minimising J. These records are also the dataset for learned
 policies.
 
-Records are cached per sample (``<cache>/<setting key>/<t>.npz``), so a second run reads
-them back and an interrupted run resumes; generation runs in parallel with joblib
-processes, or on a Dask cluster given its address, each task replaying once up to its
-first sample and forking forward from there.
+Records are cached per sample (``<cache>/<setting key>/<t>.e<ESTIMATE_VERSION>.npz``), so a
+second run reads them back and an interrupted run resumes; generation runs in parallel
+with joblib processes, or on a Dask cluster given its address, each task replaying once up
+to its first sample and forking forward from there.
 """
 
 from __future__ import annotations
@@ -183,13 +183,9 @@ def queue_features(sim: Simulation, partition: str) -> list[float]:
 
 
 def _estimate(base: Simulation, spec: JobSpec) -> int:
-    probe = base.fork()
-    probe.track_estimates = True
-    job = probe.add_job(spec)
-    probe.run_until(probe.now)
-    probe.schedule_now()
-    v = probe.view(job)
-    start = v.start if v.start is not None else v.estimate
+    """``sbatch --test-only``'s answer for ``spec`` now (-1: none), as Slurm computes it
+    (:mod:`mirage.sim.testonly`)."""
+    start = base.test_only(spec)
     return -1 if start is None else int(start)
 
 
@@ -363,7 +359,11 @@ def _probe(sim: Simulation, protocol: Protocol) -> SampleResult:
     return probe_sample(sim, protocol)  # looked up at call time (tests patch it)
 
 
-PROBES: Recorder[SampleResult] = Recorder(".npz", _probe, SampleResult.load)
+#: Bumped when the recorded estimate changes meaning, so that older probes are recorded
+#: again: 2, ``sbatch --test-only`` as Slurm computes it (before: the backfill plan's
+#: start, none beyond ``bf_window``).
+ESTIMATE_VERSION = 2
+PROBES: Recorder[SampleResult] = Recorder(f".e{ESTIMATE_VERSION}.npz", _probe, SampleResult.load)
 
 
 def generate(

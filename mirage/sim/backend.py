@@ -263,14 +263,15 @@ class SimSlurmClient(SlurmClient):
         self.sim.run_until(self.sim.now)
 
     def test_only(self, request: SubmitRequest) -> StartEstimate:
-        """Fork, submit there, plan at once; the parent simulation is untouched."""
+        """Slurm's will-run answer (:meth:`Simulation.test_only`: running jobs' ends plus
+        the area of the pending jobs ahead); the simulation is untouched."""
         self._sync()
-        probe = SimSlurmClient(self.sim.fork(), self.user, self.account, self.runtime)
-        job_id = probe.submit(request)
-        probe.sim.schedule_now()
-        v = probe.sim.view(job_id)
-        start = v.start if v.start is not None else v.estimate
-        return StartEstimate(None, start, partition=v.spec.partition)
+        spec = self._spec(request)
+        start = self.sim.test_only(spec)
+        if start is None:
+            raise SubmitError(["sbatch", "--test-only"], 1, "Requested node configuration "
+                              "is not available")  # fmt: skip
+        return StartEstimate(None, start, partition=spec.partition)
 
     def show(self, kind: str) -> list[Mapping[str, str]]:
         """``scontrol show partition|node|config`` records derived from the profile."""

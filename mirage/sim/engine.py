@@ -152,13 +152,14 @@ match Slurm 22.05 on the test cluster):
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from mirage.profile.schema import ClusterProfile
-from mirage.sim import backfill, views
+from mirage.sim import backfill, testonly, views
 from mirage.sim.backfill import ReleaseTable
 from mirage.sim.errors import SimError
 from mirage.sim.fairshare import FairShare
@@ -1037,6 +1038,20 @@ class Simulation:
         """The jobs at these positions (job id minus ``first_id``), in their order."""
         top = views.top_jobs(self)
         return [views.job_view(self, i, top) for i in indices]
+
+    def test_only(self, spec: JobSpec) -> int | None:
+        """``sbatch --test-only`` for ``spec`` submitted now: Slurm's will-run start
+        (:mod:`mirage.sim.testonly`), not the backfill plan; None when the job is refused
+        or can never fit. On a fork: this simulation is unchanged."""
+        probe = self.fork()
+        try:
+            i = probe._index(probe.add_job(dataclasses.replace(spec, submit=probe.now)))
+        except SimError:  # a request no node of its partition can hold
+            return None
+        probe._on_submit(i)  # created and prioritised; Slurm runs no pass for a test
+        if probe.state[i] is not PENDING:
+            return None
+        return testonly.test_only_start(probe, i)
 
     def start_estimate(self, job_id: str) -> int | None:
         """The planned start from the last backfill pass (None if not planned or not pending)."""

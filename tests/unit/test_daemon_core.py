@@ -379,8 +379,9 @@ def test_test_only_estimates_are_rate_limited_and_counted(tmp_path: Path) -> Non
     assert d.metrics.value("mirage_test_only_total") == 2
     running = [c for c in chains if chain_state(store, c.id).slurm_estimate is not None]
     assert len(running) == 2
-    for c in running:  # the successor would start when a node frees up
-        assert chain_state(store, c.id).slurm_estimate == 3600
+    for c in running:  # Slurm's will-run: a node frees up at 1 h, plus the area of the
+        # third chain's pending 1-node hour (over 2 nodes: 30 min)
+        assert chain_state(store, c.id).slurm_estimate == 3600 + 1800
 
 
 def test_crash_while_signalling_the_predecessor(tmp_path: Path) -> None:

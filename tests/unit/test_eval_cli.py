@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from mirage.cli import main
 from mirage.evaluate.lookahead import LOOKAHEAD_VERSION
+from mirage.evaluate.probes import PROBES
 from mirage.evaluate.protocol import Block, blocks
 from mirage.learn.rolling import past_samples
 
@@ -68,7 +69,7 @@ def test_evaluate_smoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
     # --cached-only: two test probes gone from the cache; the report uses the others and
     # records nothing
     test_dir = max((tmp_path / "cache").iterdir(), key=lambda d: max(_probe_times(d)))
-    gone = [test_dir / f"{t}.npz" for t in sorted(_probe_times(test_dir))[-2:]]
+    gone = [test_dir / f"{t}{PROBES.suffix}" for t in sorted(_probe_times(test_dir))[-2:]]
     for path in gone:
         path.unlink()
     part = CliRunner().invoke(main, [*args, "--json", "--cached-only"])
@@ -83,7 +84,8 @@ def test_evaluate_smoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
 
 
 def _probe_times(folder: Path) -> list[int]:
-    return [int(p.name.removesuffix(".npz")) for p in folder.glob("*.npz") if p.stem.isdigit()]
+    names = [p.name.removesuffix(PROBES.suffix) for p in folder.glob(f"*{PROBES.suffix}")]
+    return [int(n) for n in names if n.isdigit()]
 
 
 def test_evaluate_rejects_unknown_policy(tmp_path: Path) -> None:

@@ -1,0 +1,114 @@
+"""``sbatch --test-only`` on the real test cluster against the simulator's
+(:mod:`mirage.sim.testonly`): Slurm 22.05 answers from the running jobs' ends plus the
+"area" of the pending jobs ahead (job_scheduler.c:_delayed_job_start_time), not from the
+backfill plan, and it gives a date where ``squeue --start`` has none (beyond bf_window).
+
+Three queues on the ``gpu`` partition (4 whole nodes), built one after another: each fills
+the nodes with 1-node jobs, queues whole-partition jobs behind them, and asks
+``--test-only`` for a 1-node job. The simulator is given the same jobs at the times the
+cluster started (running) or queued (pending) them. It needs the cluster to itself:
+marked ``slurm_serial``, it drains leftover test jobs first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from mirage.sim import fidelity as fid
+from mirage.sim.engine import Simulation
+from mirage.sim.workload import JobSpec
+from mirage.slurm.cli_backend import CliSlurmClient
+from mirage.slurm.types import JobState, SubmitRequest
+from tests.slurm.conftest import until
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_serial]
+
+SLEEP = b"#!/bin/sh\nsleep 3000\n"
+MIN = 60
+DAY = 86400
+
+
+@pytest.fixture(autouse=True)
+def _not_under_xdist() -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("needs the whole cluster: run with `pytest -m slurm_serial -p no:xdist`")
+
+
+@pytest.fixture
+def client() -> Iterator[CliSlurmClient]:
+    c = CliSlurmClient(timeout=60.0)
+    fid.drain_queue(c, prefixes=("mirage-t-", fid.BENCH_PREFIX), timeout_s=600)
+    yield c
+    fid.drain_queue(c, prefixes=("mirage-t-",), timeout_s=120)
+
+
+def _request(nodes: int, limit_s: int) -> SubmitRequest:
+    return SubmitRequest(
+        script=SLEEP,
+        job_name=f"mirage-t-testonly-{uuid.uuid4().hex[:6]}",
+        time_limit=limit_s,
+        nodes=nodes,
+        partition="gpu",
+        chdir="/tmp",
+        extra_args=("--exclusive", "--output=/dev/null"),
+    )
+
+
+def _spec(t: int, nodes: int, limit_s: int, user: str) -> JobSpec:
+    return JobSpec(submit=t, run=limit_s, time_limit=limit_s, nodes=nodes, partition="gpu",
+                   gpus=4 * nodes, cpus=16 * nodes, exclusive=True, user=user)  # fmt: skip
+
+
+def _queue(
+    client: CliSlurmClient, running: int, limit_s: int, ahead: list[tuple[int, int]]
+) -> tuple[int | None, int | None, list[int | None]]:
+    """Fill the partition with ``running`` 1-node jobs, queue ``ahead`` (nodes, limit)
+    behind them; Slurm's and the simulator's test-only start of a 1-node job of
+    ``limit_s``, and squeue --start's estimates of the jobs ahead."""
+    ids = [client.submit(_request(1, limit_s)) for _ in range(running)]
+    until(lambda: all(j.state is JobState.RUNNING for j in _jobs(client, ids)), 60, "running")
+    queued = [client.submit(_request(n, lim)) for n, lim in ahead]
+    time.sleep(3)  # a backfill cycle (bf_interval=1) has planned them
+    jobs = {j.job_id: j for j in _jobs(client, ids + queued)}
+    user = next(iter(jobs.values())).user
+    assert all(jobs[q].state is JobState.PENDING for q in queued)  # queued, as built
+    estimates = client.start_estimates()
+    t0 = min(jobs[i].start or 0 for i in ids)
+    sim = Simulation(fid.default_model().profile, start_time=t0)
+    for i in ids:
+        sim.add_job(_spec(jobs[i].start or t0, 1, limit_s, user))
+    for q, (n, lim) in zip(queued, ahead, strict=True):
+        sim.add_job(_spec(jobs[q].submit or t0, n, lim, user))
+    real = client.test_only(_request(1, limit_s)).start
+    sim.run_until(int(time.time()))
+    mine = sim.test_only(_spec(sim.now, 1, limit_s, user))
+    return real, mine, [estimates[q].start if q in estimates else None for q in queued]
+
+
+def _jobs(client: CliSlurmClient, ids: list[str]) -> list:  # type: ignore[type-arg]
+    by_id = client.queue().by_id()
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def test_test_only_is_running_ends_plus_the_pending_area(client: CliSlurmClient) -> None:
+    # one whole-partition job of 30 min ahead: the first end (10 min) + 30 min of area
+    real, mine, _ = _queue(client, 4, 10 * MIN, [(4, 30 * MIN)])
+    assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
+    fid.drain_queue(client, prefixes=("mirage-t-",), timeout_s=120)
+    # six ahead (2 x 4 nodes x 30 min, 4 x 1 node x 10 min): + 70 min
+    real, mine, _ = _queue(client, 4, 10 * MIN, [(4, 30 * MIN)] * 2 + [(1, 10 * MIN)] * 4)
+    assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
+
+
+def test_test_only_dates_a_job_beyond_the_backfill_window(client: CliSlurmClient) -> None:
+    # two 2-day whole-partition jobs behind 2-day jobs: the second lies beyond bf_window
+    # (2 days), so squeue --start gives it no date, yet --test-only answers: 6 days
+    real, mine, estimates = _queue(client, 4, 2 * DAY, [(4, 2 * DAY), (4, 2 * DAY)])
+    assert estimates[1] is None, estimates
+    assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
+    assert abs(real - time.time() - 6 * DAY) < 60
