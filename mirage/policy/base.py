@@ -84,8 +84,9 @@ class DecisionContext:
     """What a policy may look at: only what a live daemon can see.
 
     ``estimate_start`` answers "when would this request start if submitted now" (Slurm's
-    own estimate: ``sbatch --test-only`` on a real cluster, a forked probe in the
-    simulator); it may be rate-limited and return ``StartEstimate(start=None)``.
+    own estimate: ``sbatch --test-only`` on a real cluster, its model in the simulator,
+    :meth:`mirage.sim.engine.Simulation.test_only`); it may be rate-limited and return
+    ``StartEstimate(start=None)``.
     """
 
     now: int

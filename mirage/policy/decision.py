@@ -2,17 +2,18 @@
 
 :func:`mirage.policy.features.features` (a pure function of the ``squeue`` snapshot and
 the profile) is extended by two columns from Slurm's start estimate for the successor if
-it were submitted now (``sbatch --test-only`` on a real cluster, the simulator's
-scheduling pass in training):
+it were submitted now (``sbatch --test-only`` on a real cluster, the simulator's model
+of it, :mod:`mirage.sim.testonly`, in training):
 
 =================  =========================================================
 ``est_wait_h``     estimated start - now, hours (>= 0); 0 when not known
 ``est_known``      1 if Slurm gave an estimate, else 0
 =================  =========================================================
 
-Slurm's estimate assumes every job runs to its limit, so used raw it is biased early (the
-slurm-estimate baseline pays for that in overlap); as a feature the models learn how far
-to trust it from the queue around it. The daemon rate-limits ``--test-only`` calls, so an
+Slurm's estimate assumes every running job runs to its limit and every pending job ahead
+fills whole nodes for its whole limit, so used raw it is biased late (the slurm-estimate
+baseline submits early and pays for that in overlap); as a feature the models learn how
+far to trust it from the queue around it. The daemon rate-limits ``--test-only`` calls, so an
 estimate may be missing: one call serves every chain with the same request shape, and
 training masks a share of the estimates so that models also decide without one.
 """

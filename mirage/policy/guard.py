@@ -8,14 +8,17 @@ submission (`mirage evaluate` shows it per level).
 
 The guard wraps a policy. Before a successor is pre-submitted it asks Slurm's own start
 estimate for it (``sbatch --test-only``); when the estimate puts the start earlier than
-``margin_s`` after the predecessor's planned end, the submission waits. Slurm's estimate
-assumes every running job runs to its time limit, so actual starts come earlier than it
-says: an estimate already before the end (or less than the margin after it) means the
-successor would almost surely start early, and waiting costs nothing. A pre-submitted
-successor still pending is revoked (cancelled, to be submitted again later) under the same
-condition: the queue has drained since it went in. Without an estimate (none given, or
-the daemon's ``test_only_per_cycle`` spent) the wrapped policy decides alone; on a deep
-queue Slurm gives none beyond its backfill window, where waiting would cost the most.
+``margin_s`` after the predecessor's planned end, the submission waits. Slurm 22.05's
+estimate is where the running jobs, run to their limits, leave room for it, plus the
+"area" of every pending job ahead as if each filled whole nodes for its whole limit
+(:mod:`mirage.sim.testonly`): it runs late, never early, except for jobs of higher
+priority that arrive later. An estimate already before the end (or less than the margin
+after it) therefore means the successor would almost surely start early, and waiting
+costs nothing. A pre-submitted successor still pending is revoked (cancelled, to be
+submitted again later) under the same condition: the queue has drained since it went in.
+Slurm gives a date however deep the queue; without one (the daemon's
+``test_only_per_cycle`` spent, or ``sbatch --test-only`` failed) the wrapped policy
+decides alone.
 
 :data:`SHIPPED` is the configuration the daemon runs by default; `mirage evaluate`
 measures it as the method ``shipped`` (see docs/evaluation.md for how it was chosen: on
