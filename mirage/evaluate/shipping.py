@@ -41,11 +41,16 @@ from mirage.policy.base import revocable_step
 GRID: dict[str, tuple[float, ...]] = {
     "qbets": (0.5, 0.75, 0.9, 0.95),
     "running-average": (1.0, 1.5, 2.0, 3.0),
-    # no constant (0 stands for none): on a cluster whose estimates are close to the real
-    # starts (CERIT's) the best baseline; on ls6's, where they run hours late, it harms
+    # no constant (0 stands for none): submits once Slurm's --test-only date passes the
+    # end; that date counts the jobs ahead at their limits, so it runs late and the rule
+    # pre-submits into quiet queues (it harms ls6's at every margin up to 16 h)
     "slurm-estimate": (0.0,),
 }
-MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0)
+#: Slurm's --test-only date counts every pending job ahead as whole nodes for its whole
+#: limit (mirage.sim.testonly), so on a quiet queue it can lie a day or more past a start
+#: that comes early: margins reach 48 h (with that estimate no margin up to 16 h was safe
+#: on ls6's tuning month).
+MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 36.0, 48.0)
 
 
 def inner_submits(walker: Walker, method: str, constant: float) -> list[np.ndarray]:
