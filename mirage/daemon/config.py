@@ -44,8 +44,8 @@ never silently falls back to a default. Durations are seconds (``_s``).
     guard = "estimate"             # "estimate": no pre-submission Slurm's own estimate starts
                                    # before the planned end + guard_margin_s (and such a pending
                                    # one is revoked); "none": the policy alone
-    guard_margin_s = 28800         # the guard's margin (8 h)
-    qbets_quantile = 0.75          # qbets: the quantile of the last day's waits bounded (95%)
+    guard_margin_s = 86400         # the guard's margin (24 h)
+    qbets_quantile = 0.9           # qbets: the quantile of the last day's waits bounded (95%)
     average_factor = 1.5           # running-average: predicted wait = factor x the mean wait
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end

@@ -48,9 +48,9 @@ class Shipped:
     """The default policy: ``policy`` with its constant, behind the estimate guard."""
 
     policy: str = "qbets"
-    qbets_quantile: float = 0.75
+    qbets_quantile: float = 0.9
     average_factor: float = 1.5
-    guard_margin_s: int = 8 * HOUR
+    guard_margin_s: int = 24 * HOUR
     guard: str = "estimate"
 
 

@@ -174,8 +174,11 @@ def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
     """The daemon runs the committed ls6 xgb model on the simulated cluster, unchanged."""
 
     def config(name: str, models: Path) -> Path:
+        # the shipped 24 h guard margin holds back every pre-submission of these 1-hour
+        # segments; 8 h lets some through, whose stated intervals are checked below
         path = tmp_path / name
-        path.write_text(f'[daemon]\nstate_dir = "/x"\n[policy]\nmodels_dir = "{models}"\n')
+        path.write_text(f'[daemon]\nstate_dir = "/x"\n[policy]\nmodels_dir = "{models}"\n'
+                        "guard_margin_s = 28800\n")  # fmt: skip
         return path
 
     cfg = config("mirage.toml", REPO / "models")
