@@ -212,7 +212,8 @@ def test_the_shipped_cerit_policy_is_what_evaluate_measures_there() -> None:
     """The committed models/cerit/policy.toml: Slurm's estimate behind the guard, 1 h."""
     from mirage.evaluate.harness import shipped_policy
     from mirage.policy.baselines import SlurmEstimate
-    from mirage.policy.guard import shipped_for
+    from mirage.policy.guard import SHIPPED, shipped_for
+    from mirage.policy.simple import ReactivePolicy
 
     shipped = shipped_for(Path("models/cerit"))
     assert (shipped.policy, shipped.guard, shipped.guard_margin_s) == (
@@ -221,4 +222,9 @@ def test_the_shipped_cerit_policy_is_what_evaluate_measures_there() -> None:
     policy = shipped_policy(shipped)
     assert isinstance(policy, EstimateGuard) and isinstance(policy.inner, SlurmEstimate)
     assert policy.margin_s == 3600
-    assert shipped_for(Path("models/ls6")) == shipped_for(Path("models/theta"))  # no file
+    assert shipped_for(Path("models/ls6")) == SHIPPED  # no file: the defaults
+    # Theta's: no candidate safe on its tuning month (Slurm's real estimate): reactive,
+    # which evaluate measures without a guard
+    theta = shipped_for(Path("models/theta"))
+    assert theta.policy == "reactive"
+    assert isinstance(shipped_policy(theta), ReactivePolicy)
