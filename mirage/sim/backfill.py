@@ -477,20 +477,8 @@ def _will_run(sim: Simulation, order: Iterable[int], res: int, lazy: bool) -> No
     s = sim.sched
     now = sim.now
     horizon = now + s.bf_window_s
-    alloc, start, limit = sim.alloc, sim.start, sim.limit
-    plan = WillRunPlan(
-        now,
-        gpus_free=sim.gfree,
-        cpus_free=sim.cfree,
-        gpus_cap=sim.node_gpus,
-        cpus_cap=sim.node_cpus,
-        # Slurm's end_time (start + limit, exact), past or not: see kill_wait
-        releases=[((start[i] or 0) + limit[i], alloc[i]) for i in sim.running],
-        res=res,
-        cons_tres=sim._cons_tres,
-        scale=s.bf_window_linear,
-        kill_wait=s.kill_wait_s,
-    )
+    alloc, limit = sim.alloc, sim.limit
+    plan = running_plan(sim, res)
     easy_done: set[str] = set()
     specs, elig, dem = sim.specs, sim.eligible_at, sim.dem
     for i, part, nodes in _node_walk(sim, order, plan, lazy):
@@ -573,4 +561,23 @@ def _node_plan(sim: Simulation, res: int) -> NodePlan:
         cpus_cap=sim.node_cpus,
         releases=releases,
         cons_tres=sim._cons_tres,
+    )
+
+
+def running_plan(sim: Simulation, res: int = 1) -> WillRunPlan:
+    """The running jobs as ``_will_run_test`` sees them (node usage now, and each job's
+    end: Slurm's end_time, start + limit, exact, past or not: see ``kill_wait``), at
+    ``bf_resolution`` ``res``; backfill's plan and ``--test-only``'s (mirage.sim.testonly)."""
+    s, alloc, start, limit = sim.sched, sim.alloc, sim.start, sim.limit
+    return WillRunPlan(
+        sim.now,
+        gpus_free=sim.gfree,
+        cpus_free=sim.cfree,
+        gpus_cap=sim.node_gpus,
+        cpus_cap=sim.node_cpus,
+        releases=[((start[i] or 0) + limit[i], alloc[i]) for i in sim.running],
+        res=res,
+        cons_tres=sim._cons_tres,
+        scale=s.bf_window_linear,
+        kill_wait=s.kill_wait_s,
     )

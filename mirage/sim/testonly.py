@@ -19,7 +19,7 @@ So the estimate exists whenever the job can ever fit, however deep the queue: th
 no backfill window in it (where ``squeue --start`` says N/A, ``--test-only`` still gives
 a date). On the test cluster, three queues (a pending job of higher priority ahead;
 six ahead; two whole-partition jobs ahead, the second beyond ``bf_window``) gave the
-dates this computes to the second (``tests/slurm/test_cluster.py``).
+dates this computes to the second (``tests/slurm/test_test_only.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import typing
 
 import numpy as np
 
-from mirage.sim.plan import WillRunPlan
+from mirage.sim.backfill import running_plan
 from mirage.sim.pool import KEY_SHIFT
 from mirage.sim.workload import INFINITE
 
@@ -39,20 +39,7 @@ if typing.TYPE_CHECKING:
 def will_run_start(sim: Simulation, i: int) -> int | None:
     """When ``_will_run_test`` would start pending job ``i`` over the running jobs only
     (None: it never fits on its partition's nodes)."""
-    s = sim.sched
-    alloc, start, limit = sim.alloc, sim.start, sim.limit
-    plan = WillRunPlan(
-        sim.now,
-        gpus_free=sim.gfree,
-        cpus_free=sim.cfree,
-        gpus_cap=sim.node_gpus,
-        cpus_cap=sim.node_cpus,
-        # Slurm's end_time: start + limit, exact (past or not: kill_wait below)
-        releases=[((start[j] or 0) + limit[j], alloc[j]) for j in sim.running],
-        cons_tres=sim._cons_tres,
-        scale=s.bf_window_linear,
-        kill_wait=s.kill_wait_s,
-    )
+    plan = running_plan(sim)
     avail = np.zeros(len(sim.node_gpus), dtype=bool)
     avail[list(sim.part_nodes[sim.specs[i].partition])] = True
     count, g, c, whole = sim.dem[i]
