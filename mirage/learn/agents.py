@@ -104,10 +104,19 @@ def make_model(kind: str, env: ChainEnv, seed: int) -> Any:
     """An untrained SB3 model; hyper-parameters fixed before looking at test results."""
     import torch
     from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(1)  # small nets: threads cost more than they give, and break determinism
+    model = _new_model(kind, env, seed, DQN, PPO)
+    # SB3's default logger makes an empty /tmp/SB3-<date> folder on every learn(); with
+    # verbose=0 it writes nothing, so a logger with no outputs (and no folder) replaces it
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
+def _new_model(kind: str, env: ChainEnv, seed: int, dqn: Any, ppo: Any) -> Any:
     if kind == "dqn":
-        return DQN(
+        return dqn(
             "MlpPolicy",
             env,
             gamma=1.0,
@@ -125,7 +134,7 @@ def make_model(kind: str, env: ChainEnv, seed: int) -> Any:
             verbose=0,
         )
     if kind == "pg":
-        return PPO(
+        return ppo(
             "MlpPolicy",
             env,
             gamma=1.0,

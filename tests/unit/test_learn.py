@@ -231,6 +231,28 @@ def test_chain_env_rewards_are_minus_j() -> None:
     assert done and r == -7.0 / REWARD_SCALE and info["step"] == 3
 
 
+@pytest.mark.parametrize("kind", ["dqn", "pg"])
+def test_agent_training_leaves_no_folder_behind(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SB3's default logger makes a /tmp/SB3-<date> folder on every learn() (a login node's
+    /tmp filled with empty folders, one per `mirage train`): the agents log nowhere."""
+    pytest.importorskip("stable_baselines3")
+    import tempfile
+
+    from mirage.learn.agents import make_model
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    m = np.zeros((3, len(DECISION_NAMES)))
+    env = ChainEnv([m], [np.array([5.0, 2.0, 1.0, 7.0])], seed=0)
+    model = make_model(kind, env, 0)
+    model.learn(total_timesteps=64 if kind == "dqn" else 4096, progress_bar=False)
+    assert tempfile.gettempdir() == str(tmp_path)
+    assert list(tmp_path.glob("SB3-*")) == []  # (torch may keep its own cache there)
+
+
 def test_one_batched_decision_for_many_chains(
     data: tuple[Setting, Dataset, list[np.ndarray]],
 ) -> None:
