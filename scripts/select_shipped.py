@@ -111,17 +111,13 @@ def main() -> None:
     best = choice.chosen
     if not choice.judged:
         print("no level has enough samples to judge harm (30): no choice can be made here")
-    elif best is None:
-        print("no candidate is safe at every level: ship reactive")
     else:
-        print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
-              f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
-        print("as the daemon's configuration:\n" + policy_toml(best))
-        if args.write:
+        announce(best)
+        if args.write:  # as mirage train writes it (mirage.learn.ship), reactive included
             path = Path(args.write) / POLICY_FILE
             path.write_text(provenance(args, best) + policy_toml(best) + "\n", encoding="utf-8")
             print(f"wrote {path}")
-        if args.measure_test:
+        if args.measure_test and best is not None:
             for ld in args.load:
                 measure(best, tuning_walker(args.cluster, profile_name, ld, args, "test"), ld,
                         args.boot)  # fmt: skip
@@ -129,16 +125,29 @@ def main() -> None:
         Path(args.json).write_text(json.dumps([c.as_dict() for c in cands], indent=1))
 
 
-def provenance(args: argparse.Namespace, c: Candidate) -> str:
-    """The comment that says how the choice was made."""
+def announce(best: Candidate | None) -> None:
+    if best is None:
+        print("no candidate is safe at every level: ship reactive")
+        return
+    print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
+          f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
+    print("as the daemon's configuration:\n" + policy_toml(best))
+
+
+def provenance(args: argparse.Namespace, c: Candidate | None) -> str:
+    """The comment that says how the choice was made (None: no candidate was safe)."""
     loads = ", ".join(f"{ld:g}" for ld in args.load)
     cached = " (cached samples only)" if args.cached_only else ""
+    what = (
+        "no candidate of the grid was safe at every\n# level: reactive submission"
+        if c is None
+        else f"the safe candidate of least\n# summed mean J ({c.total_j_h:.2f} h)"
+    )
     return (
         f"# Chosen by scripts/select_shipped.py on {args.cluster}'s tuning split{cached}, loads "
         f"{loads},\n# decision step {args.step_min:g} min, samples every {args.every_h:g} h: "
-        f"the safe candidate of least\n# summed mean J ({c.total_j_h:.2f} h). The daemon "
-        "configured with this cluster (and\n# mirage evaluate --cluster) takes these "
-        "[policy] values where its configuration\n# leaves them out.\n"
+        f"{what}. The daemon configured with this cluster (and\n# mirage evaluate --cluster) "
+        "takes these [policy] values where its configuration\n# leaves them out.\n"
     )
 
 
