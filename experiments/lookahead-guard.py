@@ -26,23 +26,20 @@ Reads probes and look-ahead curves from the probe cache (only samples with both)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mirage.evaluate.harness import HOUR, Outcomes, Walker, factory, outcomes_at
-from mirage.evaluate.inputs import default_profile, default_trace
+from mirage.evaluate.inputs import default_profile, default_test_setting
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, is_cached, record_all
-from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
+from mirage.evaluate.protocol import Protocol
 from mirage.evaluate.shipping import GRID, inner_submits
 from mirage.evaluate.stats import Gain, gains
 from mirage.policy.base import revocable_step
 from mirage.policy.guard import SHIPPED
-from mirage.profile.schema import load_profile
-from mirage.trace.readers import load_trace
 
 EST_H: tuple[float | None, ...] = (None, 0.0, 8.0, 24.0, 36.0, 48.0, 72.0)
 LA_H: tuple[float | None, ...] = (None, -2.0, 0.0, 2.0, 4.0, 8.0)
@@ -75,27 +72,17 @@ class Cand:
 
 def build(cluster: str, profile_name: str, load: float, split_name: str,
           args: argparse.Namespace) -> Split:  # fmt: skip
-    trace = default_trace(cluster)
-    profile = load_profile(profile_name)
-    df = load_trace(str(trace)).jobs
-    first, last = int(df["submit"].min()), int(df["submit"].max())
-    split = default_splits(cluster, profile.timezone, first, last)[split_name]
-    protocol = dataclasses.replace(
-        Protocol(), step_s=round(args.step_min * 60), every_s=round(args.every_h * HOUR)
-    )
-    part = profile.partition(None)
-    assert part.nodes is not None, "a calibrated profile"
-    setting = Setting(str(trace), profile_name, scaled_nodes(part.nodes, load), load, split,
-                      protocol)  # fmt: skip
-    times = [t for t in sample_times(split, protocol, first)
-             if is_cached(args.cache, setting, t, PROBES)]  # fmt: skip
+    sp = default_test_setting(cluster, load, args.every_h, split_name,
+                              profile_name=profile_name, step_min=args.step_min)  # fmt: skip
+    setting = sp.setting
+    times = [t for t in sp.times if is_cached(args.cache, setting, t, PROBES)]
     if args.record:
         record_all(setting, times, LOOKAHEAD_CURVES, cache=args.cache, n_jobs=args.jobs)
     times = [t for t in times if is_cached(args.cache, setting, t, LOOKAHEAD_CURVES)]
     print(f"{split_name} split, load {load:g}: {len(times)} samples with probes and curves")
     samples = record_all(setting, times, PROBES, cache=args.cache)
     curves = {c.t: c.start for c in record_all(setting, times, LOOKAHEAD_CURVES, cache=args.cache)}
-    walker = Walker(samples, protocol, profile, part.name)
+    walker = Walker(samples, setting.protocol, sp.profile, sp.partition)
     return Split(walker, [curves[s.t] for s in walker.samples])
 
 

@@ -9,6 +9,7 @@ commands show it as a usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -75,10 +76,17 @@ class SplitSetting:
 
 
 def default_test_setting(
-    cluster: str, load: float, every_h: float, split_name: str = "test"
+    cluster: str,
+    load: float,
+    every_h: float,
+    split_name: str = "test",
+    *,
+    profile_name: str | None = None,
+    step_min: float | None = None,
 ) -> SplitSetting:
     """The default test split (or ``split_name``: "tune", "train") of ``cluster``'s known
-    trace and calibrated profile at ``load``, one sample every ``every_h`` hours;
+    trace and calibrated profile (or ``profile_name``) at ``load``, one sample every
+    ``every_h`` hours, deciding every ``step_min`` minutes (default: the protocol's);
     SystemExit when the trace is missing."""
     from mirage.profile.schema import load_profile
     from mirage.trace.readers import load_trace
@@ -86,7 +94,7 @@ def default_test_setting(
     trace = default_trace(cluster)
     if trace is None:
         raise SystemExit(f"no {cluster} trace found")
-    profile_name = default_profile(cluster)
+    profile_name = profile_name or default_profile(cluster)
     profile = load_profile(profile_name)
     df = load_trace(trace).jobs
     first, last = int(df["submit"].min()), int(df["submit"].max())
@@ -95,6 +103,8 @@ def default_test_setting(
     if part.nodes is None:
         raise SystemExit(f"profile {profile_name} gives no node count")
     protocol = Protocol(every_s=int(every_h * HOUR))
+    if step_min is not None:
+        protocol = dataclasses.replace(protocol, step_s=round(step_min * MINUTE))
     nodes = scaled_nodes(part.nodes, load)
     setting = Setting(trace, profile_name, nodes, load, split, protocol)
     return SplitSetting(setting, profile, part.name, sample_times(split, protocol, first))

@@ -201,6 +201,11 @@ def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) ->
     assert split.start <= test.times[0] and test.times[-1] < split.end
     with pytest.raises(SystemExit, match="no nosuch trace"):
         cli.default_test_setting("nosuch", 1.0, 4)
+    # a profile and decision step of the caller's (the experiments' per-user-limit profile)
+    limits = str(REPO / "models" / "ls6" / "profile-limits.toml")
+    tune = cli.default_test_setting("ls6", 1.0, 12, "tune", profile_name=limits, step_min=30)
+    assert tune.setting.profile == limits and tune.setting.split.name == "tune"
+    assert tune.setting.protocol.step_s == 1800 != test.setting.protocol.step_s
 
 
 def test_evaluate_and_train_say_how_much_of_the_trace_they_use(
