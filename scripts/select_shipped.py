@@ -3,11 +3,13 @@
     .venv/bin/python scripts/select_shipped.py --cluster ls6 \
         --profile models/ls6/profile-limits.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
         [--step-min 10] [--every-h 4] [--cached-only] [--measure-test] [--write FOLDER]
+        [--no-lookahead]
 
 Records (or reads from the probe cache, as `mirage evaluate` does) the tuning split's
-samples at each load, walks every candidate of the grid, prints each one's mean J per load
-and whether it harms any level, and the choice: the safe candidate of least summed mean J.
-The test split is never read. ``--json FILE`` writes every candidate's figures.
+samples and their look-ahead curves at each load, walks every candidate of the grid,
+prints each one's mean J per load and whether it harms any level, and the choice: the safe
+candidate of least summed mean J. The test split is never read. ``--json FILE`` writes
+every candidate's figures.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from mirage.evaluate.harness import HOUR, Walker, factory
 from mirage.evaluate.inputs import default_profile, default_trace
-from mirage.evaluate.probes import PROBES, is_cached, record_all
+from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
+from mirage.evaluate.probes import PROBES, Recorder, is_cached, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
 from mirage.evaluate.shipping import Candidate, guarded, inner_submits, policy_toml, select
 from mirage.evaluate.stats import gains
@@ -47,11 +51,15 @@ def tuning_walker(
         sys.exit(f"profile {profile_name} has no node count: calibrate it first")
     setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
     times = sample_times(split, protocol, first)
+    recs: list[Recorder[Any]] = [PROBES] if args.no_lookahead else [PROBES, LOOKAHEAD_CURVES]
     if args.cached_only:  # what a long run has recorded so far (mirage evaluate's option)
-        times = [t for t in times if is_cached(args.cache, setting, t, PROBES)]
+        times = [t for t in times if all(is_cached(args.cache, setting, t, r) for r in recs)]
         print(f"{split_name} split, load {load:g}: {len(times)} cached samples (--cached-only)")
     samples = record_all(setting, times, PROBES, cache=args.cache, n_jobs=args.jobs)
-    return Walker(samples, protocol, profile, part.name)
+    if args.no_lookahead:
+        return Walker(samples, protocol, profile, part.name)
+    curves = record_all(setting, times, LOOKAHEAD_CURVES, cache=args.cache, n_jobs=args.jobs)
+    return Walker(samples, protocol, profile, part.name, lookahead=[c.start for c in curves])
 
 
 def main() -> None:
@@ -87,6 +95,11 @@ def main() -> None:
         "--cached-only", action="store_true", help="only the samples already in the probe cache"
     )
     ap.add_argument(
+        "--no-lookahead",
+        action="store_true",
+        help="leave the look-ahead veto's candidates out (no look-ahead curves recorded)",
+    )
+    ap.add_argument(
         "--measure-test",
         action="store_true",
         help="after the choice, walk the test split with it and print its no-harm "
@@ -105,7 +118,7 @@ def main() -> None:
         harmed = [f"{ld:g} {lv}" for ld, per in c.levels.items() for lv, g in per.items()
                   if lv != "all" and not g.no_harm]  # fmt: skip
         print(
-            f"  {c.method:16s} {c.constant:5g}  margin {c.margin_h:g} h  J {js}  "
+            f"  {c.label():52s}  J {js}  "
             f"sum {c.total_j_h:6.2f}  {'safe' if c.safe else 'harms ' + ', '.join(harmed)}"
         )
     best = choice.chosen
@@ -129,8 +142,7 @@ def announce(best: Candidate | None) -> None:
     if best is None:
         print("no candidate is safe at every level: ship reactive")
         return
-    print(f"choice: {best.method} {best.constant:g}, guard margin {best.margin_h:g} h "
-          f"({best.margin_h * HOUR:.0f} s); summed mean J {best.total_j_h:.2f} h")  # fmt: skip
+    print(f"choice: {best.label()}; summed mean J {best.total_j_h:.2f} h")
     print("as the daemon's configuration:\n" + policy_toml(best))
 
 
@@ -158,7 +170,12 @@ def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
     res = {
         "reactive": walker.run(factory("reactive", None)),
         "oracle": walker.oracle(alpha),
-        "choice": guarded(walker, inner_submits(walker, c.method, c.constant), c.margin_h * HOUR),
+        "choice": guarded(
+            walker,
+            inner_submits(walker, c.method, c.constant),
+            None if c.margin_h is None else c.margin_h * HOUR,
+            None if c.lookahead_h is None else c.lookahead_h * HOUR,
+        ),
     }
     print(f"test split, load {load:g}: {len(walker.samples)} samples")
     for level, g in gains(res, alpha, boot=boot).items():

@@ -10,6 +10,7 @@ pre-submission a policy may revoke (:class:`mirage.daemon.revoke.Revocable`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from sqlalchemy import select
@@ -323,6 +324,8 @@ class Advancer:
         ):
             limit = segs[1].time_limit_s or chain.time_limit_s
             move = self.transition(chain, segs[0], limit, self.router.resolve_partition(chain))
+            # the guard's look-ahead takes the pending successor out of its queue
+            move = dataclasses.replace(move, succ_job_id=segs[1].job_id or "")
             return revoke.Revocable(chain, segs[1], move)
         for g in segs:
             if g.revoke_at is not None and g.job_state == pending and g is segs[0]:

@@ -43,8 +43,12 @@ never silently falls back to a default. Durations are seconds (``_s``).
                                    # shipped configuration (docs/evaluation.md)
     guard = "estimate"             # "estimate": no pre-submission Slurm's own estimate starts
                                    # before the planned end + guard_margin_s (and such a pending
-                                   # one is revoked); "none": the policy alone
-    guard_margin_s = 86400         # the guard's margin (24 h)
+                                   # one is revoked); "lookahead": none the look-ahead's simulated
+                                   # start puts before the end + guard_lookahead_margin_s (needs
+                                   # the profile); "estimate+lookahead": either; "none": the
+                                   # policy alone
+    guard_margin_s = 86400         # the estimate veto's margin (24 h)
+    guard_lookahead_margin_s = 0   # the look-ahead veto's margin (may be negative)
     qbets_quantile = 0.9           # qbets: the quantile of the last day's waits bounded (95%)
     average_factor = 1.5           # running-average: predicted wait = factor x the mean wait
     lead_s = 900                   # fixed-lead: submit this long before the planned end
@@ -95,7 +99,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from mirage.policy.guard import GUARDS, SHIPPED
+from mirage.policy.guard import GUARDS, LOOKAHEAD_GUARDS, SHIPPED
 from mirage.typedtoml import SchemaError, build, read_toml
 
 log = logging.getLogger(__name__)
@@ -150,6 +154,9 @@ class PolicySection:
     default: str = SHIPPED.policy
     guard: str = "estimate"
     guard_margin_s: int = field(default=SHIPPED.guard_margin_s, metadata={"signed": True})
+    guard_lookahead_margin_s: int = field(
+        default=SHIPPED.guard_lookahead_margin_s, metadata={"signed": True}
+    )
     qbets_quantile: float = SHIPPED.qbets_quantile
     average_factor: float = SHIPPED.average_factor
     lead_s: int = 900
@@ -385,6 +392,11 @@ def _check_policy(p: PolicySection, source: str) -> None:
             raise ConfigError(
                 f"{source} [policy]: {name!r} needs models_dir and cluster (the cluster "
                 "profile: <models_dir>/<cluster>/profile.toml)"
+            )
+        if name != "reactive" and p.guard in LOOKAHEAD_GUARDS and not (p.models_dir and p.cluster):
+            raise ConfigError(
+                f"{source} [policy]: guard {p.guard!r} needs models_dir and cluster (the "
+                "cluster profile its look-ahead simulates: <models_dir>/<cluster>/profile.toml)"
             )
     if p.fallback not in FALLBACK_NAMES:
         raise ConfigError(f"{source} [policy]: fallback must be one of {', '.join(FALLBACK_NAMES)}")

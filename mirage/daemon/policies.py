@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from mirage.daemon.config import PolicySection
 from mirage.policy.base import Policy
-from mirage.policy.guard import EstimateGuard
+from mirage.policy.guard import LOOKAHEAD_GUARDS, guard_policy
 from mirage.policy.simple import PROFILE_POLICIES, make_policy
 from mirage.profile.schema import ClusterProfile, Partition
 
@@ -58,8 +58,9 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
                              runtime_stat=cfg.lookahead_runtime, draws=cfg.lookahead_draws,
                              qbets_quantile=cfg.qbets_quantile,
                              average_factor=cfg.average_factor)  # fmt: skip
-        kind = "model" if name in PROFILE_POLICIES else "baseline"
-        return LoadedPolicy(guarded(policy, name, cfg), kind)
+        # the look-ahead (a policy's or the guard's) simulates on the cluster profile
+        profiled = name in PROFILE_POLICIES or uses_lookahead_guard(name, cfg)
+        return LoadedPolicy(guarded(policy, name, cfg), "model" if profiled else "baseline")
     policy, meta = load_policy(Path(cfg.models_dir) / cfg.cluster / name)
     return LoadedPolicy(
         guarded(policy, name, cfg), "learned", meta.created, meta.created_epoch() or 0.0, meta
@@ -67,10 +68,15 @@ def build_policy(name: str, cfg: PolicySection) -> LoadedPolicy:
 
 
 def guarded(policy: Policy, name: str, cfg: PolicySection) -> Policy:
-    """``policy`` behind the estimate guard (``[policy] guard``); reactive needs none."""
-    if cfg.guard == "none" or name == "reactive":
+    """``policy`` behind the guard ``[policy] guard``; reactive needs none."""
+    if name == "reactive":
         return policy
-    return EstimateGuard(policy, cfg.guard_margin_s)
+    return guard_policy(policy, cfg.guard, cfg.guard_margin_s, cfg.guard_lookahead_margin_s)
+
+
+def uses_lookahead_guard(name: str, cfg: PolicySection) -> bool:
+    """Whether the policy ``name`` runs behind the guard's look-ahead veto."""
+    return name != "reactive" and cfg.guard in LOOKAHEAD_GUARDS
 
 
 def model_key(name: str) -> str:

@@ -462,14 +462,17 @@ def _recorders(methods: list[str], rows: bool, kw: dict[str, Any]) -> tuple[Any,
     """What a split records: the probes, and where asked for (else None) the queue
     features, the no-arrival curves and the look-ahead curves."""
     from mirage.evaluate.features import FEATURES
-    from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE
+    from mirage.evaluate.harness import LOOKAHEAD, RUNTIME_ORACLE, SHIPPED_METHOD
     from mirage.evaluate.lookahead import lookahead_recorder
     from mirage.evaluate.probes import PROBES
     from mirage.evaluate.whatif import NO_ARRIVALS
+    from mirage.policy.guard import LOOKAHEAD_GUARDS
 
+    # the shipped guard's look-ahead veto reads the curves too (the daemon's: the median)
+    guard = SHIPPED_METHOD in methods and kw["shipped"].guard in LOOKAHEAD_GUARDS
     ahead = (
         lookahead_recorder(kw["lookahead_stat"], kw["lookahead_draws"])
-        if LOOKAHEAD in methods
+        if LOOKAHEAD in methods or guard
         else None
     )
     return (PROBES, FEATURES if rows else None,

@@ -27,7 +27,7 @@ from mirage.policy.base import (
 )
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
 from mirage.policy.cost import DEFAULT_ALPHA, Transition
-from mirage.policy.guard import SHIPPED, EstimateGuard, Shipped
+from mirage.policy.guard import LOOKAHEAD_GUARDS, SHIPPED, Shipped, guard_policy
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -117,20 +117,27 @@ def contexts(
     profile: ClusterProfile,
     partition: str = "",
     queue: np.ndarray | None = None,
+    lookahead: np.ndarray | None = None,
 ) -> list[DecisionContext]:
     """The step views of a sample (the last step, the planned end, is not asked).
 
     ``queue``: the queue features recorded at each step (:mod:`mirage.evaluate.features`),
-    which learned policies read instead of a snapshot.
+    which learned policies read instead of a snapshot; ``lookahead``: the look-ahead start
+    recorded at each step (:mod:`mirage.evaluate.lookahead`), which the guard's look-ahead
+    veto reads instead of simulating a snapshot.
     """
     history = WaitHistory(sample.hist_start, sample.hist_wait)
     out = []
     for k in range(len(sample.steps) - 1):
         now = int(sample.steps[k])
         est = int(sample.estimate[k])
+        ahead = None if lookahead is None else int(lookahead[k])
 
         def estimate(_req: SubmitRequest, est: int = est) -> StartEstimate:
             return StartEstimate(None, None if est < 0 else est)
+
+        def look(_p: PendingTransition, ahead: int | None = ahead) -> int | None:
+            return None if ahead is None or ahead < 0 else ahead
 
         out.append(
             DecisionContext(
@@ -140,6 +147,7 @@ def contexts(
                 estimate_start=estimate,
                 history=history,
                 queue_rows=None if queue is None else {partition: queue[k]},
+                lookahead_start=None if lookahead is None else look,
             )
         )
     return out
@@ -224,8 +232,15 @@ class Walker:
             for m, c in ((RUNTIME_ORACLE, no_arrivals), (LOOKAHEAD, lookahead))
             if c is not None
         }
+        ahead = self.curves.get(LOOKAHEAD)
         self.ctxs = [
-            contexts(s, profile, partition, None if self.queue is None else self.queue[i])
+            contexts(
+                s,
+                profile,
+                partition,
+                None if self.queue is None else self.queue[i],
+                None if ahead is None else ahead[i],
+            )
             for i, s in enumerate(self.samples)
         ]
         self.pending = [pending_of(s, protocol, profile, partition) for s in self.samples]
@@ -366,9 +381,11 @@ def shipped_policy(shipped: Shipped = SHIPPED) -> Policy:
 
     inner = make_policy(shipped.policy, qbets_quantile=shipped.qbets_quantile,
                         average_factor=shipped.average_factor)  # fmt: skip
-    if shipped.guard == "none" or shipped.policy == "reactive":
+    if shipped.policy == "reactive":
         return inner
-    return EstimateGuard(inner, shipped.guard_margin_s)
+    return guard_policy(
+        inner, shipped.guard, shipped.guard_margin_s, shipped.guard_lookahead_margin_s
+    )
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:
@@ -453,6 +470,8 @@ def _run_plain(walker: Walker, method: str, param: float | None) -> Outcomes:
     if method in CURVE_RULES:
         return walker.curve_rule(method, param if param is not None else 0.0)
     if method == SHIPPED_METHOD:
+        if walker.shipped.guard in LOOKAHEAD_GUARDS and LOOKAHEAD not in walker.curves:
+            raise ValueError(f"shipped: the {walker.shipped.guard} guard needs look-ahead curves")
         return walker.run(functools.partial(shipped_policy, walker.shipped))
     return walker.run(factory(method, param))
 

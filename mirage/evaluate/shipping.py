@@ -8,7 +8,10 @@ level on the tuning split.
 
 The candidates are the wait-statistic baselines (``qbets``, ``running-average``) with
 each constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no constant),
-behind the estimate guard with each margin of :data:`MARGINS_H`. A candidate is *safe*
+behind the estimate guard with each margin of :data:`MARGINS_H`; where the tuning samples
+have look-ahead curves (``mirage train`` records them), also behind the look-ahead veto
+(margins :data:`LOOKAHEAD_MARGINS_H`) alone or beside the estimate veto, and with no guard
+(:func:`guards`). A candidate is *safe*
 when, at every load given and every level there with at least
 :data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its J minus
 reactive's ends at most :data:`mirage.evaluate.stats.NO_HARM_H` above zero. The choice is
@@ -20,11 +23,10 @@ the cluster's ``policy.toml`` (:mod:`mirage.learn.ship`); ``scripts/select_shipp
 runs it alone.
 
 The walk is the daemon's rule on recorded samples: the inner policy's answer at every
-step, the guard's veto and revocation from the estimate recorded at that step
-(:meth:`mirage.policy.guard.EstimateGuard.early`), then
-:func:`mirage.policy.base.revocable_step`; the same as :meth:`Walker.run` on an
-:class:`~mirage.policy.guard.EstimateGuard`, with the inner policy walked once for every
-margin.
+step, the guard's veto and revocation from the estimate and look-ahead start recorded at
+that step (:class:`mirage.policy.guard.Guard`), then
+:func:`mirage.policy.base.revocable_step`; the same as :meth:`Walker.run` on a
+:class:`~mirage.policy.guard.Guard`, with the inner policy walked once for every guard.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mirage.evaluate.harness import HOUR, Outcomes, Walker, factory, outcomes_at
+from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
 from mirage.evaluate.stats import Gain, gains
 from mirage.policy.base import revocable_step
 
@@ -51,6 +53,12 @@ GRID: dict[str, tuple[float, ...]] = {
 #: that comes early: margins reach 48 h (with that estimate no margin up to 16 h was safe
 #: on ls6's tuning month).
 MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 36.0, 48.0)
+#: The look-ahead veto's margins (h): its start is a simulation with predicted run times,
+#: neither late nor early by construction, so they lie around 0 (experiments/
+#: lookahead-guard.py walked these on ls6 and Theta).
+LOOKAHEAD_MARGINS_H = (-2.0, 0.0, 2.0, 4.0, 8.0)
+#: The estimate margins tried beside the look-ahead veto (either vetoes; None: none).
+WITH_LOOKAHEAD_H = (8.0, 24.0, 48.0)
 
 
 def inner_submits(walker: Walker, method: str, constant: float) -> list[np.ndarray]:
@@ -66,23 +74,51 @@ def inner_submits(walker: Walker, method: str, constant: float) -> list[np.ndarr
     return out
 
 
-def guarded(walker: Walker, submits: Sequence[np.ndarray], margin_s: float) -> Outcomes:
-    """The outcomes of ``submits`` behind the estimate guard with ``margin_s``."""
+def guarded(
+    walker: Walker,
+    submits: Sequence[np.ndarray],
+    margin_s: float | None,
+    lookahead_margin_s: float | None = None,
+) -> Outcomes:
+    """The outcomes of ``submits`` behind the guard: a step is vetoed (and a pending
+    pre-submission revoked) where Slurm's recorded estimate is before the planned end plus
+    ``margin_s``, or the recorded look-ahead start before it plus ``lookahead_margin_s``
+    (None: that veto is off; :class:`mirage.policy.guard.Guard`)."""
+    curves = walker.curves.get(LOOKAHEAD)
+    if lookahead_margin_s is not None and curves is None:
+        raise ValueError("the look-ahead veto needs the walker's look-ahead curves")
     steps, revoked = [], []
-    for s, submit in zip(walker.samples, submits, strict=True):
-        est = s.estimate[:-1]
-        early = (est >= 0) & (est < s.planned_end + margin_s)
+    for i, (s, submit) in enumerate(zip(walker.samples, submits, strict=True)):
+        early = np.zeros(len(s.steps) - 1, bool)
+        if margin_s is not None:
+            est = s.estimate[:-1]
+            early |= (est >= 0) & (est < s.planned_end + margin_s)
+        if lookahead_margin_s is not None and curves is not None:
+            ahead = curves[i][:-1]
+            early |= (ahead >= 0) & (ahead < s.planned_end + lookahead_margin_s)
         k, n = revocable_step(submit & ~early, early, s.succ_start, s.steps)
         steps.append(k)
         revoked.append(n)
     return outcomes_at(walker.samples, steps, revoked)
 
 
+def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
+    """The guard settings of the grid, (estimate margin, look-ahead margin) in hours (None:
+    that veto off): every estimate margin alone; with look-ahead curves also the look-ahead
+    alone, each of its margins beside some estimate margins, and no guard at all."""
+    out: list[tuple[float | None, float | None]] = [(m, None) for m in MARGINS_H]
+    if lookahead:
+        out.append((None, None))
+        out += [(m, la) for la in LOOKAHEAD_MARGINS_H for m in (None, *WITH_LOOKAHEAD_H)]
+    return out
+
+
 @dataclass
 class Candidate:
     method: str
     constant: float
-    margin_h: float
+    margin_h: float | None  # the estimate veto's margin (None: no estimate veto)
+    lookahead_h: float | None = None  # the look-ahead veto's margin (None: none)
     levels: dict[float, dict[str, Gain]] = field(default_factory=dict)  # load -> level ->
     mean_j_h: dict[float, float] = field(default_factory=dict)  # load -> mean J, all samples
 
@@ -95,30 +131,59 @@ class Candidate:
     def total_j_h(self) -> float:
         return float(sum(self.mean_j_h.values()))
 
+    @property
+    def guard(self) -> str:
+        """The ``[policy] guard`` that runs it."""
+        return guard_kind(self.margin_h is not None, self.lookahead_h is not None)
+
+    def label(self) -> str:
+        """E.g. "qbets 0.9 behind the estimate guard (24 h)"."""
+        what = (
+            self.method if self.method == "slurm-estimate" else f"{self.method} {self.constant:g}"
+        )
+        vetoes = [f"estimate {self.margin_h:g} h"] if self.margin_h is not None else []
+        if self.lookahead_h is not None:
+            vetoes.append(f"look-ahead {self.lookahead_h:+g} h")
+        return f"{what}, " + (f"guard: {', '.join(vetoes)}" if vetoes else "no guard")
+
     def as_dict(self) -> dict[str, object]:
-        return {"policy": self.method, "constant": self.constant, "guard_margin_h": self.margin_h,
+        return {"policy": self.method, "constant": self.constant, "guard": self.guard,
+                "guard_margin_h": self.margin_h, "guard_lookahead_margin_h": self.lookahead_h,
                 "safe": self.safe, "mean_J_h": {f"{k:g}": v for k, v in self.mean_j_h.items()},
                 "levels": {f"{ld:g}": {lv: g.as_dict() for lv, g in per.items()}
                            for ld, per in self.levels.items()}}  # fmt: skip
 
 
+def guard_kind(estimate: bool, lookahead: bool) -> str:
+    """The :data:`mirage.policy.guard.GUARDS` name of a guard with these vetoes."""
+    if estimate and lookahead:
+        return "estimate+lookahead"
+    return "estimate" if estimate else "lookahead" if lookahead else "none"
+
+
 def candidates(
     walkers: Mapping[float, Walker], alpha: float, *, boot: int = 2000
 ) -> list[Candidate]:
-    """Every candidate of the grid, measured on each load's (tuning) walker."""
-    out: dict[tuple[str, float, float], Candidate] = {}
+    """Every candidate of the grid, measured on each load's (tuning) walker; the look-ahead
+    veto's only where every walker has look-ahead curves."""
+    out: dict[tuple[str, float, float | None, float | None], Candidate] = {}
+    grid = guards(all(LOOKAHEAD in w.curves for w in walkers.values()))
     for load, w in walkers.items():
         base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(alpha)}
         for method, constants in GRID.items():
             for c in constants:
                 submits = inner_submits(w, method, c)
-                for m in MARGINS_H:
-                    cand = out.setdefault((method, c, m), Candidate(method, c, m))
-                    res = {**base, "x": guarded(w, submits, m * HOUR)}
+                for m, la in grid:
+                    cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
+                    res = {**base, "x": guarded(w, submits, _s(m), _s(la))}
                     cand.levels[load] = {lv: g.methods["x"] for lv, g in
                                          gains(res, alpha, boot=boot).items()}  # fmt: skip
                     cand.mean_j_h[load] = float(res["x"].cost(alpha).mean()) / HOUR
     return list(out.values())
+
+
+def _s(hours: float | None) -> float | None:
+    return None if hours is None else hours * HOUR
 
 
 def choose(cands: Sequence[Candidate]) -> Candidate | None:
@@ -152,9 +217,14 @@ def policy_toml(c: Candidate | None) -> str:
     if c is None:
         return '[policy]\ndefault = "reactive"'
     lines = ["[policy]", f'default = "{c.method}"']
+    # float literals ("2.0", not "2"): the configuration takes these keys as floats only
     if c.method == "qbets":
-        lines.append(f"qbets_quantile = {c.constant:g}")
+        lines.append(f"qbets_quantile = {float(c.constant)!r}")
     elif c.method == "running-average":
-        lines.append(f"average_factor = {c.constant:g}")
-    lines += ['guard = "estimate"', f"guard_margin_s = {round(c.margin_h * HOUR)}"]
+        lines.append(f"average_factor = {float(c.constant)!r}")
+    lines.append(f'guard = "{c.guard}"')
+    if c.margin_h is not None:
+        lines.append(f"guard_margin_s = {round(c.margin_h * HOUR)}")
+    if c.lookahead_h is not None:
+        lines.append(f"guard_lookahead_margin_s = {round(c.lookahead_h * HOUR)}")
     return "\n".join(lines)

@@ -249,7 +249,7 @@ def _run(
     """The policies' metrics, and the shipped configuration chosen on the same tuning
     samples (written as the cluster's policy.toml) unless ``policy_file`` is off."""
     from mirage.learn.ship import choose_and_write
-    from mirage.learn.train import load_data, recalibrate, train, tuning_data
+    from mirage.learn.train import load_data, recalibrate, train, tuning_curves, tuning_data
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
@@ -261,9 +261,17 @@ def _run(
             data = load_data(cfg, bars.update)
             metrics = train(cfg, policies, root, bars.update, data)
             by_load = data.tune_by_load
+        # the shipped choice's look-ahead veto reads the tuning samples' look-ahead
+        curves = tuning_curves(cfg, bars.update) if policy_file else None
     if not policy_file:
         return metrics, None
     folder = root / cfg.cluster
     return metrics, choose_and_write(
-        cfg.cluster, cfg.profile, cfg.splits["tune"], by_load, folder=folder, alpha=cfg.alpha
+        cfg.cluster,
+        cfg.profile,
+        cfg.splits["tune"],
+        by_load,
+        folder=folder,
+        alpha=cfg.alpha,
+        lookahead=curves,
     )

@@ -145,13 +145,7 @@ def train_cmd(**kw: Any) -> None:
 
 def _shipped_line(shipped: dict[str, Any]) -> str:
     """One line: the shipped configuration chosen, and its file (or why none)."""
-    p = shipped["policy"]
-    what = {
-        "qbets": f"qbets {shipped.get('constant', 0):g}",
-        "running-average": f"running-average {shipped.get('constant', 0):g}",
-    }.get(p, p)
-    if p != "reactive":
-        what += f" behind the estimate guard ({shipped['guard_margin_s'] / 3600:g} h)"
+    what = shipped.get("label") or shipped["policy"]
     if shipped["file"] is None:
         return f"shipped configuration: none written ({shipped['reason']})"
     return f"shipped configuration: {what} -> {shipped['file']}"

@@ -2,7 +2,8 @@
 
 After training (or recalibrating) on a cluster, the tuning split's samples at the tuning
 loads are walked with every candidate of :mod:`mirage.evaluate.shipping` (the wait
-baselines and Slurm's estimate, each behind the estimate guard at each margin), and the
+baselines and Slurm's estimate, each behind the estimate guard at each margin, and behind
+the look-ahead veto, whose curves ``mirage train`` records on the tuning samples), and the
 safe candidate of least mean J is written as ``<models>/<cluster>/policy.toml``. The
 daemon configured with that cluster takes it for the ``[policy]`` keys its configuration
 leaves out (:func:`mirage.policy.guard.cluster_policy`), and ``mirage evaluate --cluster``
@@ -20,6 +21,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mirage.evaluate.harness import HOUR, Walker
 from mirage.evaluate.probes import SampleResult
@@ -39,13 +42,21 @@ def choose_and_write(
     *,
     folder: Path,
     alpha: float,
+    lookahead: Mapping[float, list[np.ndarray]] | None = None,
 ) -> dict[str, Any]:
-    """Choose on ``by_load`` (each tuning load's protocol and samples) and write
-    ``folder/policy.toml``; what was chosen and where it went (``mirage train --json``'s
-    ``shipped``)."""
+    """Choose on ``by_load`` (each tuning load's protocol and samples; ``lookahead``: each
+    sample's look-ahead curve, in the same order, for the look-ahead veto's candidates) and
+    write ``folder/policy.toml``; what was chosen and where it went (``mirage train
+    --json``'s ``shipped``)."""
     prof = load_profile(profile)
     walkers = {
-        load: Walker(samples, protocol, prof, prof.partition(protocol.partition).name)
+        load: Walker(
+            samples,
+            protocol,
+            prof,
+            prof.partition(protocol.partition).name,
+            lookahead=None if lookahead is None else lookahead.get(load),
+        )
         for load, (protocol, samples) in by_load.items()
     }
     choice = select(walkers, alpha)
@@ -73,7 +84,10 @@ def summary(choice: Choice) -> dict[str, Any]:
     return {
         "policy": c.method,
         "constant": c.constant,
-        "guard_margin_s": round(c.margin_h * HOUR),
+        "guard": c.guard,
+        "guard_margin_s": None if c.margin_h is None else round(c.margin_h * HOUR),
+        "guard_lookahead_margin_s": None if c.lookahead_h is None else round(c.lookahead_h * HOUR),
+        "label": c.label(),
         "tune_mean_J_h": {f"{k:g}": round(v, 3) for k, v in c.mean_j_h.items()},
         "judged": choice.judged,
         "safe_candidates": sum(x.safe for x in choice.candidates),

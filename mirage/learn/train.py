@@ -118,6 +118,28 @@ def tuning_data(cfg: TrainConfig, progress: Progress | None = None) -> SplitData
     return _split_data(cfg, "tune", cfg.loads, progress)
 
 
+def tuning_curves(
+    cfg: TrainConfig, progress: Progress | None = None
+) -> dict[float, list[np.ndarray]]:
+    """Per tuning load, each tuning sample's look-ahead curve (cached; in the order of its
+    probes, :func:`tuning_data`): the shipped choice's look-ahead veto reads them
+    (:mod:`mirage.learn.ship`)."""
+    from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
+    from mirage.evaluate.probes import record_all
+
+    profile = load_profile(cfg.profile)
+    out: dict[float, list[np.ndarray]] = {}
+    for load in cfg.loads:
+        setting = _setting(cfg, profile, load, cfg.splits["tune"])
+        times = sample_times(setting.split, setting.protocol, cfg.first_submit)
+        label = f"look-ahead tune load {load:g}"
+        bar = None if progress is None else functools.partial(progress, label)
+        curves = record_all(setting, times, LOOKAHEAD_CURVES, cache=cfg.cache,
+                            n_jobs=cfg.n_jobs, progress=bar)  # fmt: skip
+        out[load] = [c.start for c in curves]
+    return out
+
+
 def _split_data(
     cfg: TrainConfig, name: str, loads: Sequence[float], progress: Progress | None
 ) -> SplitData:

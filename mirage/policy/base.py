@@ -42,6 +42,8 @@ class PendingTransition:
     partition: str
     user: str = ""
     segment_index: int = 0  # k, counted from 0
+    # the successor's job id once it was pre-submitted (asked whether to revoke it), else ""
+    succ_job_id: str = ""
 
     @property
     def planned_end(self) -> int:
@@ -100,6 +102,9 @@ class DecisionContext:
     # The queue features of ``snapshot`` per partition, when already computed from it (the
     # evaluation harness records them in the simulator instead of whole snapshots).
     queue_rows: Mapping[str, np.ndarray] | None = None
+    # The look-ahead start of a transition's successor, when recorded (the evaluation
+    # harness replays recorded curves; the daemon's guard simulates its snapshot instead).
+    lookahead_start: Callable[[PendingTransition], int | None] | None = None
 
 
 class Policy(abc.ABC):

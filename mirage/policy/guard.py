@@ -27,10 +27,20 @@ level). A cluster's models folder may ship its own choice, made by the same rule
 cluster's tuning month (``policy.toml``, :func:`cluster_policy`): the daemon configured
 for that cluster, and `mirage evaluate --cluster` on it, take it in place of
 :data:`SHIPPED` for the ``[policy]`` keys the configuration leaves out.
+
+The look-ahead veto (``guard = "lookahead"``, or ``"estimate+lookahead"`` for either
+veto): the look-ahead's simulated start of the successor (:mod:`mirage.policy.lookahead`:
+the present queue run with run times predicted from each user's recent jobs) before the
+planned end plus ``guard_lookahead_margin_s``. Slurm's date counts every job ahead at its
+limit, so where jobs end far before their limits it lies a day late and lets through
+pre-submissions that start hours early; the look-ahead sees such a queue drain. It needs
+the cluster profile (``<models_dir>/<cluster>/profile.toml``) and reads 14 days of
+accounting at start, as the ``lookahead`` policy does.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -39,24 +49,31 @@ from typing import Any
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import successor_request
 
+log = logging.getLogger(__name__)
+
 HOUR = 3600
 _Shape = tuple[str, int, int, int]  # partition, nodes, GPUs, time limit
 
 
 @dataclass(frozen=True)
 class Shipped:
-    """The default policy: ``policy`` with its constant, behind the estimate guard."""
+    """The default policy: ``policy`` with its constant, behind the guard ``guard``."""
 
     policy: str = "qbets"
     qbets_quantile: float = 0.9
     average_factor: float = 1.5
     guard_margin_s: int = 24 * HOUR
     guard: str = "estimate"
+    guard_lookahead_margin_s: int = 0
 
 
 SHIPPED = Shipped()
-#: ``[policy] guard``: the estimate guard, or none.
-GUARDS = ("estimate", "none")
+#: ``[policy] guard``: Slurm's estimate, the look-ahead, either of them, or none.
+GUARDS = ("estimate", "lookahead", "estimate+lookahead", "none")
+#: The guards with the look-ahead veto: they need the cluster profile.
+LOOKAHEAD_GUARDS = ("lookahead", "estimate+lookahead")
+#: The look-ahead veto reads this much accounting at start (the ``lookahead`` policy's).
+LOOKAHEAD_WARMUP_S = 14 * 24 * HOUR
 #: A cluster's own choice, in its models folder (written by mirage train, mirage.learn.ship).
 POLICY_FILE = "policy.toml"
 #: The ``[policy]`` keys it may set, and the :class:`Shipped` field of each.
@@ -66,6 +83,7 @@ FILE_KEYS = {
     "average_factor": "average_factor",
     "guard_margin_s": "guard_margin_s",
     "guard": "guard",
+    "guard_lookahead_margin_s": "guard_lookahead_margin_s",
 }
 
 
@@ -94,24 +112,74 @@ def shipped_for(folder: Path) -> Shipped:
 
     named = {FILE_KEYS[k]: v for k, v in cluster_policy(folder).items()}
     try:
-        return build(Shipped, {**asdict(SHIPPED), **named}, str(folder / POLICY_FILE))
+        out = build(Shipped, {**asdict(SHIPPED), **named}, str(folder / POLICY_FILE))
     except SchemaError as exc:
         raise PolicyFileError(str(exc)) from exc
+    if out.guard not in GUARDS:
+        raise PolicyFileError(
+            f"{folder / POLICY_FILE}: guard must be one of {', '.join(GUARDS)}, got {out.guard!r}"
+        )
+    return out
 
 
-class EstimateGuard(Policy):
-    """``inner``'s decisions, less the pre-submissions Slurm expects to start before
-    ``planned_end + margin_s``; pending ones it revokes under the same condition."""
+def guard_policy(inner: Policy, kind: str, margin_s: int, lookahead_margin_s: int = 0) -> Policy:
+    """``inner`` behind the guard ``kind`` (:data:`GUARDS`; "none": ``inner`` itself)."""
+    if kind == "none":
+        return inner
+    if kind not in GUARDS:
+        raise ValueError(f"unknown guard {kind!r}; valid: {', '.join(GUARDS)}")
+    if kind == "estimate":
+        return EstimateGuard(inner, margin_s)
+    return Guard(
+        inner,
+        estimate_margin_s=margin_s if kind in ("estimate", "estimate+lookahead") else None,
+        lookahead_margin_s=lookahead_margin_s if kind in LOOKAHEAD_GUARDS else None,
+    )
 
-    def __init__(self, inner: Policy, margin_s: int = SHIPPED.guard_margin_s) -> None:
+
+class Guard(Policy):
+    """``inner``'s decisions, less the pre-submissions a veto says start too early; pending
+    ones it revokes under the same condition.
+
+    The vetoes: Slurm's estimate before ``planned_end + estimate_margin_s``, and the
+    look-ahead's simulated start before ``planned_end + lookahead_margin_s`` (None: that
+    veto is off). Either one vetoes. The look-ahead start is the recorded one where the
+    context carries it (``ctx.lookahead_start``: the evaluation harness), else simulated
+    from the context's snapshot and profile with the run times :meth:`observe` learns.
+    """
+
+    def __init__(
+        self,
+        inner: Policy,
+        *,
+        estimate_margin_s: int | None = SHIPPED.guard_margin_s,
+        lookahead_margin_s: int | None = None,
+    ) -> None:
+        from mirage.policy.lookahead import RunTimes
+
         self.inner = inner
-        self.margin_s = margin_s
+        self.estimate_margin_s = estimate_margin_s
+        self.lookahead_margin_s = lookahead_margin_s
+        self.runtimes = RunTimes()
         self.name = inner.name
-        self.warmup_s = inner.warmup_s
         self.needs_queue = inner.needs_queue
+        self.warmup_s = inner.warmup_s
+        if lookahead_margin_s is not None:
+            self.warmup_s = max(self.warmup_s, LOOKAHEAD_WARMUP_S)
+        self._unjudged: set[str] = set()  # partitions the look-ahead could not simulate
+
+    @property
+    def margin_s(self) -> int | None:
+        """The estimate veto's margin (None: no estimate veto)."""
+        return self.estimate_margin_s
 
     def observe(self, ctx: DecisionContext) -> None:
         self.inner.observe(ctx)
+        if self.lookahead_margin_s is None:
+            return
+        if ctx.accounting is not None:
+            self.runtimes.observe(ctx.accounting)
+        self.runtimes.observe(ctx.snapshot.jobs)
 
     @property
     def revocable(self) -> bool:
@@ -123,7 +191,7 @@ class EstimateGuard(Policy):
         """Whether Slurm's estimate (if any) has the successor start too early, and it.
         ``seen``: the estimates already asked this step (one per request shape: each is an
         ``sbatch --test-only`` from the daemon's per-cycle budget)."""
-        if ctx.estimate_start is None:
+        if ctx.estimate_start is None or self.estimate_margin_s is None:
             return False, None
         shape = (p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit)
         if shape not in seen:
@@ -131,26 +199,79 @@ class EstimateGuard(Policy):
         start = seen[shape]
         if start is None:
             return False, None
-        return start < p.planned_end + self.margin_s, start
+        return start < p.planned_end + self.estimate_margin_s, start
+
+    def lookahead(
+        self, ctx: DecisionContext, pending: Sequence[PendingTransition]
+    ) -> list[int | None]:
+        """The look-ahead start of each successor (None: none known; all None without
+        the look-ahead veto)."""
+        if self.lookahead_margin_s is None or not pending:
+            return [None] * len(pending)
+        if ctx.lookahead_start is not None:
+            return [ctx.lookahead_start(p) for p in pending]
+        try:
+            return list(self._simulate(ctx, pending))
+        except Exception:  # some chain's request: simulate them one at a time
+            pass
+        out: list[int | None] = []
+        for p in pending:
+            try:
+                (start,) = self._simulate(ctx, [p])
+            except Exception as exc:  # e.g. a partition the profile lacks: no veto
+                if p.partition not in self._unjudged:
+                    self._unjudged.add(p.partition)
+                    log.warning("guard: no look-ahead for partition %r: %s", p.partition, exc)
+                start = None
+            out.append(start)
+        return out
+
+    def _simulate(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[int]:
+        from mirage.policy.lookahead import Request, lookahead_starts
+
+        # a successor already pre-submitted is the request itself: out of the queue
+        mine = {p.succ_job_id for p in pending if p.succ_job_id}
+        snap = ctx.snapshot
+        if mine:
+            snap = replace(snap, jobs=tuple(j for j in snap.jobs if j.job_id not in mine))
+        return lookahead_starts(snap, ctx.profile, ctx.now, self.runtimes,
+                                [Request.of(p) for p in pending],
+                                to_limit={p.pred_job_id for p in pending})  # fmt: skip
+
+    def _why(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[str]:
+        """Per transition, why it starts too early ("" where no veto says so)."""
+        seen: dict[_Shape, int | None] = {}
+        ahead = self.lookahead(ctx, pending)
+        out = []
+        for p, la in zip(pending, ahead, strict=True):
+            early, start = self.early(ctx, p, seen)
+            if early and start is not None:
+                h = (p.planned_end - start) / HOUR
+                out.append(f"guard: Slurm estimates a start {h:+.2f} h before the end; waits")
+            elif la is not None and la < p.planned_end + (self.lookahead_margin_s or 0):
+                h = (p.planned_end - la) / HOUR
+                out.append(f"guard: the look-ahead starts it {h:+.2f} h before the end; waits")
+            else:
+                out.append("")
+        return out
 
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
-        out = []
-        seen: dict[_Shape, int | None] = {}
-        for p, d in zip(pending, self.inner.decide(ctx, pending), strict=True):
-            if not d.submit:
-                out.append(d)
-                continue
-            early, start = self.early(ctx, p, seen)
-            if not early or start is None:
-                out.append(d)
-                continue
-            ahead = (p.planned_end - start) / HOUR
-            why = f"guard: Slurm estimates a start {ahead:+.2f} h before the end; waits"
-            out.append(replace(d, submit=False, reason=f"{d.reason}; {why}"))
+        out = list(self.inner.decide(ctx, pending))
+        asked = [i for i, d in enumerate(out) if d.submit]
+        whys = self._why(ctx, [pending[i] for i in asked])
+        for i, why in zip(asked, whys, strict=True):
+            if why:
+                out[i] = replace(out[i], submit=False, reason=f"{out[i].reason}; {why}")
         return out
 
     def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
-        seen: dict[_Shape, int | None] = {}
-        mine = [self.early(ctx, p, seen)[0] for p in pending]
+        mine = [bool(w) for w in self._why(ctx, pending)]
         theirs = self.inner.revoke(ctx, pending) if self.inner.revocable else [False] * len(pending)
         return [a or b for a, b in zip(mine, theirs, strict=True)]
+
+
+class EstimateGuard(Guard):
+    """The estimate veto alone, with ``margin_s``."""
+
+    def __init__(self, inner: Policy, margin_s: int = SHIPPED.guard_margin_s) -> None:
+        super().__init__(inner, estimate_margin_s=margin_s)

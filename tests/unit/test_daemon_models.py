@@ -14,11 +14,12 @@ from click.testing import CliRunner
 from mirage.cli import main
 from mirage.daemon.config import Config, ConfigError, PolicySection, config_from_dict
 from mirage.daemon.core import Daemon
+from mirage.daemon.policies import build_policies
 from mirage.daemon.status import status
 from mirage.learn.artifacts import ModelCompatibilityError, ModelMeta
 from mirage.learn.forecast import ForecastPolicy, ForestForecaster, quantile_levels
 from mirage.policy.decision import DECISION_NAMES
-from mirage.policy.guard import EstimateGuard
+from mirage.policy.guard import EstimateGuard, Guard
 from mirage.profile.schema import profile_to_toml
 from mirage.sim.scenario import toy_profile
 from tests.unit.daemon_support import make_chain, make_config, make_sim, make_store, run_cycles
@@ -223,8 +224,54 @@ def test_the_shipped_cerit_policy_is_what_evaluate_measures_there() -> None:
     assert isinstance(policy, EstimateGuard) and isinstance(policy.inner, SlurmEstimate)
     assert policy.margin_s == 3600
     assert shipped_for(Path("models/ls6")) == SHIPPED  # no file: the defaults
-    # Theta's: no candidate safe on its tuning month (Slurm's real estimate): reactive,
-    # which evaluate measures without a guard
+    # Theta's: no estimate-guard candidate was safe on its tuning month; QBETS 0.9 behind
+    # the look-ahead veto (2 h) is, and the daemon configured for Theta runs it
     theta = shipped_for(Path("models/theta"))
-    assert theta.policy == "reactive"
-    assert isinstance(shipped_policy(theta), ReactivePolicy)
+    assert (theta.policy, theta.qbets_quantile, theta.guard) == ("qbets", 0.9, "lookahead")
+    measured = shipped_policy(theta)
+    assert isinstance(measured, Guard) and not isinstance(measured.inner, ReactivePolicy)
+    assert (measured.margin_s, measured.lookahead_margin_s) == (None, 7200)
+    cfg = config_from_dict({"policy": {"models_dir": "models", "cluster": "theta"}}, "t")
+    daemon = build_policies(cfg.policy)["qbets"]
+    assert daemon.kind == "model" and isinstance(daemon.policy, Guard)
+    assert daemon.policy.lookahead_margin_s == 7200
+
+
+def test_daemon_s_lookahead_guard_waits_on_a_free_cluster_and_lets_go_on_a_full_one(
+    tmp_path: Path,
+) -> None:
+    """``guard = "lookahead"`` behind a fixed lead of 50 min (1 h segments), on the
+    simulator: on a free cluster the look-ahead starts the successor at once, so it is
+    not pre-submitted and goes in at the predecessor's end, as reactive submission's;
+    with every other node held for 5 h it could start only on the predecessor's node, at
+    its end, and is pre-submitted at the lead. The daemon loads the cluster profile for it
+    and reads 14 days of accounting at start."""
+    from mirage.policy.guard import Guard
+    from mirage.sim.workload import JobSpec
+
+    models = tmp_path / "models"
+    (models / "toy").mkdir(parents=True)
+    (models / "toy" / "profile.toml").write_text(profile_to_toml(toy_profile(4)), "utf-8")
+    policy = PolicySection(default="fixed-lead", lead_s=3000, guard="lookahead",
+                           models_dir=str(models), cluster="toy")  # fmt: skip
+    submits = []
+    for busy in (False, True):
+        sim = make_sim(4)
+        if busy:
+            sim.sim.add_jobs(JobSpec(submit=0, run=5 * 3600, time_limit=5 * 3600, nodes=1,
+                                     partition="gpu", user="bob") for _ in range(3))  # fmt: skip
+        store = make_store(tmp_path, f"busy-{busy}.sqlite")
+        d = Daemon(store, sim, config=Config(daemon=make_config().daemon, policy=policy))
+        guard = d.policies["fixed-lead"]
+        assert isinstance(guard, Guard) and guard.lookahead_margin_s == 0
+        assert guard.warmup_s == 14 * 24 * 3600 and d.profile is not None
+        make_chain(store, limit=3600, segments=2)
+        run_cycles([d], sim, 0, 2 * 3600)
+        mine = [i for i, s in enumerate(sim.sim.specs) if s.user != "bob"]
+        assert len(mine) == 2
+        first = sim.sim.start[mine[0]]
+        assert first is not None
+        submits.append(sim.sim.specs[mine[1]].submit - first)
+    free, full = submits
+    assert 3600 <= free <= 3600 + 120  # at the end (the next cycle after it)
+    assert 600 <= full <= 600 + 60  # at the lead: 50 min before the end

@@ -320,14 +320,15 @@ def test_shipped_is_the_daemons_default_policy() -> None:
     from mirage.daemon.policies import build_policies
     from mirage.evaluate.harness import SHIPPED_METHOD, factory
     from mirage.policy.baselines import Qbets
-    from mirage.policy.guard import EstimateGuard
+    from mirage.policy.guard import Guard
 
     daemon = build_policies(PolicySection())[PolicySection().default].policy
     measured = factory(SHIPPED_METHOD, None)()
     for p in (daemon, measured):
-        assert isinstance(p, EstimateGuard) and isinstance(p.inner, Qbets)
-    assert isinstance(daemon, EstimateGuard) and isinstance(measured, EstimateGuard)
-    assert daemon.margin_s == measured.margin_s
+        assert isinstance(p, Guard) and isinstance(p.inner, Qbets)
+    assert isinstance(daemon, Guard) and isinstance(measured, Guard)
+    assert daemon.margin_s == measured.margin_s == 24 * H
+    assert daemon.lookahead_margin_s is measured.lookahead_margin_s is None
     assert daemon.inner.quantile == measured.inner.quantile  # type: ignore[attr-defined]
 
 
@@ -371,17 +372,106 @@ def test_guarded_walk_revokes_as_the_daemon_would() -> None:
         assert seen == want_seen  # the wider the margin, the later
 
 
+def test_lookahead_guarded_walk_is_the_daemons_rule() -> None:
+    """The look-ahead veto, alone and beside the estimate veto: the harness' walk of the
+    Guard object (reading the recorded look-ahead start from its contexts) and the grid's
+    vectorised walk agree step for step, and follow the daemon's rule on the curve; a
+    recorded start that drains (40 h from 26 h to 36 h, 58 h otherwise) revokes, and
+    without curves the walk refuses to guess."""
+    from mirage.evaluate.harness import Walker, outcomes_at
+    from mirage.evaluate.shipping import guarded
+    from mirage.policy.base import Decision, Policy, revocable_step
+    from mirage.policy.guard import Guard
+
+    class Always(Policy):
+        def decide(self, ctx: object, pending: object) -> list[Decision]:
+            return [Decision(True)]
+
+    sample = scenario()
+    drains = np.where((sample.steps >= 26 * H) & (sample.steps < 36 * H), 40 * H, 58 * H)
+    w = Walker([sample], Protocol(step_s=30 * 60), TWO, "gpu", lookahead=[drains])
+    n_steps = len(sample.steps) - 1
+    seen = set()
+    for est, la in ((None, 0), (None, 2 * H), (None, 20 * H), (0, 0), (20 * H, 0)):
+        walked = w.run(lambda e=est, a=la: Guard(Always(), estimate_margin_s=e,  # type: ignore[misc]
+                                                 lookahead_margin_s=a))  # fmt: skip
+        fast = guarded(w, [np.ones(n_steps, bool)], est, la)
+        assert walked.step.tolist() == fast.step.tolist()
+        assert walked.revoked.tolist() == fast.revoked.tolist()
+        ahead, rec = drains[:-1], sample.estimate[:-1]
+        early = (ahead < sample.planned_end + la) | (
+            np.zeros(n_steps, bool)
+            if est is None
+            else (rec >= 0) & (rec < sample.planned_end + est)
+        )
+        k, n = revocable_step(~early, early, sample.succ_start, sample.steps)
+        assert walked.step.tolist() == outcomes_at([sample], [k], [n]).step.tolist()
+        seen.add((est, int(walked.step[0]), int(walked.revoked[0])))
+    assert (None, 72, 1) in seen  # submitted at once, revoked while the queue drained
+    assert (None, 96, 0) in seen  # a 20 h margin: never early enough to go
+    with pytest.raises(ValueError, match="look-ahead curves"):
+        guarded(Walker([sample], Protocol(step_s=30 * 60), TWO, "gpu"),
+                [np.ones(n_steps, bool)], None, 0.0)  # fmt: skip
+
+
+def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Path) -> None:
+    """A look-ahead choice written as a cluster's policy.toml: read back by the daemon's
+    configuration and by mirage evaluate's ``shipped``, the same guard with the same
+    margins; the daemon refuses it without the cluster (its profile); evaluate refuses
+    to measure it without look-ahead curves."""
+    from mirage.daemon.config import ConfigError, config_from_dict
+    from mirage.daemon.policies import build_policies
+    from mirage.evaluate.harness import SHIPPED_METHOD, Walker, evaluate, shipped_policy
+    from mirage.evaluate.shipping import Candidate, policy_toml
+    from mirage.policy.guard import Guard, shipped_for
+
+    folder = tmp_path / "models" / "ls6"
+    folder.mkdir(parents=True)
+    (folder / "profile.toml").write_bytes(Path(LS6).read_bytes())
+    for cand, guard in ((Candidate("qbets", 0.9, None, 2.0), "lookahead"),
+                        (Candidate("running-average", 1.0, 24.0, 0.0), "estimate+lookahead"),
+                        (Candidate("qbets", 0.5, None, None), "none")):  # fmt: skip
+        (folder / "policy.toml").write_text(policy_toml(cand) + "\n")
+        got = shipped_for(folder)
+        assert got.guard == cand.guard == guard and got.policy == cand.method
+        measured = shipped_policy(got)
+        cfg = config_from_dict({"policy": {"models_dir": str(tmp_path / "models"),
+                                           "cluster": "ls6"}}, "t").policy  # fmt: skip
+        assert (cfg.default, cfg.guard) == (cand.method, guard)
+        daemon = build_policies(cfg)[cfg.default].policy
+        if guard == "none":
+            assert not isinstance(daemon, Guard) and not isinstance(measured, Guard)
+            continue
+        assert isinstance(daemon, Guard) and isinstance(measured, Guard)
+        la = None if cand.lookahead_h is None else round(cand.lookahead_h * H)
+        est = None if cand.margin_h is None else round(cand.margin_h * H)
+        assert daemon.lookahead_margin_s == measured.lookahead_margin_s == la
+        assert daemon.margin_s == measured.margin_s == est
+    with pytest.raises(ConfigError, match="guard 'lookahead' needs models_dir and cluster"):
+        config_from_dict({"policy": {"guard": "lookahead"}}, "t")
+    w = Walker([scenario()], Protocol(step_s=30 * 60), TWO, "gpu", shipped=shipped_for(folder))
+    w.shipped = dataclasses.replace(w.shipped, guard="lookahead")
+    with pytest.raises(ValueError, match="needs look-ahead curves"):
+        evaluate(w, [SHIPPED_METHOD], {}, 0.5)
+
+
 def test_shipped_choice_is_safe_and_least_j(
     slice_samples: tuple[Setting, list[SampleResult], Path],
 ) -> None:
     """The grid on a tuning split: every candidate measured at each load, the choice the
     safe one of least summed J, and "safe" exactly no harm at every level that counts."""
-    from mirage.evaluate.shipping import GRID, MARGINS_H, candidates, choose
+    from mirage.evaluate.shipping import GRID, MARGINS_H, candidates, choose, guards
 
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
     cands = candidates({1.0: w, 2.0: w}, 0.5, boot=200)
     assert len(cands) == sum(len(v) for v in GRID.values()) * len(MARGINS_H)
+    assert all(c.guard == "estimate" for c in cands)  # no curves: no look-ahead veto
+    # with look-ahead curves (here each step's true start, a stand-in): the whole grid
+    ahead = Walker(samples, SMALL, w.profile, "gpu-a100", lookahead=[s.succ_start for s in samples])
+    more = candidates({1.0: ahead}, 0.5, boot=200)
+    assert len(more) == sum(len(v) for v in GRID.values()) * len(guards(True))
+    assert {c.guard for c in more} == {"estimate", "lookahead", "estimate+lookahead", "none"}
     for c in cands:
         assert set(c.mean_j_h) == {1.0, 2.0} and c.mean_j_h[1.0] == c.mean_j_h[2.0]
         levels = [g for per in c.levels.values() for lv, g in per.items() if lv != "all"]
@@ -418,7 +508,8 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
         assert out["policy"] == got.policy == "reactive"
     else:
         assert (out["policy"], got.policy) == (want.method, want.method)
-        assert got.guard == "estimate" and got.guard_margin_s == round(want.margin_h * H)
+        assert want.margin_h is not None and got.guard == want.guard == "estimate"
+        assert got.guard_margin_s == round(want.margin_h * H)
         assert out["tune_mean_J_h"] == {"2": round(want.mean_j_h[2.0], 3)}
     text = (folder / "policy.toml").read_text()
     assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import FixedLead, Qbets, WaitTracker
-from mirage.policy.guard import SHIPPED, EstimateGuard
+from mirage.policy.guard import SHIPPED, EstimateGuard, Guard, guard_policy
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
 
@@ -115,3 +117,100 @@ def test_qbets_in_the_daemon_learns_waits_from_its_polls() -> None:
     fresh = Qbets(0.5)
     assert not fresh.decide(c, [p])[0].submit  # nothing observed: no wait known
     assert np.all(q.tracker.history("gpu").waits == 10 * H)
+
+
+# ---- the look-ahead veto ---------------------------------------------------------------
+
+
+def held(job_id: str, start: int | None, limit_h: float, state: JobState = JobState.RUNNING,
+         *, user: str = "u") -> SlurmJob:  # fmt: skip
+    """A whole-node job of PROFILE's partition (8 CPUs), submitted at 0."""
+    return SlurmJob(job_id, "j", user, "a", "gpu", state, "", 0, 0, start, None,
+                    int(limit_h * H), 1, 8, 2, None, "", "")  # fmt: skip
+
+
+def snap_ctx(now: int, jobs: list[SlurmJob], est: Estimates | None = None) -> DecisionContext:
+    return DecisionContext(now, QueueSnapshot(now, tuple(jobs)), PROFILE, est, accounting=())
+
+
+def lookahead_guard(margin_h: float, inner: Policy | None = None) -> Guard:
+    return Guard(inner or Always(), estimate_margin_s=None, lookahead_margin_s=int(margin_h * H))
+
+
+def test_lookahead_veto_holds_back_a_successor_that_would_start_at_once() -> None:
+    """The predecessor (job 1) ends at 48 h; at 40 h three of the four nodes are free:
+    the look-ahead starts the successor now, 8 h early, and the guard waits."""
+    now = 40 * H
+    quiet = [held("1", 0, 48)]
+    d = lookahead_guard(0).decide(snap_ctx(now, quiet), [pending()])[0]
+    assert not d.submit and "look-ahead starts it +8.00 h before the end" in d.reason
+
+
+def test_lookahead_veto_lets_go_where_the_queue_holds_the_successor_to_the_end() -> None:
+    """Every other node is held past the end (no history: jobs run to their limits), so the
+    successor starts when the predecessor's node frees, at the end: no veto at margin 0;
+    a margin of 2 h (start before end + 2 h) vetoes it."""
+    now = 40 * H
+    busy = [held("1", 0, 48), *(held(str(i), 30 * H, 100) for i in (2, 3, 4))]
+    assert lookahead_guard(0).decide(snap_ctx(now, busy), [pending()])[0].submit
+    assert not lookahead_guard(2).decide(snap_ctx(now, busy), [pending()])[0].submit
+
+
+def test_lookahead_veto_learns_run_times_from_accounting() -> None:
+    """A busy queue (nodes held from 35 h for 100 h): unknown run times run to their
+    limits, no veto. Once accounting shows its user's jobs run a tenth of their limits, the
+    look-ahead frees those nodes at 45 h, before the end, and the guard waits."""
+    now = 40 * H
+    busy = [held("1", 0, 48), *(held(str(i), 35 * H, 100, user="v") for i in (2, 3, 4))]
+    assert lookahead_guard(0).decide(snap_ctx(now, busy), [pending()])[0].submit
+    done = [replace(held(str(100 + k), 0, 100, JobState.COMPLETED, user="v"), end=10 * H)
+            for k in range(5)]  # fmt: skip
+    guard = lookahead_guard(0)
+    guard.observe(DecisionContext(now, QueueSnapshot(now, ()), PROFILE, accounting=done))
+    assert len(guard.runtimes) == 5
+    assert not guard.decide(snap_ctx(now, busy), [pending()])[0].submit
+
+
+def test_lookahead_veto_takes_the_pending_successor_out_of_the_queue_when_revoking() -> None:
+    """A pre-submitted successor (job 9) pends behind the busy nodes. Asked to revoke, the
+    guard simulates it as the request in its own place: it starts at the end (48 h), inside
+    a 10 h margin, so it is revoked. Left in the queue it would hold the predecessor's node
+    against its own copy (start 130 h: no revocation)."""
+    now = 40 * H
+    busy = [held("1", 0, 48), *(held(str(i), 30 * H, 100) for i in (2, 3, 4)),
+            held("9", None, 48, JobState.PENDING)]  # fmt: skip
+    guard = lookahead_guard(10)
+    mine = replace(pending(), succ_job_id="9")
+    assert guard.revoke(snap_ctx(now, busy), [mine]) == [True]
+    assert guard.revoke(snap_ctx(now, busy), [pending()]) == [False]
+
+
+def test_recorded_lookahead_start_is_read_not_simulated() -> None:
+    """The harness' contexts carry the recorded start: the guard reads it (None: no veto)."""
+    now = 40 * H
+    quiet = snap_ctx(now, [held("1", 0, 48)])  # would simulate a start at once
+    for recorded, submits in ((50 * H, True), (47 * H, False), (None, True)):
+        c = replace(quiet, lookahead_start=lambda _p, r=recorded: r)  # type: ignore[misc]
+        assert lookahead_guard(0).decide(c, [pending()])[0].submit is submits
+
+
+def test_either_veto_holds_it_back() -> None:
+    """guard = "estimate+lookahead": Slurm's late date alone would let it go, the
+    look-ahead does not."""
+    now = 40 * H
+    guard = guard_policy(Always(), "estimate+lookahead", 2 * H, 0)
+    assert isinstance(guard, Guard) and guard.warmup_s == 14 * 24 * H
+    late = Estimates(100 * H)
+    assert EstimateGuard(Always(), 2 * H).decide(snap_ctx(now, [], late), [pending()])[0].submit
+    d = guard.decide(snap_ctx(now, [held("1", 0, 48)], late), [pending()])[0]
+    assert not d.submit and "look-ahead" in d.reason
+    assert guard_policy(Always(), "none", 0).decide(snap_ctx(now, []), [pending()])[0].submit
+
+
+def test_lookahead_veto_on_an_unknown_partition_leaves_the_policy_alone() -> None:
+    """A chain in a partition the profile lacks cannot be simulated: that chain's
+    decision is the policy's, the others' are still guarded."""
+    now = 40 * H
+    other = replace(pending("x"), partition="cpu")
+    ds = lookahead_guard(0).decide(snap_ctx(now, [held("1", 0, 48)]), [pending(), other])
+    assert [d.submit for d in ds] == [False, True]
