@@ -170,6 +170,40 @@ def test_cerit_s_shipped_choice_on_the_idle_real_cluster(tmp_path: Path, jobdir:
     assert d.metrics.value("mirage_test_only_total") >= 1
 
 
+@pytest.mark.slurm_slow
+def test_lookahead_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path) -> None:
+    """``guard = "lookahead"`` on real Slurm, set up as docs/admin/configuration.md says:
+    the cluster's profile captured from the controller (`mirage profile capture`) under
+    models_dir/cluster. The fixed lead would pre-submit 40 s early; the look-ahead
+    simulates the idle cluster's squeue and starts the successor at once, so the guard
+    holds it back until the predecessor's planned end (there the look-ahead start is no
+    longer early; the predecessor, at its limit, is handed off as Slurm ends it)."""
+    from mirage.policy.guard import Guard
+    from mirage.profile.capture import capture_profile
+    from mirage.profile.schema import profile_to_toml
+
+    client = CliSlurmClient(timeout=60.0)
+    models = tmp_path / "models"
+    (models / "testbed").mkdir(parents=True)
+    prof = capture_profile(client, "testbed")
+    (models / "testbed" / "profile.toml").write_text(profile_to_toml(prof), "utf-8")
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    cfg = Config(
+        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
+                             sacct_overlap_s=120, run_as_owner="never"),
+        slurm=SlurmSection(timeout_s=60),
+        policy=PolicySection(default="fixed-lead", lead_s=40, guard="lookahead",
+                             models_dir=str(models), cluster="testbed"),
+    )  # fmt: skip
+    _, segs, kinds, d = run_one_chain(store, jobdir, cfg, client, "lookahead-guarded")
+    guard = d.policies["fixed-lead"]
+    assert isinstance(guard, Guard) and guard.lookahead_margin_s == 0
+    assert d.profile is not None and "gpu" in {p.name for p in d.profile.partitions}
+    assert len(segs) == 2 and segs[0].start is not None
+    # the fixed lead alone submits 40 s before the planned end (test_chain_with_handoff...)
+    assert segs[1].submitted_at >= segs[0].start + 60, kinds
+
+
 class RevokeOnce(FixedLeadPolicy):
     """Fixed lead, and "revoke" the first time it is asked about a pending pre-submission
     (stands for a trained policy that finds it far too early)."""
