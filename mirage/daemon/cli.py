@@ -31,7 +31,7 @@ from mirage.daemon.clicommon import (
     json_option,
     read_client,
 )
-from mirage.daemon.config import Config
+from mirage.daemon.config import Config, PolicySection
 from mirage.daemon.plancli import plan_options
 from mirage.fmt import duration
 from mirage.slurm.syntax import format_duration
@@ -571,9 +571,25 @@ def _start_policy(start: dict[str, Any], now: int) -> str:
         created = start.get("model_created_at")
         age = f", age {duration(now - created)}" if isinstance(created, int) else ""
         text += f" [model {start['model']}{age}]"
+    if start.get("guard"):
+        text += f" [guard: {start['guard']}]"
     if start.get("fallback"):
         text += f" [fallback: {start['fallback']}]"
     return text
+
+
+def guard_text(pcfg: PolicySection) -> str:
+    """The default policy's guard, as the start line shows it ("" for reactive)."""
+    from mirage.policy.guard import LOOKAHEAD_GUARDS
+
+    if pcfg.default == "reactive":
+        return ""
+    vetoes = []
+    if pcfg.guard in ("estimate", "estimate+lookahead"):
+        vetoes.append(f"estimate {pcfg.guard_margin_s / 3600:g} h")
+    if pcfg.guard in LOOKAHEAD_GUARDS:
+        vetoes.append(f"look-ahead {pcfg.guard_lookahead_margin_s / 3600:+g} h")
+    return " or ".join(vetoes) or "none"
 
 
 def _start_places(start: dict[str, Any]) -> str:
@@ -856,6 +872,7 @@ def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
         metrics=f"{cfg.metrics.address}:{cfg.metrics.port}" if cfg.metrics.port else "",
         database=make_url(url).render_as_string(hide_password=True),
         models_dir=models,
+        guard=guard_text(pcfg),
     )
 
 

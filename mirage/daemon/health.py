@@ -37,6 +37,7 @@ class StartInfo:
     metrics: str = ""  # "127.0.0.1:9750", "" when off
     database: str = ""  # password hidden
     models_dir: str = ""
+    guard: str = ""  # the default policy's guard: "estimate 24 h", "look-ahead +2 h", "none"
 
 
 @dataclass

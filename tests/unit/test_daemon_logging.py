@@ -3,6 +3,7 @@ quiet unless -vv, and the start facts are written for `mirage status`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -60,7 +61,9 @@ def test_default_verbosity_says_the_start_line_only(
     started = [m for m in messages(caplog, "mirage.daemon.cli") if " started: " in m]
     assert len(started) == 1, caplog.text
     line = started[0]
-    assert line.startswith(f"mirage {__version__} started: policy qbets, socket ")
+    assert line.startswith(
+        f"mirage {__version__} started: policy qbets [guard: estimate 24 h], socket "
+    )
     assert f"socket {tmp_path / 'no-daemon.sock'}, metrics off, database sqlite:///" in line
     assert ", models none, lease holder " in line  # a baseline and no cluster: no models
     assert not messages(caplog, "apscheduler")  # a library's INFO: not at default verbosity
@@ -74,6 +77,24 @@ def test_default_verbosity_says_the_start_line_only(
     assert json.loads(shown.output)["daemon"]["start"]["holder"] == start["holder"]
     human = CliRunner().invoke(main, ["status", "--config", str(cfg)]).output
     assert f"daemon: mirage {__version__} on {start['host']} (pid {os.getpid()})" in human
+
+
+def test_start_line_names_the_guard() -> None:
+    """The guard as the start line shows it, for each kind (reactive: none shown)."""
+    from mirage.daemon.cli import guard_text, start_text
+    from mirage.daemon.config import PolicySection
+
+    p = PolicySection()
+    assert guard_text(p) == "estimate 24 h"
+    la = dataclasses.replace(p, guard="lookahead", guard_lookahead_margin_s=7200)
+    assert guard_text(la) == "look-ahead +2 h"
+    both = dataclasses.replace(la, guard="estimate+lookahead", guard_margin_s=8 * 3600)
+    assert guard_text(both) == "estimate 8 h or look-ahead +2 h"
+    assert guard_text(dataclasses.replace(p, guard="none")) == "none"
+    assert guard_text(dataclasses.replace(p, default="reactive")) == ""
+    assert start_text({"policy": "qbets", "guard": "look-ahead +2 h"}, 0).startswith(
+        "policy qbets [guard: look-ahead +2 h], socket -"
+    )
 
 
 def test_v_is_mirages_debug_and_vv_everything(
