@@ -26,7 +26,14 @@ from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, Recorder, is_cached, record_all
 from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_times, scaled_nodes
-from mirage.evaluate.shipping import Candidate, guarded, inner_submits, policy_toml, select
+from mirage.evaluate.shipping import (
+    SAFE_BOUND_H,
+    Candidate,
+    guarded,
+    inner_submits,
+    policy_toml,
+    select,
+)
 from mirage.evaluate.stats import gains
 from mirage.policy.guard import POLICY_FILE
 from mirage.profile.schema import load_profile
@@ -112,11 +119,11 @@ def main() -> None:
     cands = choice.candidates
     loads = " ".join(f"{ld:g}" for ld in walkers)
     print(f"tuning split, mean J (h) at loads {loads}; harm: a level whose paired 95% "
-          "interval of (candidate - reactive) ends above +0.05 h")  # fmt: skip
+          f"interval of (candidate - reactive) ends above {SAFE_BOUND_H:+g} h")  # fmt: skip
     for c in cands:
         js = " ".join(f"{c.mean_j_h[ld]:6.2f}" for ld in walkers)
         harmed = [f"{ld:g} {lv}" for ld, per in c.levels.items() for lv, g in per.items()
-                  if lv != "all" and not g.no_harm]  # fmt: skip
+                  if lv != "all" and not g.harm.hi <= SAFE_BOUND_H]  # fmt: skip
         print(
             f"  {c.label():52s}  J {js}  "
             f"sum {c.total_j_h:6.2f}  {'safe' if c.safe else 'harms ' + ', '.join(harmed)}"

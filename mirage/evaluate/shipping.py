@@ -14,7 +14,11 @@ have look-ahead curves (``mirage train`` records them), also behind the look-ahe
 (:func:`guards`). A candidate is *safe*
 when, at every load given and every level there with at least
 :data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its J minus
-reactive's ends at most :data:`mirage.evaluate.stats.NO_HARM_H` above zero. The choice is
+reactive's ends at or below :data:`SAFE_BOUND_H` (zero): no measurable harm on the tuning
+month, stricter than the +0.05 h mark the test month is held to
+(:data:`mirage.evaluate.stats.NO_HARM_H`), because the quiet weeks of the months after
+differ from the tuning month's and the grid's hundreds of candidates let some pass by
+chance. The choice is
 the safe candidate of least mean J summed over the loads; none safe: reactive. When no
 level at any load has enough samples to judge harm, there is no choice: a candidate
 would be "safe" by default (:func:`select` says so, and ``mirage train`` then writes no
@@ -31,6 +35,7 @@ that step (:class:`mirage.policy.guard.Guard`), then
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +62,13 @@ MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 36.0, 48.0)
 #: neither late nor early by construction, so they lie around 0 (experiments/
 #: lookahead-guard.py walked these on ls6 and Theta).
 LOOKAHEAD_MARGINS_H = (-2.0, 0.0, 2.0, 4.0, 8.0)
+#: A candidate is safe when no level's paired 95% upper bound of (its J - reactive's) on
+#: the tuning split lies above this (h). With the +0.05 h of the test mark, HPC2N (held
+#: out) chose a look-ahead candidate whose quiet level at load 1.1 then missed that mark on
+#: the month after (+0.10 h); at 0 it chose one that kept it, and ls6's and Theta's choices
+#: were the same at both (experiments/strict-bound.py; docs/evaluation.md says how this
+#: was seen: after HPC2N's test month, so HPC2N's figures with it are not held out).
+SAFE_BOUND_H = 0.0
 #: The estimate margins tried beside the look-ahead veto (either vetoes; None: none).
 WITH_LOOKAHEAD_H = (8.0, 24.0, 48.0)
 
@@ -124,8 +136,9 @@ class Candidate:
 
     @property
     def safe(self) -> bool:
-        return all(g.no_harm for per in self.levels.values() for lv, g in per.items()
-                   if lv != "all")  # fmt: skip
+        """No level that counts (not "all") has its upper bound above :data:`SAFE_BOUND_H`."""
+        bounds = [g.harm.hi for per in self.levels.values() for lv, g in per.items() if lv != "all"]
+        return all(not math.isnan(hi) and hi <= SAFE_BOUND_H for hi in bounds)
 
     @property
     def total_j_h(self) -> float:

@@ -459,8 +459,9 @@ def test_shipped_choice_is_safe_and_least_j(
     slice_samples: tuple[Setting, list[SampleResult], Path],
 ) -> None:
     """The grid on a tuning split: every candidate measured at each load, the choice the
-    safe one of least summed J, and "safe" exactly no harm at every level that counts."""
-    from mirage.evaluate.shipping import GRID, MARGINS_H, candidates, choose, guards
+    safe one of least summed J, and "safe" exactly no upper bound above SAFE_BOUND_H at
+    every level that counts."""
+    from mirage.evaluate.shipping import GRID, MARGINS_H, SAFE_BOUND_H, candidates, choose, guards
 
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
@@ -475,7 +476,7 @@ def test_shipped_choice_is_safe_and_least_j(
     for c in cands:
         assert set(c.mean_j_h) == {1.0, 2.0} and c.mean_j_h[1.0] == c.mean_j_h[2.0]
         levels = [g for per in c.levels.values() for lv, g in per.items() if lv != "all"]
-        assert c.safe == all(g.no_harm for g in levels)
+        assert c.safe == all(g.harm.hi <= SAFE_BOUND_H for g in levels)
     best = choose(cands)
     safe = [c for c in cands if c.safe]
     if best is None:
@@ -582,3 +583,28 @@ def test_report_of_a_minutes_long_log_reads_in_minutes() -> None:
     assert "method - reactive, min" in gained and "+3 min above 0" in gained
     shipped = render_shipped(shipped_rows(runs, 0.5, ["reactive"], boot=200), unit)
     assert "mean J, min" in shipped and "5.00" in shipped
+
+
+def test_a_candidate_is_safe_only_without_measurable_harm_on_the_tuning_month() -> None:
+    """The choice holds the tuning month to an upper bound of 0 (SAFE_BOUND_H), stricter
+    than the +0.05 h the test month is held to: a bound of +0.03 h passes the test mark
+    but not the choice; levels under MIN_N ("all" aside) are not in ``levels`` at all."""
+    from mirage.evaluate.shipping import SAFE_BOUND_H, Candidate, choose
+    from mirage.evaluate.stats import Cell, Gain
+
+    def cand(hi: float, j: float) -> Candidate:
+        c = Candidate("qbets", 0.9, 24.0)
+        c.levels[1.0] = {
+            "all": Gain(0.5, Cell(-1.0, -2.0, 0.5, 40)),
+            "low": Gain(0.0, Cell(0.0, -0.01, hi, 40)),
+        }
+        c.mean_j_h[1.0] = j
+        return c
+
+    assert SAFE_BOUND_H == 0.0
+    near = cand(0.03, 1.0)
+    assert near.levels[1.0]["low"].no_harm and not near.safe  # the test mark, not the choice's
+    clean = cand(0.0, 2.0)
+    assert clean.safe and choose([near, clean]) is clean
+    assert choose([near]) is None  # none safe: reactive
+    assert cand(float("nan"), 1.0).safe is False
