@@ -165,6 +165,8 @@ class Guard(Policy):
         self.needs_queue = inner.needs_queue
         self.warmup_s = inner.warmup_s
         if lookahead_margin_s is not None:
+            # the simulation runs every user's jobs: a partial queue looks idle
+            self.needs_queue = True
             self.warmup_s = max(self.warmup_s, LOOKAHEAD_WARMUP_S)
         self._unjudged: set[str] = set()  # partitions the look-ahead could not simulate
 

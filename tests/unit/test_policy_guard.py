@@ -10,6 +10,7 @@ import pytest
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import FixedLead, Qbets, WaitTracker
 from mirage.policy.guard import SHIPPED, EstimateGuard, Guard, guard_policy
+from mirage.policy.simple import FixedLeadPolicy
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob, StartEstimate, SubmitRequest
 
@@ -200,6 +201,9 @@ def test_either_veto_holds_it_back() -> None:
     now = 40 * H
     guard = guard_policy(Always(), "estimate+lookahead", 2 * H, 0)
     assert isinstance(guard, Guard) and guard.warmup_s == 14 * 24 * H
+    lead = FixedLeadPolicy(H)  # needs no queue of its own
+    assert guard.needs_queue and not guard_policy(lead, "estimate", 0).needs_queue
+    assert guard_policy(lead, "lookahead", 0).needs_queue  # it simulates every user's jobs
     late = Estimates(100 * H)
     assert EstimateGuard(Always(), 2 * H).decide(snap_ctx(now, [], late), [pending()])[0].submit
     d = guard.decide(snap_ctx(now, [held("1", 0, 48)], late), [pending()])[0]
