@@ -72,6 +72,9 @@ SHIPPED = Shipped()
 GUARDS = ("estimate", "lookahead", "estimate+lookahead", "none")
 #: The guards with the look-ahead veto: they need the cluster profile.
 LOOKAHEAD_GUARDS = ("lookahead", "estimate+lookahead")
+#: The look-ahead start of a successor the simulation failed for (e.g. a partition the
+#: profile lacks): its pre-submission waits for the predecessor's end.
+UNJUDGED = -1
 #: The look-ahead veto reads this much accounting at start (the ``lookahead`` policy's).
 LOOKAHEAD_WARMUP_S = 14 * 24 * HOUR
 #: A cluster's own choice, in its models folder (written by mirage train, mirage.learn.ship).
@@ -206,8 +209,8 @@ class Guard(Policy):
     def lookahead(
         self, ctx: DecisionContext, pending: Sequence[PendingTransition]
     ) -> list[int | None]:
-        """The look-ahead start of each successor (None: none known; all None without
-        the look-ahead veto)."""
+        """The look-ahead start of each successor (None: none recorded, and all None
+        without the look-ahead veto; :data:`UNJUDGED`: the simulation failed for it)."""
         if self.lookahead_margin_s is None or not pending:
             return [None] * len(pending)
         if ctx.lookahead_start is not None:
@@ -220,11 +223,13 @@ class Guard(Policy):
         for p in pending:
             try:
                 (start,) = self._simulate(ctx, [p])
-            except Exception as exc:  # e.g. a partition the profile lacks: no veto
+            except Exception as exc:  # e.g. a partition the profile lacks
                 if p.partition not in self._unjudged:
                     self._unjudged.add(p.partition)
-                    log.warning("guard: no look-ahead for partition %r: %s", p.partition, exc)
-                start = None
+                    why = "its chains are submitted at their predecessors' ends"
+                    log.warning("guard: no look-ahead for partition %r (%s): %s",
+                                p.partition, why, exc)  # fmt: skip
+                start = UNJUDGED
             out.append(start)
         return out
 
@@ -240,8 +245,11 @@ class Guard(Policy):
                                 [Request.of(p) for p in pending],
                                 to_limit={p.pred_job_id for p in pending})  # fmt: skip
 
-    def _why(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[str]:
-        """Per transition, why it starts too early ("" where no veto says so)."""
+    def _why(
+        self, ctx: DecisionContext, pending: Sequence[PendingTransition], *, unjudged: bool
+    ) -> list[str]:
+        """Per transition, why it starts too early ("" where no veto says so);
+        ``unjudged``: also where the look-ahead could not be simulated."""
         seen: dict[_Shape, int | None] = {}
         ahead = self.lookahead(ctx, pending)
         out = []
@@ -250,6 +258,8 @@ class Guard(Policy):
             if early and start is not None:
                 h = (p.planned_end - start) / HOUR
                 out.append(f"guard: Slurm estimates a start {h:+.2f} h before the end; waits")
+            elif la == UNJUDGED:
+                out.append("guard: no look-ahead for this partition; waits" if unjudged else "")
             elif la is not None and la < p.planned_end + (self.lookahead_margin_s or 0):
                 h = (p.planned_end - la) / HOUR
                 out.append(f"guard: the look-ahead starts it {h:+.2f} h before the end; waits")
@@ -260,14 +270,17 @@ class Guard(Policy):
     def decide(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[Decision]:
         out = list(self.inner.decide(ctx, pending))
         asked = [i for i, d in enumerate(out) if d.submit]
-        whys = self._why(ctx, [pending[i] for i in asked])
+        # a successor the look-ahead cannot judge waits for its predecessor's end: the
+        # guard is there for safety, and reactive submission harms no quiet queue
+        whys = self._why(ctx, [pending[i] for i in asked], unjudged=True)
         for i, why in zip(asked, whys, strict=True):
             if why:
                 out[i] = replace(out[i], submit=False, reason=f"{out[i].reason}; {why}")
         return out
 
     def revoke(self, ctx: DecisionContext, pending: Sequence[PendingTransition]) -> list[bool]:
-        mine = [bool(w) for w in self._why(ctx, pending)]
+        # one already pre-submitted and not judged is kept: a cancellation buys nothing
+        mine = [bool(w) for w in self._why(ctx, pending, unjudged=False)]
         theirs = self.inner.revoke(ctx, pending) if self.inner.revocable else [False] * len(pending)
         return [a or b for a, b in zip(mine, theirs, strict=True)]
 

@@ -211,10 +211,15 @@ def test_either_veto_holds_it_back() -> None:
     assert guard_policy(Always(), "none", 0).decide(snap_ctx(now, []), [pending()])[0].submit
 
 
-def test_lookahead_veto_on_an_unknown_partition_leaves_the_policy_alone() -> None:
-    """A chain in a partition the profile lacks cannot be simulated: that chain's
-    decision is the policy's, the others' are still guarded."""
+def test_lookahead_veto_holds_back_a_chain_it_cannot_simulate() -> None:
+    """A chain in a partition the profile lacks cannot be simulated: its pre-submission
+    waits for the predecessor's end (reactive, which harms no quiet queue), a pending one
+    is kept; the other chains are judged as before (here a busy queue lets one go)."""
     now = 40 * H
+    busy = [held("1", 0, 48), *(held(str(i), 30 * H, 100) for i in (2, 3, 4))]
     other = replace(pending("x"), partition="cpu")
-    ds = lookahead_guard(0).decide(snap_ctx(now, [held("1", 0, 48)]), [pending(), other])
-    assert [d.submit for d in ds] == [False, True]
+    guard = lookahead_guard(0)
+    ds = guard.decide(snap_ctx(now, busy), [pending(), other])
+    assert [d.submit for d in ds] == [True, False]
+    assert "no look-ahead for this partition" in ds[1].reason
+    assert guard.revoke(snap_ctx(now, busy), [other]) == [False]
