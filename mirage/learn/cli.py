@@ -106,8 +106,9 @@ log = logging.getLogger(__name__)
     default=True,
     show_default=True,
     help="Then choose the shipped configuration (a wait baseline or Slurm's estimate behind "
-    "the estimate guard) on the same tuning split, the safe one of least mean J, and write "
-    "it as models/NAME/policy.toml: the daemon's [policy] defaults on this cluster.",
+    "the estimate guard, the look-ahead veto or both; the look-ahead's curves are recorded "
+    "on the tuning split for it) on the same tuning split, the safe one of least mean J, "
+    "and write it as models/NAME/policy.toml: the daemon's [policy] defaults on this cluster.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:
