@@ -8,7 +8,8 @@ trace, ``--nodes 70 --days 60`` finds a queue of 1.13's depth), takes the
 simulated cluster's ``squeue``-shaped snapshot, and times ``policy.decide`` on ``--chains`` pending
 transitions in one call (features from the snapshot, one model call), for every trained
 policy found under ``--models`` and for the fixed-lead baseline beside them, for the
-shipped default (QBETS behind the estimate guard, ``sbatch --test-only`` stubbed), and for the
+shipped default (QBETS behind the estimate guard, ``sbatch --test-only`` stubbed), for the
+guard's look-ahead veto (``la-guard``, every chain asked), and for the
 look-ahead (run times learned from every job finished by then; one simulation of the
 queue per distinct request shape: once with every chain asking for the same shape, once
 with ten shapes). Prints the median of ``--repeat`` calls and the ratio to the target.
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mirage.learn.artifacts import POLICIES, ModelError, load_policy
 from mirage.policy.base import DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import FixedLead, Qbets
-from mirage.policy.guard import SHIPPED, EstimateGuard
+from mirage.policy.guard import SHIPPED, EstimateGuard, Guard
 from mirage.policy.lookahead import LookaheadPolicy, RunTimes
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
@@ -113,10 +114,16 @@ def main() -> None:
     far = StartEstimate(None, ctx.now + 24 * H)
     guarded_ctx = replace(ctx, estimate_start=lambda _req: far)
     shapes = [replace(p, succ_time_limit=(4 + 4 * (i % 10)) * H) for i, p in enumerate(pending)]
+    # the look-ahead veto (Theta's shipped guard), every chain asked: its inner policy
+    # submits all of them, so the guard simulates each request shape
+    la_guard = Guard(FixedLead(48 * H), estimate_margin_s=None, lookahead_margin_s=2 * H)
+    la_guard.runtimes = runtimes
     runs: dict[str, tuple[Policy, list[PendingTransition]]] = {
         **{name: (policy, pending) for name, policy in policies.items()},
         "shipped": (shipped, pending),
         "shipped/10": (shipped, shapes),
+        "la-guard": (la_guard, pending),
+        "la-guard/10": (la_guard, shapes),
         "lookahead": (ahead, pending),
         "lookahead/10": (ahead, shapes),
         # the median of 16 simulations with drawn run times (lookahead_draws = 16)
