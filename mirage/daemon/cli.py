@@ -580,16 +580,13 @@ def _start_policy(start: dict[str, Any], now: int) -> str:
 
 def guard_text(pcfg: PolicySection) -> str:
     """The default policy's guard, as the start line shows it ("" for reactive)."""
-    from mirage.policy.guard import LOOKAHEAD_GUARDS
+    from mirage.policy.guard import ESTIMATE_GUARDS, LOOKAHEAD_GUARDS, vetoes_text
 
     if pcfg.default == "reactive":
         return ""
-    vetoes = []
-    if pcfg.guard in ("estimate", "estimate+lookahead"):
-        vetoes.append(f"estimate {pcfg.guard_margin_s / 3600:g} h")
-    if pcfg.guard in LOOKAHEAD_GUARDS:
-        vetoes.append(f"look-ahead {pcfg.guard_lookahead_margin_s / 3600:+g} h")
-    return " or ".join(vetoes) or "none"
+    est = pcfg.guard_margin_s / 3600 if pcfg.guard in ESTIMATE_GUARDS else None
+    ahead = pcfg.guard_lookahead_margin_s / 3600 if pcfg.guard in LOOKAHEAD_GUARDS else None
+    return vetoes_text(est, ahead)
 
 
 def _start_places(start: dict[str, Any]) -> str:

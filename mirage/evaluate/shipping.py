@@ -44,6 +44,7 @@ import numpy as np
 from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
 from mirage.evaluate.stats import Gain, gains
 from mirage.policy.base import revocable_step
+from mirage.policy.guard import guard_kind, vetoes_text
 
 GRID: dict[str, tuple[float, ...]] = {
     "qbets": (0.5, 0.75, 0.9, 0.95),
@@ -150,14 +151,11 @@ class Candidate:
         return guard_kind(self.margin_h is not None, self.lookahead_h is not None)
 
     def label(self) -> str:
-        """E.g. "qbets 0.9 behind the estimate guard (24 h)"."""
+        """E.g. "qbets 0.9, guard: estimate 24 h"."""
         what = (
             self.method if self.method == "slurm-estimate" else f"{self.method} {self.constant:g}"
         )
-        vetoes = [f"estimate {self.margin_h:g} h"] if self.margin_h is not None else []
-        if self.lookahead_h is not None:
-            vetoes.append(f"look-ahead {self.lookahead_h:+g} h")
-        return f"{what}, " + (f"guard: {', '.join(vetoes)}" if vetoes else "no guard")
+        return f"{what}, guard: {vetoes_text(self.margin_h, self.lookahead_h)}"
 
     def as_dict(self) -> dict[str, object]:
         return {"policy": self.method, "constant": self.constant, "guard": self.guard,
@@ -165,13 +163,6 @@ class Candidate:
                 "safe": self.safe, "mean_J_h": {f"{k:g}": v for k, v in self.mean_j_h.items()},
                 "levels": {f"{ld:g}": {lv: g.as_dict() for lv, g in per.items()}
                            for ld, per in self.levels.items()}}  # fmt: skip
-
-
-def guard_kind(estimate: bool, lookahead: bool) -> str:
-    """The :data:`mirage.policy.guard.GUARDS` name of a guard with these vetoes."""
-    if estimate and lookahead:
-        return "estimate+lookahead"
-    return "estimate" if estimate else "lookahead" if lookahead else "none"
 
 
 def candidates(

@@ -70,7 +70,9 @@ class Shipped:
 SHIPPED = Shipped()
 #: ``[policy] guard``: Slurm's estimate, the look-ahead, either of them, or none.
 GUARDS = ("estimate", "lookahead", "estimate+lookahead", "none")
-#: The guards with the look-ahead veto: they need the cluster profile.
+#: The guards with the estimate veto, and those with the look-ahead veto (which need the
+#: cluster profile).
+ESTIMATE_GUARDS = ("estimate", "estimate+lookahead")
 LOOKAHEAD_GUARDS = ("lookahead", "estimate+lookahead")
 #: The look-ahead start of a successor the simulation failed for (e.g. a partition the
 #: profile lacks): its pre-submission waits for the predecessor's end.
@@ -135,9 +137,25 @@ def guard_policy(inner: Policy, kind: str, margin_s: int, lookahead_margin_s: in
         return EstimateGuard(inner, margin_s)
     return Guard(
         inner,
-        estimate_margin_s=margin_s if kind in ("estimate", "estimate+lookahead") else None,
+        estimate_margin_s=margin_s if kind in ESTIMATE_GUARDS else None,
         lookahead_margin_s=lookahead_margin_s if kind in LOOKAHEAD_GUARDS else None,
     )
+
+
+def guard_kind(estimate: bool, lookahead: bool) -> str:
+    """The :data:`GUARDS` name of a guard with these vetoes."""
+    return next(
+        k for k in GUARDS if (k in ESTIMATE_GUARDS, k in LOOKAHEAD_GUARDS) == (estimate, lookahead)
+    )
+
+
+def vetoes_text(estimate_h: float | None, lookahead_h: float | None) -> str:
+    """A guard's vetoes as logs and reports show them: "estimate 24 h or look-ahead +2 h",
+    "none" (None: that veto is off)."""
+    out = [] if estimate_h is None else [f"estimate {estimate_h:g} h"]
+    if lookahead_h is not None:
+        out.append(f"look-ahead {lookahead_h:+g} h")
+    return " or ".join(out) or "none"
 
 
 class Guard(Policy):
