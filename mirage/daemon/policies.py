@@ -100,7 +100,8 @@ def learned_profile(cfg: PolicySection) -> ClusterProfile:
         return load_profile(str(path))
     except (ProfileError, OSError) as exc:
         raise ModelError(
-            f"trained policies need the cluster profile (node counts) at {path}: {exc}"
+            f"trained policies and the look-ahead (a policy's or the guard's) need the cluster "
+            f"profile (node counts) at {path}: {exc}"
         ) from exc
 
 

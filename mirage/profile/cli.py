@@ -63,5 +63,9 @@ def capture(ctx: click.Context, name: str, timezone: str, out: Path | None) -> N
     if out is None:
         click.echo(text, nl=False)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:  # a models folder's profile: <models_dir>/<cluster>/profile.toml, maybe new
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {out} ({len(prof.partitions)} partitions)")

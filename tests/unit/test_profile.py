@@ -212,6 +212,17 @@ def test_cli_show_and_capture(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert load_profile(out).partition().nodes == 1
+    # as docs/admin/configuration.md says: into a models folder that does not exist yet
+    models = tmp_path / "models" / "lab" / "profile.toml"
+    result = runner.invoke(main, ["profile", "capture", "--name", "lab", "--out", str(models)],
+                           obj={"slurm_client": client})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert load_profile(models).partition().nodes == 1
+    (tmp_path / "file").write_text("")  # a parent that is a file: one clear line, no traceback
+    under_file = str(tmp_path / "file" / "p.toml")
+    result = runner.invoke(main, ["profile", "capture", "--name", "lab", "--out", under_file],
+                           obj={"slurm_client": client})  # fmt: skip
+    assert result.exit_code != 0 and "cannot write" in result.output
 
 
 # ---- QOS and association limits ---------------------------------------------------
