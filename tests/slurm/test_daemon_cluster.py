@@ -146,11 +146,14 @@ def test_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path)
 
 @pytest.mark.slurm_slow
 def test_cerit_s_shipped_choice_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path) -> None:
-    """models/cerit/policy.toml as the daemon takes it (Slurm's estimate behind a 1-hour
-    guard) on real Slurm: the policy asks `sbatch --test-only` and would submit at once
-    (the estimate is "now", within its 600 s of the planned end), the guard holds it back
-    (now is more than the margin before the end + 1 h), so the successor goes in at the
-    predecessor's end and the chain completes."""
+    """models/cerit/policy.toml as the daemon takes it (Slurm's estimate behind the
+    look-ahead veto) on real Slurm: the policy asks `sbatch --test-only` and would submit
+    at once (the estimate is "now", within its 600 s of the planned end); CERIT's profile
+    has no partition of this cluster's, so the look-ahead cannot judge the chain and the
+    guard holds it back, as it does a chain on a partition the profile lacks: the
+    successor goes in at the predecessor's end and the chain completes."""
+    from mirage.policy.guard import Guard
+
     store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
     models = Path(__file__).resolve().parents[2] / "models"
     cfg = Config(
@@ -161,9 +164,10 @@ def test_cerit_s_shipped_choice_on_the_idle_real_cluster(tmp_path: Path, jobdir:
             {"policy": {"models_dir": str(models), "cluster": "cerit"}}, "t"
         ).policy,
     )  # fmt: skip
-    assert (cfg.policy.default, cfg.policy.guard_margin_s) == ("slurm-estimate", 3600)
+    assert (cfg.policy.default, cfg.policy.guard) == ("slurm-estimate", "lookahead")
     client = CliSlurmClient(timeout=60.0)
     _, segs, kinds, d = run_one_chain(store, jobdir, cfg, client, "cerit-choice")
+    assert isinstance(d.policies["slurm-estimate"], Guard)
     assert len(segs) == 2 and not segs[1].presubmitted and "handoff" not in kinds
     assert segs[0].end is not None and segs[1].start is not None
     assert segs[1].start >= segs[0].end
