@@ -1,4 +1,4 @@
-"""Shared-node backfill planning (``NodePlan``): buffered rows vs reallocation per split.
+"""Shared-node backfill planning (``NodePlan``), as shipped and in two former variants.
 
     .venv/bin/python scripts/bench/sim_nodeplan.py [--trace PATH] [--profile PATH]
         [--nodes 18] [--at 2013-03-20T00:00:00] [--hours 24] [--steps 4]
@@ -8,9 +8,12 @@ in March): the replay runs to ``--at``, then each variant, from a fork of that s
 (a) replays ``--hours`` further and (b) probes one sample as ``mirage evaluate`` does
 (``probe_sample``: a 48-h predecessor, then a successor submitted at ``--steps`` + 1
 decision points over its run, each in a fork run until it starts).
-Variants: ``buffered`` (``NodePlan`` as shipped: rows in buffers with spare capacity) and
-``insert`` (the same class reallocating its arrays with ``numpy.insert`` at every new
-breakpoint, as before). Both must give every job the same start and estimate.
+Variants: ``shipped`` (``NodePlan``: rows in buffers with spare capacity; a partition of
+every node read by slices, and on a cluster without GPUs only CPUs compared), ``indexed``
+(every search copying the partition's columns by fancy indexing and comparing GPUs too,
+as before 2026-11-30) and ``insert`` (that, and reallocating the arrays with
+``numpy.insert`` at every new breakpoint, as before the buffers). All must give every job
+the same start and estimate.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mirage.evaluate.probes import SampleResult, load_setting_jobs, probe_sample
 from mirage.evaluate.protocol import Protocol, Setting, Split
-from mirage.sim import Simulation, engine
+from mirage.sim import Simulation, backfill
 from mirage.sim.plan import NodePlan
 from mirage.slurm.types import JobState
 
@@ -37,8 +40,24 @@ REPO = Path(__file__).resolve().parents[2]
 CERIT = REPO.parent / "shared" / "traces" / "cerit_wagap_2013" / "wagap-2013.swf.gz"
 
 
-class InsertNodePlan(NodePlan):
-    """The previous row strategy: reallocate every array at each new breakpoint."""
+class IndexedNodePlan(NodePlan):
+    """The previous search: the partition's columns copied, GPUs compared, always."""
+
+    __slots__ = ()
+
+    def _ok(  # noqa: PLR0917 - the method it overrides
+        self, i0: int, m: int, nodes: np.ndarray, gpus: int, cpus: int, exclusive: bool
+    ) -> np.ndarray:
+        g, c = self._g[i0:m][:, nodes], self._c[i0:m][:, nodes]
+        if exclusive:
+            ok: np.ndarray = (g == self.gcap[nodes]) & (c == self.ccap[nodes])
+            return ok
+        fits: np.ndarray = (g >= gpus) & (c >= cpus)
+        return fits
+
+
+class InsertNodePlan(IndexedNodePlan):
+    """The row strategy before the buffers: reallocate every array at each new breakpoint."""
 
     __slots__ = ()
 
@@ -50,7 +69,11 @@ class InsertNodePlan(NodePlan):
         self._t = np.insert(self._t[:m], k, t)
 
 
-VARIANTS: dict[str, type[NodePlan]] = {"buffered": NodePlan, "insert": InsertNodePlan}
+VARIANTS: dict[str, type[NodePlan]] = {
+    "shipped": NodePlan,
+    "indexed": IndexedNodePlan,
+    "insert": InsertNodePlan,
+}
 
 
 def outcome(sim: Simulation) -> list[tuple[int | None, int | None]]:
@@ -93,7 +116,7 @@ def main() -> None:
     print(f"{len(jobs)} jobs, replay to {args.at}: {warm:.1f} s; {pending} pending then")
     results: dict[str, tuple[float, float, object]] = {}
     for name, cls in VARIANTS.items():
-        setattr(engine, "NodePlan", cls)  # noqa: B010 - the engine builds its plans by this name
+        setattr(backfill, "NodePlan", cls)  # noqa: B010 - backfill builds its plans by this name
         try:
             fork = base.fork()
             t_replay, _ = timed(partial(fork.run_until, at + int(args.hours * 3600)))
@@ -102,13 +125,16 @@ def main() -> None:
             starts = (probe.succ_start.tolist(), probe.estimate.tolist())
             results[name] = (t_replay, t_probe, (outcome(fork), starts))
         finally:
-            setattr(engine, "NodePlan", NodePlan)  # noqa: B010
-    same = results["buffered"][2] == results["insert"][2]
+            setattr(backfill, "NodePlan", NodePlan)  # noqa: B010
     print(f"{'variant':<10} {'replay ' + str(args.hours) + ' h (s)':>18} {'probe (s)':>10}")
     for name, (t_replay, t_probe, _) in results.items():
         print(f"{name:<10} {t_replay:>18.2f} {t_probe:>10.2f}")
-    b, i = results["buffered"], results["insert"]
-    print(f"insert / buffered: replay x{i[0] / b[0]:.2f}, probe x{i[1] / b[1]:.2f}")
+    ship = results["shipped"]
+    for name, (t_replay, t_probe, _) in results.items():
+        if name != "shipped":
+            ratios = f"replay x{t_replay / ship[0]:.2f}, probe x{t_probe / ship[1]:.2f}"
+            print(f"{name} / shipped: {ratios}")
+    same = all(r[2] == ship[2] for r in results.values())
     print(f"same starts and estimates: {same}")
     if not same:
         sys.exit(1)
