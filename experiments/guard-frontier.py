@@ -102,7 +102,8 @@ def main() -> None:
     ap.add_argument("--show", default=None, metavar="METHOD:CONSTANT:MARGIN_H")
     args = ap.parse_args()
     opts = argparse.Namespace(trace=None, step_min=args.step_min, every_h=args.every_h,
-                              cached_only=True, cache=args.cache, jobs=1)  # fmt: skip
+                              cached_only=True, cache=args.cache, jobs=1,
+                              no_lookahead=True)  # fmt: skip
     profile = default_profile(args.cluster) if args.profile == "-" else args.profile
     loads = [float(x) for x in args.loads.split(",")]
     tuning_walker = select_shipped().tuning_walker
