@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -67,10 +68,10 @@ def _spec(t: int, nodes: int, limit_s: int, user: str) -> JobSpec:
 
 def _queue(
     client: CliSlurmClient, running: int, limit_s: int, ahead: list[tuple[int, int]]
-) -> tuple[int | None, int | None, list[int | None]]:
+) -> tuple[int | None, int | None, list[int | None], str]:
     """Fill the partition with ``running`` 1-node jobs, queue ``ahead`` (nodes, limit)
     behind them; Slurm's and the simulator's test-only start of a 1-node job of
-    ``limit_s``, and squeue --start's estimates of the jobs ahead.
+    ``limit_s``, squeue --start's estimates of the jobs ahead, and the queue in words.
 
     The simulator is given every job the controller holds in the partition when it
     answers (ours, and anything else there), as squeue shows them just before and just
@@ -93,13 +94,36 @@ def _queue(
         pytest.fail(f"the queue kept moving under --test-only: {_shape(before)}")
     sim, user = _simulate(before)
     mine = sim.test_only(_spec(sim.now, 1, limit_s, user))
-    if real is None or mine is None or abs(real - mine) > 5:  # shown with a failure
-        print(f"test-only {real} against the simulator's {mine}; the queue:")
-        for j in before:
-            print(f"  {j.job_id} {j.name} {j.raw_state} prio={j.priority} nodes={j.nodes} "
-                  f"cpus={j.cpus} limit={j.time_limit} submit={j.submit} start={j.start} "
-                  f"end={j.end} on={','.join(j.node_list)}")  # fmt: skip
-    return real, mine, [estimates[q].start if q in estimates else None for q in queued]
+    starts = [estimates[q].start if q in estimates else None for q in queued]
+    return real, mine, starts, _described(real, mine, before)
+
+
+def _described(real: int | None, mine: int | None, jobs: list[SlurmJob]) -> str:
+    lines = [f"test-only {real} against the simulator's {mine}; the queue:"]
+    lines += [f"  {j.job_id} {j.name} {j.raw_state} prio={j.priority} nodes={j.nodes} "
+              f"cpus={j.cpus} limit={j.time_limit} submit={j.submit} start={j.start} "
+              f"end={j.end} on={','.join(j.node_list)}" for j in jobs]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _agreed(
+    client: CliSlurmClient, running: int, limit_s: int, ahead: list[tuple[int, int]]
+) -> tuple[int | None, int | None, list[int | None]]:
+    """``_queue``, built once more if Slurm and the simulator disagree the first time.
+
+    Once in CI Slurm answered 177 s later than the simulator on the first queue below
+    (and one of a dozen full runs here stopped at that point); it did not recur in 14
+    runs of this test here, alone, under CPU load and after the rest of the suite. Until
+    the cause is known, a first disagreement is reported as a warning (pytest's summary
+    shows it) with the queue as squeue showed it, and the queue is built again from an
+    empty one; a second disagreement fails."""
+    real, mine, starts, queue = _queue(client, running, limit_s, ahead)
+    if real is None or mine is None or abs(real - mine) > 5:
+        warnings.warn(f"{queue}\n(built again)", stacklevel=2)
+        fid.drain_queue(client, prefixes=("mirage-t-",), timeout_s=120)
+        real, mine, starts, queue = _queue(client, running, limit_s, ahead)
+        print(queue)  # shown if the second fails too
+    return real, mine, starts
 
 
 def _partition(client: CliSlurmClient) -> list[SlurmJob]:
@@ -140,18 +164,18 @@ def _jobs(client: CliSlurmClient, ids: list[str]) -> list:  # type: ignore[type-
 
 def test_test_only_is_running_ends_plus_the_pending_area(client: CliSlurmClient) -> None:
     # one whole-partition job of 30 min ahead: the first end (10 min) + 30 min of area
-    real, mine, _ = _queue(client, 4, 10 * MIN, [(4, 30 * MIN)])
+    real, mine, _ = _agreed(client, 4, 10 * MIN, [(4, 30 * MIN)])
     assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
     fid.drain_queue(client, prefixes=("mirage-t-",), timeout_s=120)
     # six ahead (2 x 4 nodes x 30 min, 4 x 1 node x 10 min): + 70 min
-    real, mine, _ = _queue(client, 4, 10 * MIN, [(4, 30 * MIN)] * 2 + [(1, 10 * MIN)] * 4)
+    real, mine, _ = _agreed(client, 4, 10 * MIN, [(4, 30 * MIN)] * 2 + [(1, 10 * MIN)] * 4)
     assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
 
 
 def test_test_only_dates_a_job_beyond_the_backfill_window(client: CliSlurmClient) -> None:
     # two 2-day whole-partition jobs behind 2-day jobs: the second lies beyond bf_window
     # (2 days), so squeue --start gives it no date, yet --test-only answers: 6 days
-    real, mine, estimates = _queue(client, 4, 2 * DAY, [(4, 2 * DAY), (4, 2 * DAY)])
+    real, mine, estimates = _agreed(client, 4, 2 * DAY, [(4, 2 * DAY), (4, 2 * DAY)])
     assert estimates[1] is None, estimates
     assert real is not None and mine is not None and abs(real - mine) <= 5, (real, mine)
     assert abs(real - time.time() - 6 * DAY) < 60
