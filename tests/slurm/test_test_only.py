@@ -7,8 +7,9 @@ Three queues on the ``gpu`` partition (4 whole nodes), built one after another: 
 the nodes with 1-node jobs, queues whole-partition jobs behind them, and asks
 ``--test-only`` for a 1-node job. The simulator is given the partition's jobs as squeue
 shows them around the answer, at the times the cluster started (running) or queued
-(pending) them; on a mismatch the test prints that queue. It needs the cluster to
-itself: marked ``slurm_serial``, it drains leftover test jobs first.
+(pending) them; a first mismatch is reported as a warning with that queue and the queue
+is built again (``_agreed``). It needs the cluster to itself: marked ``slurm_serial``, it
+drains leftover test jobs first.
 """
 
 from __future__ import annotations
