@@ -2,14 +2,15 @@
 
     .venv/bin/python experiments/guard-frontier.py ls6 models/ls6/profile-limits.toml 1,1.05,1.13
         [--split test] [--every-h 4] [--step-min 10] [--cache out/probe-cache]
-        [--show qbets:0.9:24]
+        [--lookahead] [--show qbets:0.9:24]
 
 The shipped configuration is chosen on the tuning month (mirage.evaluate.shipping). This
 asks the question the other way round, as an upper bound: walk every candidate of the
 selection grid (wait baselines and Slurm's estimate, behind the estimate guard at every
-margin) on the *test* split, and print per candidate its worst no-harm bound (the upper end
-of the paired 95% interval of candidate - reactive, over every level with enough samples)
-and its share of the oracle gain per level. If no candidate of the grid keeps no harm and
+margin; with ``--lookahead`` also behind the look-ahead veto, alone or beside it, and with
+no guard at all) on the *test* split, and print per candidate its worst no-harm bound (the
+upper end of the paired 95% interval of candidate - reactive, over every level with enough
+samples) and its share of the oracle gain per level. If no candidate of the grid keeps no harm and
 takes a level's gain even when picked on the test month, no tuning month can pick one.
 
 ``--show METHOD:CONSTANT:MARGIN_H`` then lists, for that candidate, the quiet-level samples
@@ -58,7 +59,7 @@ def table(cands: list[Candidate]) -> None:
     for c in rows:
         worst = max(hi for *_, hi in cells(c))
         per = "  ".join(f"{ld:g}/{lv} {sh:5.0%} [{hi:+.2f}]" for ld, lv, sh, hi in cells(c))
-        print(f"  {c.method:15s} {c.constant:4g} {c.margin_h:4g} h  {worst:+.2f}  {per}")
+        print(f"  {c.label():45s} {worst:+.2f}  {per}")
     levels = sorted({(ld, lv) for c in cands for ld, lv, *_ in cells(c)})
     print("per level: the best share of any candidate, and of a candidate with no harm anywhere")
     for ld, lv in levels:
@@ -100,10 +101,15 @@ def main() -> None:
     ap.add_argument("--step-min", type=float, default=10.0)
     ap.add_argument("--cache", default="out/probe-cache")
     ap.add_argument("--show", default=None, metavar="METHOD:CONSTANT:MARGIN_H")
+    ap.add_argument(
+        "--lookahead",
+        action="store_true",
+        help="also walk the look-ahead veto's candidates (needs the curves cached)",
+    )
     args = ap.parse_args()
     opts = argparse.Namespace(trace=None, step_min=args.step_min, every_h=args.every_h,
                               cached_only=True, cache=args.cache, jobs=1,
-                              no_lookahead=True)  # fmt: skip
+                              no_lookahead=not args.lookahead)  # fmt: skip
     profile = default_profile(args.cluster) if args.profile == "-" else args.profile
     loads = [float(x) for x in args.loads.split(",")]
     tuning_walker = select_shipped().tuning_walker
