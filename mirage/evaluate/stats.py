@@ -253,10 +253,11 @@ def gains(
     oracle: str = "oracle",
     boot: int = 2000,
     seed: int = 0,
+    min_n: int = MIN_N,
 ) -> dict[str, LevelGains]:
-    """Per level with n >= MIN_N (and all samples), when reactive and the oracle ran: the
-    oracle gain (reactive's mean J minus the oracle's, h), each other method's share of it
-    (a point estimate), and the paired 95% interval of its mean J minus reactive's, whose
+    """Per level with n >= ``min_n`` (and all samples), when reactive and the oracle ran:
+    the oracle gain (reactive's mean J minus the oracle's, h), each other method's share of
+    it (a point estimate), and the paired 95% interval of its mean J minus reactive's, whose
     upper bound says whether it can make that level worse than reactive submission
     (``Gain.no_harm``: at most NO_HARM_H)."""
     if reactive not in results or oracle not in results:
@@ -266,7 +267,7 @@ def gains(
     for level in LEVELS:
         mask = np.ones(levels.size, bool) if level == "all" else levels == level
         n = int(mask.sum())
-        if n == 0 or (level != "all" and n < MIN_N):
+        if n == 0 or (level != "all" and n < min_n):
             continue
         j = {m: o.cost(alpha)[mask] / HOUR for m, o in results.items()}
         idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,9 @@ class Shipped:
     average_factor: float = 1.5
     guard_margin_s: int = 24 * HOUR
     guard: str = "estimate"
-    guard_lookahead_margin_s: int = 0
+    # negative: veto only a start that long before the end (the selection grid's -2 h);
+    # the daemon's [policy] key is signed too
+    guard_lookahead_margin_s: int = field(default=0, metadata={"signed": True})
 
 
 SHIPPED = Shipped()

@@ -210,23 +210,23 @@ def test_a_cluster_s_own_policy_file_sets_the_defaults_its_config_leaves_out(
 
 
 def test_the_shipped_cerit_policy_is_what_evaluate_measures_there() -> None:
-    """The committed models/cerit/policy.toml: Slurm's estimate behind the look-ahead
-    veto (+0 h), chosen on CERIT's tuning month with Slurm's real estimate."""
+    """The committed models/cerit/policy.toml: QBETS 0.9 behind the look-ahead veto
+    (-2 h), chosen on CERIT's tuning month with its quiet samples judged."""
     from mirage.evaluate.harness import shipped_policy
-    from mirage.policy.baselines import SlurmEstimate
+    from mirage.policy.baselines import Qbets
     from mirage.policy.guard import SHIPPED, shipped_for
     from mirage.policy.simple import ReactivePolicy
 
     shipped = shipped_for(Path("models/cerit"))
-    assert (shipped.policy, shipped.guard, shipped.guard_lookahead_margin_s) == (
-        "slurm-estimate", "lookahead", 0,
-    )  # fmt: skip
+    assert (shipped.policy, shipped.qbets_quantile, shipped.guard) == ("qbets", 0.9, "lookahead")
+    assert shipped.guard_lookahead_margin_s == -7200
     policy = shipped_policy(shipped)
-    assert isinstance(policy, Guard) and isinstance(policy.inner, SlurmEstimate)
-    assert (policy.margin_s, policy.lookahead_margin_s) == (None, 0)
+    assert isinstance(policy, Guard) and isinstance(policy.inner, Qbets)
+    assert (policy.margin_s, policy.lookahead_margin_s) == (None, -7200)
     cfg = config_from_dict({"policy": {"models_dir": "models", "cluster": "cerit"}}, "t")
-    daemon = build_policies(cfg.policy)["slurm-estimate"]
+    daemon = build_policies(cfg.policy)["qbets"]
     assert daemon.kind == "model" and isinstance(daemon.policy, Guard)  # the profile loaded
+    assert daemon.policy.lookahead_margin_s == -7200
     assert shipped_for(Path("models/ls6")) == SHIPPED  # no file: the defaults
     # Theta's: no estimate-guard candidate was safe on its tuning month; QBETS 0.9 behind
     # the look-ahead veto (2 h) is, and the daemon configured for Theta runs it

@@ -417,8 +417,9 @@ def test_lookahead_guarded_walk_is_the_daemons_rule() -> None:
 def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Path) -> None:
     """A look-ahead choice written as a cluster's policy.toml: read back by the daemon's
     configuration and by mirage evaluate's ``shipped``, the same guard with the same
-    margins; the daemon refuses it without the cluster (its profile); evaluate refuses
-    to measure it without look-ahead curves."""
+    margins (a negative look-ahead margin too: the grid's -2 h, which the file's reader
+    once refused); the daemon refuses it without the cluster (its profile); evaluate
+    refuses to measure it without look-ahead curves."""
     from mirage.daemon.config import ConfigError, config_from_dict
     from mirage.daemon.policies import build_policies
     from mirage.evaluate.harness import SHIPPED_METHOD, Walker, evaluate, shipped_policy
@@ -429,6 +430,7 @@ def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Pat
     folder.mkdir(parents=True)
     (folder / "profile.toml").write_bytes(Path(LS6).read_bytes())
     for cand, guard in ((Candidate("qbets", 0.9, None, 2.0), "lookahead"),
+                        (Candidate("qbets", 0.9, None, -2.0), "lookahead"),
                         (Candidate("running-average", 1.0, 24.0, 0.0), "estimate+lookahead"),
                         (Candidate("qbets", 0.5, None, None), "none")):  # fmt: skip
         (folder / "policy.toml").write_text(policy_toml(cand) + "\n")
@@ -514,7 +516,8 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
         assert out["tune_mean_J_h"] == {"2": round(want.mean_j_h[2.0], 3)}
     text = (folder / "policy.toml").read_text()
     assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")
-    few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples[:10])},
+    # 4 samples: no level reaches the SELECT_MIN_N (5) the choice judges harm from
+    few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples[:4])},
                            folder=tmp_path / "few", alpha=0.5)  # fmt: skip
     assert few["file"] is None and "enough samples" in few["reason"]
     assert not (tmp_path / "few" / "policy.toml").exists()
@@ -583,6 +586,28 @@ def test_report_of_a_minutes_long_log_reads_in_minutes() -> None:
     assert "method - reactive, min" in gained and "+3 min above 0" in gained
     shipped = render_shipped(shipped_rows(runs, 0.5, ["reactive"], boot=200), unit)
     assert "mean J, min" in shipped and "5.00" in shipped
+
+
+def test_the_choice_judges_harm_on_levels_too_small_to_report(
+    slice_samples: tuple[Setting, list[SampleResult], Path],
+) -> None:
+    """A report counts a level from MIN_N (30) samples; the choice judges harm from
+    SELECT_MIN_N (5): a busy tuning month's few quiet samples rule candidates out (CERIT's
+    February had 6 at a 2 h spacing), and a level under 5 is still not judged."""
+    from mirage.evaluate.harness import factory
+    from mirage.evaluate.shipping import SELECT_MIN_N, candidates
+    from mirage.evaluate.stats import gains, level_counts
+
+    _, samples, _ = slice_samples
+    w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
+    res = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(0.5)}
+    counts = level_counts(res)
+    assert SELECT_MIN_N == 5 < MIN_N and sum(counts.values()) < MIN_N
+    small = {lv for lv, n in counts.items() if n >= SELECT_MIN_N}
+    assert small  # 16 samples: some level holds at least 6
+    assert set(gains(res, 0.5, boot=100)) == {"all"}  # too few for a report
+    for c in candidates({1.0: w}, 0.5, boot=100):
+        assert set(c.levels[1.0]) == {"all"} | small  # but judged by the choice
 
 
 def test_a_candidate_is_safe_only_without_measurable_harm_on_the_tuning_month() -> None:
