@@ -25,14 +25,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.evaluate.inputs import InputError
 
 if TYPE_CHECKING:
-    from mirage.evaluate.protocol import Split
+    from mirage.evaluate.probes import SampleResult
+    from mirage.evaluate.protocol import Protocol, Split
     from mirage.learn.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ def train_models(
     warmup_h: float = 48.0,
     alpha: float = 0.5,
     policy_file: bool = True,
+    quiet_every_h: float = 0.0,
     notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``policies`` ("all", or some of rf, xgb, dqn, pg) for ``cluster`` and save
@@ -100,7 +102,9 @@ def train_models(
     overrides ``tune_split``) and the protocol. With ``policy_file`` (the default), the
     shipped configuration is then chosen on the same tuning samples and written as
     ``models_dir/<cluster>/policy.toml`` (:mod:`mirage.learn.ship`; ``shipped`` says what
-    and where, or why no file was written). :class:`InputError` (an
+    and where, or why no file was written); with ``quiet_every_h``, a tuning load whose
+    samples hold fewer than 30 quiet ones has every quiet sample at that spacing added to
+    the choice's walk (:func:`mirage.learn.train.quiet_samples`). :class:`InputError` (an
     :class:`OptionError` for a bad option value) for inputs that cannot be used,
     :class:`TrainError` when training cannot be done with them,
     :class:`~mirage.learn.artifacts.ModelError` for models that cannot be recalibrated.
@@ -140,6 +144,10 @@ def _config(
     protocol = protocol_from(kw, **({"every_s": int(kw["every_h"] * HOUR)} if recal else {}))
     if not kw["every_h"] * HOUR >= 1 or (kw["train_step_min"] or 1) * 60 < 1:
         raise InputError("--every-h and --train-step-min must be at least one second")
+    quiet = kw["quiet_every_h"]
+    if not (quiet == 0 or (math.isfinite(quiet) and quiet * HOUR >= 1)):
+        raise OptionError(f"expected 0 (off) or a spacing of at least 1 s, got {quiet}",
+                          "--quiet-every-h")  # fmt: skip
     return TrainConfig(
         cluster=cluster,
         protocol=protocol,
@@ -157,6 +165,7 @@ def _config(
         n_jobs=kw["n_jobs"],
         agent_steps=kw["agent_steps"],
         first_submit=first,
+        quiet_every_s=int(kw["quiet_every_h"] * HOUR),
     )
 
 
@@ -225,6 +234,21 @@ def _policies(asked: str | Sequence[str], source: str | None) -> list[str]:
     return policies
 
 
+def _few_quiet(by_load: Mapping[float, tuple[Protocol, list[SampleResult]]]) -> None:
+    """Say where the choice cannot judge the quiet days, and what would let it."""
+    from mirage.evaluate.shipping import SELECT_MIN_N
+    from mirage.evaluate.stats import MIN_N
+    from mirage.learn.train import quiet_count
+
+    for load, (_, samples) in by_load.items():
+        n = quiet_count(samples)
+        if n < MIN_N:
+            log.warning("tuning load %g: %d quiet samples, under the %d a report counts; "
+                        "the shipped choice judges a level from %d (--quiet-every-h 2 finds "
+                        "the quiet ones at a 2 h spacing)",
+                        load, n, MIN_N, SELECT_MIN_N)  # fmt: skip
+
+
 def load_spec(spec: Load) -> tuple[float, tuple[int, int] | None]:
     """ "1.13:12:30" -> (1.13, (12 h, 30 min)); "1" or 1.0 -> (1.0, None)."""
     text = spec if isinstance(spec, str) else repr(float(spec))
@@ -249,7 +273,14 @@ def _run(
     """The policies' metrics, and the shipped configuration chosen on the same tuning
     samples (written as the cluster's policy.toml) unless ``policy_file`` is off."""
     from mirage.learn.ship import choose_and_write
-    from mirage.learn.train import load_data, recalibrate, train, tuning_curves, tuning_data
+    from mirage.learn.train import (
+        load_data,
+        quiet_samples,
+        recalibrate,
+        train,
+        tuning_curves,
+        tuning_data,
+    )
     from mirage.progress import progress_bars
 
     with progress_bars() as bars:
@@ -263,15 +294,27 @@ def _run(
             by_load = data.tune_by_load
         # the shipped choice's look-ahead veto reads the tuning samples' look-ahead
         curves = tuning_curves(cfg, bars.update) if policy_file else None
-    if not policy_file:
+        extra = (
+            quiet_samples(cfg, by_load, bars.update) if policy_file and cfg.quiet_every_s else {}
+        )
+    if not policy_file or curves is None:
         return metrics, None
+    if not cfg.quiet_every_s:
+        _few_quiet(by_load)
+    walked = dict(by_load)
+    for load, (samples, more) in extra.items():
+        protocol, have = by_load[load]
+        walked[load] = (protocol, [*have, *samples])
+        curves[load] = [*curves[load], *more]
     folder = root / cfg.cluster
+    quiet = {load: (len(s), cfg.quiet_every_s) for load, (s, _) in extra.items()}
     return metrics, choose_and_write(
         cfg.cluster,
         cfg.profile,
         cfg.splits["tune"],
-        by_load,
+        walked,
         folder=folder,
         alpha=cfg.alpha,
         lookahead=curves,
+        quiet=quiet,
     )

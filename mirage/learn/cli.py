@@ -110,6 +110,14 @@ log = logging.getLogger(__name__)
     "on the tuning split for it) on the same tuning split, the safe one of least mean J, "
     "and write it as models/NAME/policy.toml: the daemon's [policy] defaults on this cluster.",
 )
+@click.option(
+    "--quiet-every-h",
+    default=0.0,
+    show_default=True,
+    help="For the shipped configuration on a busy cluster: where a tuning load's samples "
+    "hold fewer than 30 quiet ones, also find every quiet sample at this spacing (one fork "
+    "each) and probe it, so that the choice judges the quiet days (0: off; CERIT: 2).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train learned provisioning policies and save them under models/CLUSTER/POLICY/."""
@@ -128,7 +136,7 @@ def train_cmd(**kw: Any) -> None:
             tune_last_days=kw["tune_last_days"], nodes=kw["nodes"], gpus=kw["gpus"],
             time_limit_h=kw["time_limit_h"], step_min=kw["step_min"], window_h=kw["window_h"],
             warmup_h=kw["warmup_h"], alpha=kw["alpha"], policy_file=kw["policy_file"],
-            notify=lambda said: click.echo(said, err=True),
+            quiet_every_h=kw["quiet_every_h"], notify=lambda said: click.echo(said, err=True),
         )  # fmt: skip
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from exc

@@ -43,11 +43,13 @@ def choose_and_write(
     folder: Path,
     alpha: float,
     lookahead: Mapping[float, list[np.ndarray]] | None = None,
+    quiet: Mapping[float, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Choose on ``by_load`` (each tuning load's protocol and samples; ``lookahead``: each
     sample's look-ahead curve, in the same order, for the look-ahead veto's candidates) and
     write ``folder/policy.toml``; what was chosen and where it went (``mirage train
-    --json``'s ``shipped``)."""
+    --json``'s ``shipped``). ``quiet``: per load, how many of its samples are quiet ones
+    added at a denser spacing (count, spacing in s), for the file's comment."""
     prof = load_profile(profile)
     walkers = {
         load: Walker(
@@ -68,7 +70,7 @@ def choose_and_write(
         return out
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / POLICY_FILE
-    text = provenance(cluster, split, by_load, choice) + choice.toml + "\n"
+    text = provenance(cluster, split, by_load, choice, quiet or {}) + choice.toml + "\n"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -99,12 +101,19 @@ def provenance(
     split: Split,
     by_load: Mapping[float, tuple[Protocol, list[SampleResult]]],
     choice: Choice,
+    quiet: Mapping[float, tuple[int, int]],
 ) -> str:
     """The comment that says how the choice was made."""
     start, end = (time.strftime("%Y-%m-%d", time.gmtime(t)) for t in (split.start, split.end))
     when = f"{start} to {end}"
+
+    def samples(ld: float, p: Protocol, s: list[SampleResult]) -> str:
+        n, every = quiet.get(ld, (0, 0))
+        dense = f" and {n} quiet ones every {every / HOUR:g} h" if every else ""
+        return f"{len(s) - n} samples every {p.every_s / HOUR:g} h{dense}"
+
     loads = ", ".join(
-        f"{ld:g} ({len(s)} samples every {p.every_s / HOUR:g} h, step {p.step_s / 60:g} min)"
+        f"{ld:g} ({samples(ld, p, s)}, step {p.step_s / 60:g} min)"
         for ld, (p, s) in by_load.items()
     )
     how = (

@@ -17,8 +17,8 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,9 @@ class TrainConfig:
     n_jobs: int = 1
     agent_steps: int = 300_000
     first_submit: int = 0
+    # the shipped choice: where a tuning load's samples hold fewer than MIN_N quiet ones,
+    # also every quiet sample at this spacing (0: off; mirage.evaluate.census)
+    quiet_every_s: int = 0
 
 
 @dataclass
@@ -137,6 +140,48 @@ def tuning_curves(
         curves = record_all(setting, times, LOOKAHEAD_CURVES, cache=cfg.cache,
                             n_jobs=cfg.n_jobs, progress=bar)  # fmt: skip
         out[load] = [c.start for c in curves]
+    return out
+
+
+def quiet_count(samples: Sequence[SampleResult]) -> int:
+    """How many of ``samples`` are usable and quiet (the low level)."""
+    from mirage.evaluate.census import probe_gap
+    from mirage.evaluate.stats import load_levels
+
+    known = [g for g in (probe_gap(s) for s in samples) if g is not None]
+    return int(np.sum(load_levels(np.array(known, np.int64)) == "low"))
+
+
+def quiet_samples(
+    cfg: TrainConfig,
+    by_load: Mapping[float, tuple[Protocol, list[SampleResult]]],
+    progress: Progress | None = None,
+) -> dict[float, tuple[list[SampleResult], list[np.ndarray]]]:
+    """Per tuning load whose samples hold fewer than MIN_N quiet ones: the other quiet
+    samples of the tuning split at ``cfg.quiet_every_s`` (found by a census, one fork
+    each), their probes and look-ahead curves (cached; the spacing is not part of the
+    cache key, so a sample already probed at the coarser spacing is read back)."""
+    from mirage.evaluate.census import quiet_times
+    from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
+    from mirage.evaluate.probes import record_all
+    from mirage.evaluate.stats import MIN_N
+
+    profile = load_profile(cfg.profile)
+    out: dict[float, tuple[list[SampleResult], list[np.ndarray]]] = {}
+    for load in cfg.loads:
+        have = by_load[load][1]
+        if quiet_count(have) >= MIN_N:
+            continue
+        coarse = _setting(cfg, profile, load, cfg.splits["tune"])
+        setting = replace(coarse, protocol=replace(coarse.protocol, every_s=cfg.quiet_every_s))
+        seen = {s.t for s in have}
+        times = [t for t in sample_times(setting.split, setting.protocol, cfg.first_submit)
+                 if t not in seen]  # fmt: skip
+        bar = None if progress is None else functools.partial(progress, f"census load {load:g}")
+        quiet = quiet_times(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
+        samples = generate(setting, quiet, cache=cfg.cache, n_jobs=cfg.n_jobs)
+        curves = record_all(setting, quiet, LOOKAHEAD_CURVES, cache=cfg.cache, n_jobs=cfg.n_jobs)
+        out[load] = (samples, [c.start for c in curves])
     return out
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -36,8 +37,9 @@ def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
     got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=[2],
                        models_dir=models, cache=cache, **SMALL)  # fmt: skip
     assert set(got) == {"wall_s", "policies", "shipped"} and set(got["policies"]) == {"rf"}
-    # three days of tuning at 12 h: too few samples to judge a configuration's harm
-    assert got["shipped"]["file"] is None and not (models / "ls6" / "policy.toml").exists()
+    # three days of tuning at 4 h: 16 samples, enough for the choice to judge a level
+    # (mirage.evaluate.shipping.SELECT_MIN_N); too few, and no file: test_eval_harness.py
+    assert got["shipped"]["judged"] and (models / "ls6" / "policy.toml").is_file()
     _policy, meta = load_policy(models / "ls6" / "rf")  # saved, and loads
     assert meta.cluster == "ls6" and meta.training["loads"] == [2.0]
     argv = ["train", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
@@ -49,6 +51,36 @@ def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
     assert set(printed) == set(got) and printed["wall_s"] >= 0
     assert printed["shipped"] is None  # --no-policy-file: no choice made
     assert _steady(printed) == _steady(json.loads(json.dumps(got)))
+
+
+def test_train_adds_every_quiet_tuning_sample_at_the_denser_spacing(tmp_path: Path) -> None:
+    """``--quiet-every-h 2``: the tuning samples (every 4 h) hold fewer than 30 quiet ones,
+    so a census (one fork a sample) finds the quiet ones at 2 h, and exactly those are
+    probed and walked by the shipped choice; each census gap equals its probe's last step."""
+    import re
+
+    from mirage.evaluate.census import ReactiveGap, probe_gap
+    from mirage.evaluate.probes import SampleResult
+    from mirage.evaluate.stats import load_levels
+
+    models, cache = tmp_path / "models", tmp_path / "cache"
+    got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=[2],
+                       models_dir=models, cache=str(cache), quiet_every_h=2.0, **SMALL)  # fmt: skip
+    text = (models / "ls6" / "policy.toml").read_text()
+    said = re.search(r"(\d+) samples every 4 h and (\d+) quiet ones every 2 h", text)
+    assert said is not None and got["shipped"]["judged"], text
+    (where,) = {p.parent for p in cache.rglob("*.reactive-v1.npz")}  # the tuning split's
+    census = [ReactiveGap.load(p) for p in where.glob("*.reactive-v1.npz")]
+    gaps = {c.t: c.gap for c in census if c.gap is not None}
+    quiet = {t for t, lv in zip(gaps, load_levels(np.array(list(gaps.values()))), strict=True)
+             if lv == "low"}  # fmt: skip
+    probed = {s.t: s for s in map(SampleResult.load, where.glob("*.e2.npz"))}
+    assert quiet and int(said.group(2)) == len(quiet) and quiet <= set(probed)
+    assert len(probed) == int(said.group(1)) + len(quiet)  # no other sample probed
+    assert all(probe_gap(probed[t]) == gaps[t] for t in quiet)
+    with pytest.raises(OptionError, match="at least 1 s") as bad:
+        train_models("ls6", trace=SLICE, profile=LS6, models_dir=tmp_path, quiet_every_h=-1.0)
+    assert bad.value.option == "--quiet-every-h"
 
 
 def test_train_models_refuses_unusable_input_before_work(tmp_path: Path) -> None:
