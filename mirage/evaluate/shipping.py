@@ -21,13 +21,13 @@ chance. :data:`SELECT_MIN_N` is far below the 30 samples a level needs to count 
 (:data:`mirage.evaluate.stats.MIN_N`): a report must not claim a level on a handful of
 samples, but the choice must not ignore harm a handful shows. A busy tuning month may hold
 only a few quiet samples (CERIT's February: 6 at a 2 h spacing, none at 12 h), and a choice
-blind to them harmed every quiet day of the month after. The choice is
-the safe candidate of least mean J summed over the loads; none safe: reactive. When no
-level at any load has enough samples to judge harm, there is no choice: a candidate
-would be "safe" by default (:func:`select` says so, and ``mirage train`` then writes no
-file). ``mirage train`` runs it on the tuning split it tunes on and writes the choice as
-the cluster's ``policy.toml`` (:mod:`mirage.learn.ship`); ``scripts/select_shipped.py``
-runs it alone.
+blind to them harmed every quiet day of the month after. The choice is the safe
+candidate of least mean J summed over the loads; none safe: reactive. When no level at
+any load has MIN_N samples, there is no choice: a handful of samples is not enough to
+choose on (:func:`select` says so, and ``mirage train`` then writes no file).
+``mirage train`` runs it on the tuning split it tunes on and writes the choice as the
+cluster's ``policy.toml`` (:mod:`mirage.learn.ship`); ``scripts/select_shipped.py`` runs
+it alone.
 
 The walk is the daemon's rule on recorded samples: the inner policy's answer at every
 step, the guard's veto and revocation from the estimate and look-ahead start recorded at
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
-from mirage.evaluate.stats import Gain, gains
+from mirage.evaluate.stats import MIN_N, Gain, gains
 from mirage.policy.base import revocable_step
 from mirage.policy.guard import guard_kind, vetoes_text
 
@@ -74,9 +74,10 @@ LOOKAHEAD_MARGINS_H = (-2.0, 0.0, 2.0, 4.0, 8.0)
 #: was seen: after HPC2N's test month, so HPC2N's figures with it are not held out).
 SAFE_BOUND_H = 0.0
 #: A tuning level with this many samples or more is judged for harm (a report counts a
-#: level from MIN_N = 30). Seen on CERIT after its test month (docs/evaluation.md): its
-#: February has 6 quiet samples at a 2 h spacing; judged, they rule out the choice that
-#: harmed March's quiet days. ls6's and Theta's choices are the same at 5 as at 30.
+#: level from MIN_N = 30, and a choice is made only where some level has MIN_N). Seen on
+#: CERIT after its test month (docs/evaluation.md): its February has 6 quiet samples at
+#: a 2 h spacing; judged, they rule out the choice that harmed March's quiet days. ls6's,
+#: Theta's and HPC2N's choices are the same at 5 as at 30.
 SELECT_MIN_N = 5
 #: The estimate margins tried beside the look-ahead veto (either vetoes; None: none).
 WITH_LOOKAHEAD_H = (8.0, 24.0, 48.0)
@@ -210,7 +211,7 @@ class Choice:
 
     candidates: list[Candidate]
     chosen: Candidate | None  # None: no candidate is safe (reactive submission)
-    judged: bool  # some level (not "all") had enough samples to judge harm
+    judged: bool  # some level (not "all") had MIN_N samples: enough to choose at all
 
     @property
     def toml(self) -> str:
@@ -220,7 +221,14 @@ class Choice:
 def select(walkers: Mapping[float, Walker], alpha: float, *, boot: int = 2000) -> Choice:
     """Measure the grid on each load's tuning walker and choose (:func:`choose`)."""
     cands = candidates(walkers, alpha, boot=boot)
-    judged = any(lv != "all" for c in cands[:1] for per in c.levels.values() for lv in per)
+    # a choice needs one level a report would count (MIN_N); every smaller one of
+    # SELECT_MIN_N or more still vetoes the candidates that harm it
+    judged = any(
+        lv != "all" and g.harm.n >= MIN_N
+        for c in cands[:1]
+        for per in c.levels.values()
+        for lv, g in per.items()
+    )
     return Choice(cands, choose(cands), judged)
 
 

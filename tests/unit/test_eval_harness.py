@@ -516,8 +516,8 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
         assert out["tune_mean_J_h"] == {"2": round(want.mean_j_h[2.0], 3)}
     text = (folder / "policy.toml").read_text()
     assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")
-    # 4 samples: no level reaches the SELECT_MIN_N (5) the choice judges harm from
-    few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples[:4])},
+    # 16 samples: a level of 5 or more vetoes harmful candidates, but a choice needs 30
+    few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples)},
                            folder=tmp_path / "few", alpha=0.5)  # fmt: skip
     assert few["file"] is None and "enough samples" in few["reason"]
     assert not (tmp_path / "few" / "policy.toml").exists()
@@ -593,9 +593,10 @@ def test_the_choice_judges_harm_on_levels_too_small_to_report(
 ) -> None:
     """A report counts a level from MIN_N (30) samples; the choice judges harm from
     SELECT_MIN_N (5): a busy tuning month's few quiet samples rule candidates out (CERIT's
-    February had 6 at a 2 h spacing), and a level under 5 is still not judged."""
+    February had 6 at a 2 h spacing), and a level under 5 is still not judged. A choice
+    is made at all only where some level has MIN_N."""
     from mirage.evaluate.harness import factory
-    from mirage.evaluate.shipping import SELECT_MIN_N, candidates
+    from mirage.evaluate.shipping import SELECT_MIN_N, candidates, select
     from mirage.evaluate.stats import gains, level_counts
 
     _, samples, _ = slice_samples
@@ -608,6 +609,9 @@ def test_the_choice_judges_harm_on_levels_too_small_to_report(
     assert set(gains(res, 0.5, boot=100)) == {"all"}  # too few for a report
     for c in candidates({1.0: w}, 0.5, boot=100):
         assert set(c.levels[1.0]) == {"all"} | small  # but judged by the choice
+    assert not select({1.0: w}, 0.5, boot=100).judged  # too few to choose on, though
+    many = Walker(samples * 8, SMALL, w.profile, "gpu-a100")  # its largest level: 48 or more
+    assert select({1.0: many}, 0.5, boot=100).judged
 
 
 def test_a_candidate_is_safe_only_without_measurable_harm_on_the_tuning_month() -> None:
