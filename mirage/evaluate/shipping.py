@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
-from mirage.evaluate.stats import MIN_N, Gain, gains
+from mirage.evaluate.stats import MIN_N, Gain, gains, load_levels
 from mirage.policy.base import revocable_step
 from mirage.policy.guard import guard_kind, vetoes_text
 
@@ -218,18 +218,30 @@ class Choice:
         return policy_toml(self.chosen)
 
 
-def select(walkers: Mapping[float, Walker], alpha: float, *, boot: int = 2000) -> Choice:
-    """Measure the grid on each load's tuning walker and choose (:func:`choose`)."""
+def select(
+    walkers: Mapping[float, Walker],
+    alpha: float,
+    *,
+    boot: int = 2000,
+    added: Mapping[float, int] | None = None,
+) -> Choice:
+    """Measure the grid on each load's tuning walker and choose (:func:`choose`).
+    ``added``: per load, how many of its walker's last samples a census added at a denser
+    spacing (:mod:`mirage.evaluate.census`); they veto, but do not count towards the MIN_N
+    that makes a choice possible: 30 quiet samples found in three days at 2 h are not a
+    month's evidence."""
     cands = candidates(walkers, alpha, boot=boot)
-    # a choice needs one level a report would count (MIN_N); every smaller one of
-    # SELECT_MIN_N or more still vetoes the candidates that harm it
-    judged = any(
-        lv != "all" and g.harm.n >= MIN_N
-        for c in cands[:1]
-        for per in c.levels.values()
-        for lv, g in per.items()
-    )
+    # a choice needs one level a report would count (MIN_N) at the split's own spacing;
+    # every smaller one of SELECT_MIN_N or more still vetoes the candidates that harm it
+    judged = any(_enough(w, (added or {}).get(load, 0)) for load, w in walkers.items())
     return Choice(cands, choose(cands), judged)
+
+
+def _enough(walker: Walker, added: int) -> bool:
+    """Some level (not "all") of the walker's samples but its last ``added`` has MIN_N."""
+    gaps = walker.run(factory("reactive", None)).gap[: len(walker.samples) - added]
+    _, counts = np.unique(load_levels(gaps), return_counts=True)
+    return bool(counts.size) and int(counts.max()) >= MIN_N
 
 
 def policy_toml(c: Candidate | None) -> str:

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: ``mirage train --quiet-every-h``'s default: a busy month's quiet days are few, and at
+#: a 12 h spacing CERIT's February held none (at 2 h: 6, which showed the harm March's 57
+#: confirmed); a census costs one fork a sample and runs only where a load holds fewer
+#: than 30 quiet samples at its own, coarser spacing.
+QUIET_EVERY_H = 2.0
+
 HOUR = 3600
 #: A load: its factor, or "LOAD[:EVERY_H[:STEP_MIN]]" (its own sample spacing and step).
 Load = float | str
@@ -85,7 +91,7 @@ def train_models(
     warmup_h: float = 48.0,
     alpha: float = 0.5,
     policy_file: bool = True,
-    quiet_every_h: float = 0.0,
+    quiet_every_h: float = QUIET_EVERY_H,
     notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``policies`` ("all", or some of rf, xgb, dqn, pg) for ``cluster`` and save
@@ -234,19 +240,24 @@ def _policies(asked: str | Sequence[str], source: str | None) -> list[str]:
     return policies
 
 
-def _few_quiet(by_load: Mapping[float, tuple[Protocol, list[SampleResult]]]) -> None:
-    """Say where the choice cannot judge the quiet days, and what would let it."""
+def _few_quiet(
+    by_load: Mapping[float, tuple[Protocol, list[SampleResult]]], quiet_every_s: int
+) -> None:
+    """Say where the choice cannot judge the quiet days well, and what would help."""
     from mirage.evaluate.shipping import SELECT_MIN_N
     from mirage.evaluate.stats import MIN_N
     from mirage.learn.train import quiet_count
 
+    if quiet_every_s:
+        how = f"with every quiet sample at a {quiet_every_s / HOUR:g} h spacing"
+    else:
+        how = f"--quiet-every-h {QUIET_EVERY_H:g} finds more; it is off"
     for load, (_, samples) in by_load.items():
         n = quiet_count(samples)
         if n < MIN_N:
-            log.warning("tuning load %g: %d quiet samples, under the %d a report counts; "
-                        "the shipped choice judges a level from %d (--quiet-every-h 2 finds "
-                        "the quiet ones at a 2 h spacing)",
-                        load, n, MIN_N, SELECT_MIN_N)  # fmt: skip
+            log.warning("tuning load %g: %d quiet samples (%s), under the %d a report "
+                        "counts; the shipped choice judges a level from %d",
+                        load, n, how, MIN_N, SELECT_MIN_N)  # fmt: skip
 
 
 def load_spec(spec: Load) -> tuple[float, tuple[int, int] | None]:
@@ -299,13 +310,12 @@ def _run(
         )
     if not policy_file or curves is None:
         return metrics, None
-    if not cfg.quiet_every_s:
-        _few_quiet(by_load)
     walked = dict(by_load)
     for load, (samples, more) in extra.items():
         protocol, have = by_load[load]
         walked[load] = (protocol, [*have, *samples])
         curves[load] = [*curves[load], *more]
+    _few_quiet(walked, cfg.quiet_every_s)
     folder = root / cfg.cluster
     quiet = {load: (len(s), cfg.quiet_every_s) for load, (s, _) in extra.items()}
     return metrics, choose_and_write(

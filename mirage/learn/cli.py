@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from mirage.learn.api import QUIET_EVERY_H
 from mirage.learn.artifacts import POLICIES, ModelError
 
 log = logging.getLogger(__name__)
@@ -112,11 +113,11 @@ log = logging.getLogger(__name__)
 )
 @click.option(
     "--quiet-every-h",
-    default=0.0,
+    default=QUIET_EVERY_H,
     show_default=True,
     help="For the shipped configuration on a busy cluster: where a tuning load's samples "
-    "hold fewer than 30 quiet ones, also find every quiet sample at this spacing (one fork "
-    "each) and probe it, so that the choice judges the quiet days (0: off; CERIT: 2).",
+    "hold fewer than 30 quiet ones, also find every quiet sample at this denser spacing "
+    "(one fork each) and probe it, so that the choice judges the quiet days (0: off).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def train_cmd(**kw: Any) -> None:

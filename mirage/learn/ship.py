@@ -61,8 +61,12 @@ def choose_and_write(
         )
         for load, (protocol, samples) in by_load.items()
     }
-    choice = select(walkers, alpha)
+    added = {ld: n for ld, (n, _) in (quiet or {}).items()}
+    choice = select(walkers, alpha, added=added)
     out = summary(choice)
+    # what the choice walked: per load its samples, and of them the census's quiet ones
+    out["samples"] = {f"{ld:g}": len(samples) for ld, (_, samples) in by_load.items()}
+    out["quiet_added"] = {f"{ld:g}": n for ld, n in added.items()}
     if not choice.judged:
         out["file"] = None
         out["reason"] = "no tuning level has enough samples to judge harm: defaults kept"

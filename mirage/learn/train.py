@@ -73,7 +73,8 @@ class TrainConfig:
     agent_steps: int = 300_000
     first_submit: int = 0
     # the shipped choice: where a tuning load's samples hold fewer than MIN_N quiet ones,
-    # also every quiet sample at this spacing (0: off; mirage.evaluate.census)
+    # also every quiet sample at this spacing (0: off; mirage.evaluate.census; mirage train
+    # sets mirage.learn.api.QUIET_EVERY_H)
     quiet_every_s: int = 0
 
 
@@ -160,7 +161,8 @@ def quiet_samples(
     """Per tuning load whose samples hold fewer than MIN_N quiet ones: the other quiet
     samples of the tuning split at ``cfg.quiet_every_s`` (found by a census, one fork
     each), their probes and look-ahead curves (cached; the spacing is not part of the
-    cache key, so a sample already probed at the coarser spacing is read back)."""
+    cache key, so a sample already probed at the coarser spacing is read back). A load
+    whose own spacing is already as dense has no census: it would find nothing new."""
     from mirage.evaluate.census import quiet_times
     from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
     from mirage.evaluate.probes import record_all
@@ -173,6 +175,8 @@ def quiet_samples(
         if quiet_count(have) >= MIN_N:
             continue
         coarse = _setting(cfg, profile, load, cfg.splits["tune"])
+        if cfg.quiet_every_s >= coarse.protocol.every_s:
+            continue
         setting = replace(coarse, protocol=replace(coarse.protocol, every_s=cfg.quiet_every_s))
         seen = {s.t for s in have}
         times = [t for t in sample_times(setting.split, setting.protocol, cfg.first_submit)

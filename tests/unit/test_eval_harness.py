@@ -612,6 +612,10 @@ def test_the_choice_judges_harm_on_levels_too_small_to_report(
     assert not select({1.0: w}, 0.5, boot=100).judged  # too few to choose on, though
     many = Walker(samples * 8, SMALL, w.profile, "gpu-a100")  # its largest level: 48 or more
     assert select({1.0: many}, 0.5, boot=100).judged
+    # samples a census added at a denser spacing veto, but do not make a choice possible
+    n = len(w.samples)
+    assert not select({1.0: many}, 0.5, boot=100, added={1.0: 7 * n}).judged
+    assert select({1.0: many}, 0.5, boot=100, added={1.0: 2 * n}).judged  # 6 x 16: 30 or more
 
 
 def test_a_candidate_is_safe_only_without_measurable_harm_on_the_tuning_month() -> None:

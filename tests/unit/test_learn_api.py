@@ -37,8 +37,12 @@ def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
     got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=[2],
                        models_dir=models, cache=cache, **SMALL)  # fmt: skip
     assert set(got) == {"wall_s", "policies", "shipped"} and set(got["policies"]) == {"rf"}
-    # three days of tuning at 4 h: 16 samples, too few to choose on (a level of 30)
-    assert got["shipped"]["file"] is None and not (models / "ls6" / "policy.toml").exists()
+    # three days of tuning at 4 h: 16 samples, too few to choose on (a level of 30); by
+    # default (--quiet-every-h 2) a census adds the quiet ones at 2 h, which veto
+    # candidates but do not make a choice possible
+    shipped = got["shipped"]
+    assert shipped["quiet_added"]["2"] > 0 and not shipped["judged"], shipped
+    assert shipped["file"] is None and not (models / "ls6" / "policy.toml").exists()
     _policy, meta = load_policy(models / "ls6" / "rf")  # saved, and loads
     assert meta.cluster == "ls6" and meta.training["loads"] == [2.0]
     argv = ["train", "--cluster", "ls6", "--trace", SLICE, "--profile", LS6, "--load", "2",
@@ -53,11 +57,10 @@ def test_train_models_returns_what_train_json_prints(tmp_path: Path) -> None:
 
 
 def test_train_adds_every_quiet_tuning_sample_at_the_denser_spacing(tmp_path: Path) -> None:
-    """``--quiet-every-h 2``: the tuning samples (every 4 h) hold fewer than 30 quiet ones,
-    so a census (one fork a sample) finds the quiet ones at 2 h, and exactly those are
-    probed and walked by the shipped choice; each census gap equals its probe's last step."""
-    import re
-
+    """``--quiet-every-h 2`` (the default): the tuning samples (every 4 h) hold fewer than
+    30 quiet ones, so a census (one fork a sample) finds the quiet ones at 2 h, and exactly
+    those are probed and walked by the shipped choice; each census gap equals its probe's
+    last step. A load whose own spacing is as dense has no census."""
     from mirage.evaluate.census import ReactiveGap, probe_gap
     from mirage.evaluate.probes import SampleResult
     from mirage.evaluate.stats import load_levels
@@ -65,21 +68,24 @@ def test_train_adds_every_quiet_tuning_sample_at_the_denser_spacing(tmp_path: Pa
     models, cache = tmp_path / "models", tmp_path / "cache"
     got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=[2],
                        models_dir=models, cache=str(cache), quiet_every_h=2.0, **SMALL)  # fmt: skip
-    text = (models / "ls6" / "policy.toml").read_text()
-    said = re.search(r"(\d+) samples every 4 h and (\d+) quiet ones every 2 h", text)
-    assert said is not None and got["shipped"]["judged"], text
+    shipped = got["shipped"]
     (where,) = {p.parent for p in cache.rglob("*.reactive-v1.npz")}  # the tuning split's
     census = [ReactiveGap.load(p) for p in where.glob("*.reactive-v1.npz")]
     gaps = {c.t: c.gap for c in census if c.gap is not None}
     quiet = {t for t, lv in zip(gaps, load_levels(np.array(list(gaps.values()))), strict=True)
              if lv == "low"}  # fmt: skip
     probed = {s.t: s for s in map(SampleResult.load, where.glob("*.e2.npz"))}
-    assert quiet and int(said.group(2)) == len(quiet) and quiet <= set(probed)
-    assert len(probed) == int(said.group(1)) + len(quiet)  # no other sample probed
+    assert quiet and shipped["quiet_added"] == {"2": len(quiet)} and quiet <= set(probed)
+    assert len(probed) == shipped["samples"]["2"]  # walked: no other sample probed
     assert all(probe_gap(probed[t]) == gaps[t] for t in quiet)
     with pytest.raises(OptionError, match="at least 1 s") as bad:
         train_models("ls6", trace=SLICE, profile=LS6, models_dir=tmp_path, quiet_every_h=-1.0)
     assert bad.value.option == "--quiet-every-h"
+    dense = tmp_path / "dense"
+    got = train_models("ls6", policies=["rf"], trace=SLICE, profile=LS6, loads=["2:2"],
+                       models_dir=dense, cache=str(dense / "cache"), **SMALL)  # fmt: skip
+    assert got["shipped"]["quiet_added"] == {} and got["shipped"]["samples"]["2"] >= 30
+    assert not list((dense / "cache").rglob("*.reactive-v1.npz"))  # no census was run
 
 
 def test_train_models_refuses_unusable_input_before_work(tmp_path: Path) -> None:
