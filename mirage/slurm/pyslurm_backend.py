@@ -73,6 +73,7 @@ from mirage.slurm.parse import (
     _exit_code,
     _minutes,
     _number,
+    _task_string,
     map_state,
     running_nodes,
 )
@@ -343,7 +344,9 @@ def job_from_db_dict(job: Mapping[str, Any], tres_names: Mapping[int, str]) -> S
         raise SlurmError(
             ["pyslurm.slurmdb_jobs.get"], None, "", f"job record without jobid: {job!r}"[:300]
         )
-    task_str = str(job.get("array_task_str") or "")
+    # slurmdbd keeps an array's pending rest as a hex bitmap ("0x3F"); sacct prints it as
+    # ranges ("0-5"), and so must this record (seen live: a throttled array's meta record)
+    task_str = _task_string(job.get("array_task_str") or "")
     job_id, array_job_id, array_task_id = _array_ids(
         job_id_num,
         _number(job.get("array_job_id")),

@@ -113,3 +113,17 @@ def test_accounting_records_equal_but_reason_and_a_lost_exit_code() -> None:
     # slurmdbd stores the comment when the job ends (live: test_cluster.py's comment test)
     assert running.comment == cli[ids["gpu-running"]].comment == ""
     assert ids["never-eligible"] not in py  # never eligible: selected by state only
+
+
+def test_an_array_s_pending_rest_is_named_as_sacct_names_it() -> None:
+    """slurmdbd keeps a throttled array's pending rest as a hex bitmap: sacct prints
+    "0x3C" as 2-5, and pyslurm's record must say the same (a live run caught
+    ``2617_[0x3C]`` against sacct's ``2617_[2-5]``)."""
+    tres = parse_tres_table((REC / "tres.txt").read_text())
+    task = next(r for r in _json("slurmdb_jobs_get.json").values() if r["array_task_id"] == 0)
+    rest = {**task, "array_task_id": 4294967294, "array_task_str": "0x3C"}
+    job = job_from_db_dict(rest, tres)
+    assert (job.job_id, job.array_job_id, job.array_task_id) == ("2617_[2-5]", "2617", "2-5")
+    for bits, text in (("0x3F", "0-5"), ("0x2D", "0,2-3,5"), ("3-5", "3-5")):
+        got = job_from_db_dict({**rest, "array_task_str": bits}, tres)
+        assert got.job_id == f"2617_[{text}]"
