@@ -248,16 +248,26 @@ def _few_quiet(
     from mirage.evaluate.stats import MIN_N
     from mirage.learn.train import quiet_count
 
-    if quiet_every_s:
-        how = f"with every quiet sample at a {quiet_every_s / HOUR:g} h spacing"
-    else:
-        how = f"--quiet-every-h {QUIET_EVERY_H:g} finds more; it is off"
-    for load, (_, samples) in by_load.items():
+    for load, (protocol, samples) in by_load.items():
         n = quiet_count(samples)
         if n < MIN_N:
+            how = _census_said(protocol.every_s, quiet_every_s)
             log.warning("tuning load %g: %d quiet samples (%s), under the %d a report "
                         "counts; the shipped choice judges a level from %d",
                         load, n, how, MIN_N, SELECT_MIN_N)  # fmt: skip
+
+
+def _census_said(every_s: int, quiet_every_s: int) -> str:
+    """How a load's quiet samples were found: the census ran only where its spacing is
+    denser than the load's own (mirage.learn.train)."""
+    from mirage.fmt import duration
+
+    if not quiet_every_s:
+        return f"--quiet-every-h {QUIET_EVERY_H:g} finds more; it is off"
+    if every_s <= quiet_every_s:
+        census = duration(quiet_every_s)
+        return f"sampled every {duration(every_s)}, no census (its spacing: {census})"
+    return f"with every quiet sample at a {quiet_every_s / HOUR:g} h spacing"
 
 
 def load_spec(spec: Load) -> tuple[float, tuple[int, int] | None]:

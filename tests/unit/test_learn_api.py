@@ -88,6 +88,18 @@ def test_train_adds_every_quiet_tuning_sample_at_the_denser_spacing(tmp_path: Pa
     assert not list((dense / "cache").rglob("*.reactive-v1.npz"))  # no census was run
 
 
+def test_few_quiet_warning_says_whether_a_census_ran() -> None:
+    """The warning names the census only where it ran: a load sampled as densely as the
+    census's spacing had none, and with the census off it says how to turn it on."""
+    from mirage.learn.api import _census_said
+
+    hour = 3600
+    assert _census_said(4 * hour, 2 * hour) == "with every quiet sample at a 2 h spacing"
+    assert _census_said(2 * hour, 2 * hour) == "sampled every 2h00m, no census (its spacing: 2h00m)"
+    assert _census_said(5, 2 * hour).startswith("sampled every 5s, no census")
+    assert _census_said(4 * hour, 0) == "--quiet-every-h 2 finds more; it is off"
+
+
 def test_train_models_refuses_unusable_input_before_work(tmp_path: Path) -> None:
     kw: dict[str, Any] = {"trace": SLICE, "profile": LS6, "models_dir": tmp_path}
     with pytest.raises(OptionError, match="cannot train nope") as bad:
