@@ -258,16 +258,16 @@ def _few_quiet(
 
 
 def _census_said(every_s: int, quiet_every_s: int) -> str:
-    """How a load's quiet samples were found: the census ran only where its spacing is
-    denser than the load's own (mirage.learn.train)."""
+    """How a load's quiet samples were found (the census runs as mirage.learn.train rules)."""
     from mirage.fmt import duration
+    from mirage.learn.train import census_runs
 
     if not quiet_every_s:
         return f"--quiet-every-h {QUIET_EVERY_H:g} finds more; it is off"
-    if every_s <= quiet_every_s:
-        census = duration(quiet_every_s)
-        return f"sampled every {duration(every_s)}, no census (its spacing: {census})"
-    return f"with every quiet sample at a {quiet_every_s / HOUR:g} h spacing"
+    census = duration(quiet_every_s)
+    if census_runs(every_s, quiet_every_s):
+        return f"with every quiet sample at a {census} spacing"
+    return f"sampled every {duration(every_s)}, no census (its spacing: {census})"
 
 
 def load_spec(spec: Load) -> tuple[float, tuple[int, int] | None]:

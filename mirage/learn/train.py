@@ -153,6 +153,12 @@ def quiet_count(samples: Sequence[SampleResult]) -> int:
     return int(np.sum(load_levels(np.array(known, np.int64)) == "low"))
 
 
+def census_runs(every_s: int, quiet_every_s: int) -> bool:
+    """Whether a load sampled every ``every_s`` gets the quiet census at ``quiet_every_s``
+    (0: off): only where the census is denser, or it would find nothing new."""
+    return 0 < quiet_every_s < every_s
+
+
 def quiet_samples(
     cfg: TrainConfig,
     by_load: Mapping[float, tuple[Protocol, list[SampleResult]]],
@@ -175,7 +181,7 @@ def quiet_samples(
         if quiet_count(have) >= MIN_N:
             continue
         coarse = _setting(cfg, profile, load, cfg.splits["tune"])
-        if cfg.quiet_every_s >= coarse.protocol.every_s:
+        if not census_runs(coarse.protocol.every_s, cfg.quiet_every_s):
             continue
         setting = replace(coarse, protocol=replace(coarse.protocol, every_s=cfg.quiet_every_s))
         seen = {s.t for s in have}

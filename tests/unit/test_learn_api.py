@@ -94,7 +94,7 @@ def test_few_quiet_warning_says_whether_a_census_ran() -> None:
     from mirage.learn.api import _census_said
 
     hour = 3600
-    assert _census_said(4 * hour, 2 * hour) == "with every quiet sample at a 2 h spacing"
+    assert _census_said(4 * hour, 2 * hour) == "with every quiet sample at a 2h00m spacing"
     assert _census_said(2 * hour, 2 * hour) == "sampled every 2h00m, no census (its spacing: 2h00m)"
     assert _census_said(5, 2 * hour).startswith("sampled every 5s, no census")
     assert _census_said(4 * hour, 0) == "--quiet-every-h 2 finds more; it is off"
