@@ -8,37 +8,50 @@ their batch script and run ``python3 -I mirage_handoff.py start "$CKPT"``; with 
 installed, ``python3 -m mirage.daemon.handoff start "$CKPT"`` is the same. The job id
 comes from ``$SLURM_JOB_ID``.
 
-When a successor starts while its predecessor still runs, Mirage signals the predecessor
-(``USR1`` by default) to checkpoint and exit. The successor must not read the checkpoint
-before that is complete. Both share the checkpoint directory; the state lives in
-``<dir>/.mirage-segment.json``: ``{"job_id": "...", "state": "running" | "checkpointed"}``.
+Who is who. Mirage submits every segment with two variables: ``MIRAGE_SEGMENT``, its
+number in the chain (1 for the first), and ``MIRAGE_PREV_JOB_ID``, the job id of the
+segment before it (absent for the first). So a segment knows its predecessor exactly: it
+signals that job and no other (never a later segment), and loads a checkpoint only once
+that job has recorded its last one. Run by hand without them (plain sbatch), the
+predecessor is the job the state file names as running when this one starts.
 
-- ``start DIR``: at the beginning of every segment. If another job is recorded as
-  ``running`` there, wait for it (below), then record this job as running. Prints the
-  seconds waited: that wait is overlap (the allocation is held, training has not resumed).
+When a successor starts while its predecessor still runs, the predecessor must
+checkpoint and exit (the handoff). The successor's ``start`` signals it at once
+(``scancel --batch --signal=USR1 P``, same user: allowed; ``--grace`` seconds after its
+own start, 0 by default); the daemon signals it too at its next poll, in case this job
+could not (a second signal is harmless to a script that checkpoints on it,
+deploy/examples/train.sbatch). Both share the checkpoint directory; the state lives in
+``<dir>/.mirage-segment.json``: ``{"job_id": "...", "segment": N or null, "state":
+"running" | "checkpointed", "at": epoch}``.
+
+- ``start DIR``: at the beginning of every segment. Waits for the predecessor (below),
+  then records this job as running. Says on stderr how long it waited: that wait is the
+  handoff window (both allocations held, training not yet resumed).
 - ``done DIR``: after the job's last checkpoint, just before it exits.
 
 How long ``start`` waits for its predecessor P:
 
-1. While Slurm lists P as pending, running or completing, for as long as it takes: P may
-   be writing its checkpoint. The daemon normally signals P as soon as it sees this job
-   run. If it has not (it is down) after ``--grace`` seconds (60), this job signals P
-   itself, ``scancel --batch --signal=USR1 P`` (same user: allowed), again every grace
-   period while scancel fails. A second signal after the daemon's is harmless to a
-   script that checkpoints on it (deploy/examples/train.sbatch). While squeue cannot
-   answer (controller down), the wait goes on too: nothing says P stopped writing. This
-   job's own time limit bounds it all; a daemon that is down never stops the chain.
-2. Once Slurm no longer lists P (or lists it as ended) while the file still says
-   ``running``: P ended without ``done`` (killed at its time limit, crashed, its node
-   failed), or it wrote ``done`` and a shared filesystem does not show it yet (NFS
-   caches attributes and directory entries for up to a minute). ``--timeout`` (60 s)
-   bounds this wait only; then this job goes on from P's last complete checkpoint (the
-   periodic one: a checkpoint written atomically is never half there), saying so.
+1. Until the state file says P ``checkpointed``. While Slurm lists P as pending, running
+   or completing, for as long as it takes: P may be writing its checkpoint. P is
+   signalled once (again every ``--retry`` seconds while scancel fails). While squeue
+   cannot answer (controller down), the wait goes on too: nothing says P stopped
+   writing. This job's own time limit bounds it all; a daemon that is down never stops
+   the chain.
+2. Once Slurm no longer lists P (or lists it as ended) without its ``checkpointed``: P
+   ended without ``done`` (killed at its time limit, crashed, its node failed, or it
+   never got past its own ``start``), or it wrote ``done`` and a shared filesystem does
+   not show it yet (NFS caches attributes and directory entries for up to a minute).
+   ``--timeout`` (60 s) bounds this wait only; then this job goes on from the last
+   complete checkpoint (the periodic one: a checkpoint written atomically is never half
+   there), saying so.
 3. A state file that exists but cannot be read (permissions, I/O) is read again; after
    ``--timeout`` seconds of that, ``start`` exits 3 (the chain's setup is broken).
+4. A state file that names a *later* segment (a higher ``segment``, or, run by hand, a
+   third job after P): this segment was overtaken and must not train. ``start`` exits 4
+   and writes nothing; the example script exits 0 then.
 
-After a handoff this job signalled itself, P should exit 0 (the example does): a daemon
-that was down has no record of that handoff, and a predecessor that failed stops a chain.
+After a handoff this job signalled, P should exit 0 (the example does): a predecessor
+that failed stops a chain.
 """
 
 import argparse
@@ -53,6 +66,8 @@ from pathlib import Path
 STATE_FILE = ".mirage-segment.json"
 #: ``job_state`` when squeue could not answer.
 UNKNOWN = "?"
+#: ``start``'s exit codes: the state file stays unreadable; a later segment took over.
+UNREADABLE, OVERTAKEN = 3, 4
 #: squeue states of a job that will not run again (listed until slurmctld's MinJobAge).
 ENDED = frozenset(
     {
@@ -71,9 +86,11 @@ ENDED = frozenset(
 #: Variables that would change what squeue lists or what scancel does (SQUEUE_USERS,
 #: SCANCEL_STATE, ...): not passed on from the job's environment.
 _SLURM_DEFAULTS = ("SQUEUE_", "SCANCEL_")
+#: Seconds between two squeue calls about the predecessor (the file is read every poll).
+SQUEUE_EVERY_S = 5.0
 
 
-def _read(directory: Path) -> "dict[str, str] | None":
+def _read(directory: Path) -> "dict[str, object] | None":
     """The state record: {} when there is none (or it is garbled), None when unreadable."""
     try:
         data = json.loads((directory / STATE_FILE).read_text())
@@ -88,10 +105,16 @@ def _read(directory: Path) -> "dict[str, str] | None":
     return data if isinstance(data, dict) else {}
 
 
-def _write(directory: Path, job_id: str, state: str) -> None:
+def _write(directory: Path, job_id: str, state: str, segment: "int | None" = None) -> None:
     tmp = directory / f"{STATE_FILE}.{job_id}.tmp"
-    tmp.write_text(json.dumps({"job_id": job_id, "state": state, "at": int(time.time())}))
+    rec = {"job_id": job_id, "segment": segment, "state": state, "at": int(time.time())}
+    tmp.write_text(json.dumps(rec))
     tmp.replace(directory / STATE_FILE)  # atomic on one filesystem
+
+
+def _segment_of(rec: "dict[str, object]") -> "int | None":
+    seg = rec.get("segment")
+    return seg if isinstance(seg, int) and not isinstance(seg, bool) else None
 
 
 def _slurm(argv: "list[str]") -> "subprocess.CompletedProcess[str]":
@@ -142,88 +165,150 @@ def signal_job(job_id: str, signal: str) -> bool:
 class _Wait:
     """One successor's wait for its predecessor (the module docstring's rules)."""
 
-    def __init__(self, job_id: str, grace: float, timeout: float, signal: str, now: float) -> None:
-        self.job_id, self.grace, self.timeout, self.signal = job_id, grace, timeout, signal
+    def __init__(
+        self,
+        job_id: str,
+        segment: "int | None",
+        pred: "str | None",
+        *,
+        grace: float,
+        timeout: float,
+        retry: float,
+        signal: str,
+        now: float,
+    ) -> None:
+        self.job_id, self.segment, self.pred = job_id, segment, pred
+        self.timeout, self.retry, self.signal = timeout, retry, signal
         self.began = now
         self.signal_at = now + grace
         self.gone_at: float | None = None  # first seen out of Slurm's queue
         self.unreadable_at: float | None = None
+        self.state = UNKNOWN  # the predecessor's, as squeue last said
+        self.asked_at = float("-inf")
         self.announced = False
 
-    def verdict(self, rec: "dict[str, str] | None", now: float) -> "int | None":
+    def verdict(self, rec: "dict[str, object] | None", now: float) -> "int | None":
         """None to wait on, else start's exit code."""
         if rec is None:
             self.unreadable_at = now if self.unreadable_at is None else self.unreadable_at
-            return 3 if now - self.unreadable_at >= self.timeout else None
+            return UNREADABLE if now - self.unreadable_at >= self.timeout else None
         self.unreadable_at = None
-        other = rec.get("job_id")
-        if not other or other == self.job_id or rec.get("state") != "running":
+        other, state = rec.get("job_id"), rec.get("state")
+        other = other if isinstance(other, str) and other else None
+        if other is not None and other != self.job_id and self._later(other, rec):
+            print(
+                f"handoff: a later segment (job {other}) already took over {STATE_FILE}:"
+                f" job {self.job_id} must not train",
+                file=sys.stderr,
+            )
+            return OVERTAKEN
+        if self.pred is None:  # by hand: the predecessor is whoever runs here now
+            if other is None or other == self.job_id or state != "running":
+                return 0
+            self.pred = other
+        if other == self.job_id or (other == self.pred and state == "checkpointed"):
             return 0
         if not self.announced:
-            print(f"handoff: waiting for job {other}'s last checkpoint", file=sys.stderr)
+            print(f"handoff: waiting for job {self.pred}'s last checkpoint", file=sys.stderr)
             self.announced = True
-        return self._predecessor(other, now)
+        return self._predecessor(self.pred, now)
 
-    def _predecessor(self, other: str, now: float) -> "int | None":
-        state = job_state(other)
-        if state == UNKNOWN or (state and state not in ENDED):
+    def _later(self, other: str, rec: "dict[str, object]") -> bool:
+        """Whether the job the record names came after this one."""
+        theirs = _segment_of(rec)
+        if self.segment is not None and theirs is not None:
+            return theirs > self.segment
+        # by hand, once the predecessor is known: a third job writes only after it
+        return self.pred is not None and other != self.pred and self.segment is None
+
+    def _predecessor(self, pred: str, now: float) -> "int | None":
+        if now - self.asked_at >= SQUEUE_EVERY_S:
+            self.state, self.asked_at = job_state(pred), now
+        if self.state == UNKNOWN or (self.state and self.state not in ENDED):
             self.gone_at = None
             if now >= self.signal_at:
-                self._signal(other, now)
+                self._signal(pred, now)
             return None
         self.gone_at = now if self.gone_at is None else self.gone_at
         if now - self.gone_at < self.timeout:
             return None  # its "checkpointed" may not be visible here yet
         print(
-            f"handoff: job {other} left the queue ({state or 'no longer listed'}) without"
+            f"handoff: job {pred} left the queue ({self.state or 'no longer listed'}) without"
             " recording its last checkpoint (killed at its time limit?): going on from"
             " the last complete checkpoint it wrote",
             file=sys.stderr,
         )
         return 0
 
-    def _signal(self, other: str, now: float) -> None:
+    def _signal(self, pred: str, now: float) -> None:
         print(
-            f"handoff: job {other} still runs after {now - self.began:.0f}s: signalling it"
-            f" ({self.signal}) in case Mirage has not",
+            f"handoff: job {pred} still runs {now - self.began:.0f}s after this segment"
+            f" (job {self.job_id}) started: signalling it ({self.signal}) to checkpoint"
+            " and exit",
             file=sys.stderr,
         )
-        sent = signal_job(other, self.signal)
-        self.signal_at = float("inf") if sent else now + self.grace
+        sent = signal_job(pred, self.signal)
+        self.signal_at = float("inf") if sent else now + self.retry
 
 
 def start(
     directory: Path,
     job_id: str,
     *,
-    grace: float = 60.0,
+    segment: "int | None" = None,
+    pred: "str | None" = None,
+    grace: float = 0.0,
     timeout: float = 60.0,
-    poll: float = 5.0,
+    poll: float = 1.0,
+    retry: float = 30.0,
     signal: str = "USR1",
     clock: "Callable[[], float]" = time.monotonic,
     sleep: "Callable[[float], None]" = time.sleep,
 ) -> int:
+    """Wait for the predecessor's last checkpoint, then record this job as running."""
     directory.mkdir(parents=True, exist_ok=True)
-    wait = _Wait(job_id, grace, timeout, signal, clock())
+    wait = _Wait(
+        job_id,
+        segment,
+        pred if pred != job_id else None,
+        grace=grace,
+        timeout=timeout,
+        retry=retry,
+        signal=signal,
+        now=clock(),
+    )
     code = wait.verdict(_read(directory), clock())
     while code is None:
         sleep(poll)
         code = wait.verdict(_read(directory), clock())
-    if code != 0:
+    if code == UNREADABLE:
         print(f"handoff: {directory / STATE_FILE} stays unreadable", file=sys.stderr)
+    if code != 0:
         return code
-    _write(directory, job_id, "running")
-    print(int(clock() - wait.began))
+    _write(directory, job_id, "running", segment)
+    waited = clock() - wait.began
+    if wait.pred is not None:
+        print(
+            f"handoff: job {job_id} takes over from job {wait.pred} after {waited:.0f}s",
+            file=sys.stderr,
+        )
     return 0
 
 
-def done(directory: Path, job_id: str) -> int:
+def done(directory: Path, job_id: str, segment: "int | None" = None) -> int:
+    """Record this job's last checkpoint as written (unless another job took over)."""
     rec = _read(directory) or {}
-    if rec.get("job_id") not in (None, job_id):
-        print(f"handoff: {directory} belongs to job {rec.get('job_id')}", file=sys.stderr)
+    owner = rec.get("job_id")
+    if owner not in (None, job_id):
+        print(f"handoff: {directory} belongs to job {owner}", file=sys.stderr)
         return 0
-    _write(directory, job_id, "checkpointed")
+    _write(directory, job_id, "checkpointed", segment if segment is not None else _segment_of(rec))
     return 0
+
+
+def _env_int(name: str) -> "int | None":
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -232,7 +317,21 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("directory", type=Path)
     p.add_argument("--job-id", default=os.environ.get("SLURM_JOB_ID", ""))
     p.add_argument(
-        "--grace", type=float, default=60.0, help="seconds before signalling the predecessor"
+        "--segment",
+        type=int,
+        default=_env_int("MIRAGE_SEGMENT"),
+        help="this segment's number in its chain (default: $MIRAGE_SEGMENT)",
+    )
+    p.add_argument(
+        "--prev-job-id",
+        default=os.environ.get("MIRAGE_PREV_JOB_ID") or None,
+        help="the job id of the segment before this one (default: $MIRAGE_PREV_JOB_ID)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=0.0,
+        help="seconds after this job's start before it signals a predecessor that still runs",
     )
     p.add_argument(
         "--timeout",
@@ -240,19 +339,23 @@ def main(argv: "list[str] | None" = None) -> int:
         default=60.0,
         help="seconds to wait for a predecessor Slurm no longer lists to record its checkpoint",
     )
-    p.add_argument("--poll", type=float, default=5.0)
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between two reads of the file")
+    p.add_argument("--retry", type=float, default=30.0, help="seconds between two failed signals")
     p.add_argument("--signal", default="USR1", help="the handoff signal (scancel --signal)")
     args = p.parse_args(argv)
     if not args.job_id:
         p.error("no job id: run inside a Slurm job or pass --job-id")
     if args.action == "done":
-        return done(args.directory, args.job_id)
+        return done(args.directory, args.job_id, args.segment)
     return start(
         args.directory,
         args.job_id,
+        segment=args.segment,
+        pred=args.prev_job_id,
         grace=args.grace,
         timeout=args.timeout,
         poll=args.poll,
+        retry=args.retry,
         signal=args.signal,
     )
 

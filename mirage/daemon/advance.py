@@ -21,7 +21,7 @@ from mirage.daemon.context import StepContext, set_note
 from mirage.daemon.outcomes import CycleReport, SegmentOutcome, Want
 from mirage.daemon.planning import Planner
 from mirage.daemon.routing import PolicyRouter
-from mirage.daemon.states import Action, segment_action
+from mirage.daemon.states import Action, is_ended, segment_action
 from mirage.daemon.store import Chain, ChainState, Event, Segment, event_row
 from mirage.policy.base import PendingTransition
 from mirage.slurm.types import JobState, SlurmError
@@ -57,7 +57,7 @@ class Advancer:
             cur = segs[0]
             state = JobState(cur.job_state) if cur.missing_since is None else None
             marker = None
-            if chain.until_file and state is JobState.COMPLETED:
+            if chain.until_file and is_ended(state):
                 marker = self.ctx.marker_check(chain)
             verdict = segment_action(
                 state,

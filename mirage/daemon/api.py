@@ -102,8 +102,11 @@ class Api:
         config: Config | None = None,
         partitions: Callable[[int], Sequence[Partition]] | None = None,
         planner: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None,
+        marker_check: Callable[[Chain], bool | None] | None = None,
     ) -> None:
         self.store = store
+        # whether a chain's until-file exists, checked as its owner (the daemon's check)
+        self.marker_check = marker_check
         # the cluster's partitions (default, MaxTime), to refuse what would pend forever
         self.partitions = partitions
         # plans on the daemon's last poll (mirage.daemon.planning.Planner.answer)
@@ -204,6 +207,9 @@ class Api:
         chain.plan = plan
         if self.partitions is not None:
             check_limits(chain, self.partitions(int(self.clock())))
+        stale = self._stale_until_file(chain)
+        if stale:
+            return {"ok": False, "error": stale}
         with self._register_lock:
             over = self._over_quota(uid)
             if over:
@@ -212,6 +218,19 @@ class Api:
         if self.wake is not None:
             self.wake()
         return {"ok": True, "chain_id": chain.id}
+
+    def _stale_until_file(self, chain: Chain) -> str:
+        """Why the chain's until-file refuses it (it is there already), or "". The chain
+        would end COMPLETED after its first segment, whatever that segment trained."""
+        if not chain.until_file or self.marker_check is None:
+            return ""
+        if self.marker_check(chain) is not True:
+            return ""
+        path = Path(chain.chdir) / chain.until_file
+        return (
+            f"the until-file {path} exists already (a finished or earlier run's, or a link): "
+            "the chain would end after its first segment; remove it or name another"
+        )
 
     def _plan(self, request: Mapping[str, Any], uid: int) -> dict[str, Any]:
         if self.planner is None:

@@ -121,6 +121,7 @@ def chain_submit(
     `mirage chain submit job.sbatch --plan --work 96h@4gpu --overhead 10m`.
     """
     from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
+    from mirage.daemon.context import local_marker_check
 
     cfg = config_or_fail(config_path)
     try:
@@ -162,6 +163,12 @@ def chain_submit(
         )
         new.plan = plan
         check_limits(new, _cluster_partitions(cfg))
+        if new.until_file and local_marker_check(new):
+            raise ChainSpecError(
+                f"the until-file {Path(new.chdir) / new.until_file} exists already (a finished "
+                "or earlier run's, or a link): the chain would end after its first segment; "
+                "remove it or name another"
+            )
     except ChainSpecError as exc:
         raise click.ClickException(str(exc)) from exc
     _register_here(cfg, new, no_submit=no_submit, as_json=as_json)

@@ -47,12 +47,14 @@ def fault_from_env() -> str:
 
 
 def local_marker_check(chain: Chain) -> bool | None:
-    """The marker with the daemon's own rights (a per-user daemon)."""
+    """The marker with the daemon's own rights (a per-user daemon). A symbolic link counts
+    as there, wherever it points: a link left in the marker's place is refused at
+    registration, not followed."""
     if not chain.until_file:
         return None
     path = Path(chain.chdir) / chain.until_file  # an absolute until_file stays itself
     try:
-        path.stat()
+        path.lstat()
     except FileNotFoundError:
         return False
     except OSError:

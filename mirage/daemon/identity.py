@@ -173,7 +173,8 @@ def action_clients(config: Config) -> Callable[[Chain], SlurmClient]:
 
 
 def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
-    """The completion marker, checked with the owner's rights (``test -e`` as the owner)."""
+    """The completion marker, checked with the owner's rights (``test -e`` as the owner; a
+    symbolic link counts as there, as in :func:`mirage.daemon.context.local_marker_check`)."""
     as_owner = runs_as_owner(config)
 
     def check(chain: Chain) -> bool | None:
@@ -182,7 +183,7 @@ def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
         path = str(Path(chain.chdir) / chain.until_file)
         if not as_owner:
             try:
-                Path(path).stat()
+                Path(path).lstat()
             except FileNotFoundError:
                 return False
             except OSError:
@@ -190,7 +191,7 @@ def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
             return True
         try:
             proc = subprocess.run(  # noqa: S603 - fixed argv, the path is one argument
-                ["/usr/bin/test", "-e", path],
+                ["/usr/bin/test", "-e", path, "-o", "-L", path],
                 capture_output=True,
                 timeout=10,
                 env=dict(MINIMAL_ENV),

@@ -140,12 +140,41 @@ def warning_options(chain: Chain, time_limit: int) -> list[str]:
     return [*own, f"--signal={m['pre']}{m['sig']}@{cap}"]
 
 
-def build_request(chain: Chain, token: str, time_limit: int) -> SubmitRequest:
+#: What every segment Mirage submits is told of its place in the chain (the job-side
+#: helper reads them: it signals and waits for that predecessor only, mirage.daemon.handoff).
+SEGMENT_VARIABLE, PREV_JOB_VARIABLE = "MIRAGE_SEGMENT", "MIRAGE_PREV_JOB_ID"
+
+
+def export_option(export: str, segment: int | None, prev_job_id: str | None) -> str:
+    """sbatch's ``--export`` value: the chain's, with the segment's number (1-based) and
+    its predecessor's job id added. ``NONE`` and a list of names both export only what
+    they name (and Slurm's own variables), so ``NONE`` becomes the list of Mirage's."""
+    export = export or "ALL"
+    if segment is None:
+        return export
+    ours = [f"{SEGMENT_VARIABLE}={segment}"]
+    if prev_job_id:
+        ours.append(f"{PREV_JOB_VARIABLE}={prev_job_id}")
+    if export.split(",")[0].upper() == "NONE":
+        return ",".join(ours)
+    return ",".join([export, *ours])
+
+
+def build_request(
+    chain: Chain,
+    token: str,
+    time_limit: int,
+    *,
+    segment: int | None = None,
+    prev_job_id: str | None = None,
+) -> SubmitRequest:
     """The sbatch request of one segment, from the chain's snapshot (script on stdin); a
-    warning signal the chain asks for is shortened to fit the segment's limit."""
+    warning signal the chain asks for is shortened to fit the segment's limit.
+    ``segment`` (1-based) and ``prev_job_id`` reach the job as :data:`SEGMENT_VARIABLE`
+    and :data:`PREV_JOB_VARIABLE`."""
     extra = warning_options(chain, time_limit)
-    if chain.export:
-        extra.append(f"--export={chain.export}")
+    if chain.export or segment is not None:
+        extra.append(f"--export={export_option(chain.export, segment, prev_job_id)}")
     return SubmitRequest(
         script=chain.script,
         job_name=job_name(chain.name, token),
@@ -276,7 +305,14 @@ def perform_submission(
     token.
     """
     try:
-        job_id = client.submit(build_request(chain, sub.token, sub.time_limit_s))
+        request = build_request(
+            chain,
+            sub.token,
+            sub.time_limit_s,
+            segment=sub.index + 1,
+            prev_job_id=predecessor_job_id(s, chain.id, sub.index),
+        )
+        job_id = client.submit(request)
     except (SubmitError, ValueError, OSError) as exc:
         sub.state = SubmissionState.REJECTED
         sub.resolved_at = now
@@ -300,6 +336,18 @@ def perform_submission(
     new_segment(s, chain, sub, now)
     s.add(event_row(now, "submit", chain.id, "", token=sub.token, job_id=job_id, index=sub.index))
     return SubmitOutcome.SUBMITTED
+
+
+def predecessor_job_id(s: Session, chain_id: str, index: int) -> str | None:
+    """The job id of the segment before segment ``index`` (0-based): the chain's segment
+    of the highest lower index (a revoked pre-submission gave its index back)."""
+    q = (
+        select(Segment.job_id)
+        .where(Segment.chain_id == chain_id, Segment.index < index)
+        .order_by(Segment.index.desc(), Segment.id.desc())
+        .limit(1)
+    )
+    return s.scalars(q).first()
 
 
 def new_segment(s: Session, chain: Chain, sub: Submission, now: int) -> Segment:

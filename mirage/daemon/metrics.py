@@ -25,6 +25,8 @@ DURATION_BUCKETS = (
     7 * 86400.0,
 )
 
+#: A second to an hour: a handoff is the predecessor's checkpoint and exit.
+HANDOFF_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 #: where a pre-submitted successor started against its stated 90% interval
 INTERVAL_OUTCOMES = ("inside", "early", "late")
@@ -110,6 +112,13 @@ class DaemonMetrics:
             "Planned end of a segment minus its successor's start, when positive",
             registry=r,
             buckets=DURATION_BUCKETS,
+        )
+        self.handoff_window = Histogram(
+            "mirage_handoff_window_seconds",
+            "A segment's end minus its successor's start, when positive: both allocations "
+            "held while the predecessor checkpoints and exits (signalled or not)",
+            registry=r,
+            buckets=HANDOFF_BUCKETS,
         )
         self.prediction_error = Histogram(
             "mirage_prediction_error_seconds",

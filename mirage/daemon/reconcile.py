@@ -180,6 +180,11 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
         t = Transition(pred.start, pred.time_limit_s or 0, pred.end, seg.start)
         ctx.metrics.interruption.observe(t.interruption)
         ctx.metrics.overlap.observe(t.overlap)
+        # both segments ran at once: signalled by the successor's helper, the daemon or
+        # Slurm's own warning, every such window is measured (the handoff's real cost)
+        window = max(0, pred.end - seg.start)
+        if window > 0:
+            ctx.metrics.handoff_window.observe(window)
         error = None
         if seg.predicted_start is not None:
             error = abs(seg.predicted_start - seg.start)
@@ -197,6 +202,8 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
                 index=seg.index,
                 interruption=t.interruption,
                 overlap=t.overlap,
+                handoff_window=window,
+                signalled_by_daemon=pred.signalled_at is not None,
                 gap=t.gap,
                 cost=t.cost(),
                 prediction_error=error,

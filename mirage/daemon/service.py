@@ -167,6 +167,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
                 config=config,
                 partitions=daemon.partitions,
                 planner=daemon.planner.answer,
+                marker_check=daemon.ctx.marker_check,
             ),
         )
     except OSError as exc:

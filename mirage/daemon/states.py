@@ -16,8 +16,8 @@ training now, or the last one that did) and answers one of:
 | PENDING (incl. a requeued job, same id) | any other reason                            | WAIT     |
 | RUNNING, COMPLETING, SUSPENDED, STOPPED | —                                           | WAIT     |
 | REQUEUED, RESIZING                      | —                                           | WAIT     |
-| COMPLETED                               | the chain's `--until-file` marker exists    | STOP [1] |
-| COMPLETED                               | marker configured, check failed (unknown)   | WAIT     |
+| any ended state (COMPLETED ... REVOKED) | the chain's `--until-file` marker exists    | STOP [1] |
+| any ended state                         | marker configured, check failed (unknown)   | WAIT     |
 | COMPLETED                               | no marker / marker absent                   | CONTINUE |
 | TIMEOUT                                 | —                                           | CONTINUE |
 | CANCELLED                               | Mirage signalled or cancelled it (handoff)  | CONTINUE |
@@ -33,8 +33,10 @@ training now, or the last one that did) and answers one of:
 
 [1] the chain is COMPLETED; every other STOP leaves it STOPPED.
 
-The completion marker is checked only for a COMPLETED segment: a job that wrote the
-marker and then failed is reported as failed (STOP either way). Mirage's own handoff
+The completion marker is checked for every segment that ended, however it ended: a job
+that finished its training and wrote the marker, then failed on its way out (a signal
+during the interpreter's exit: Slurm's warning just after the last step), has finished
+its chain; the reason says what Slurm reported. Mirage's own handoff
 signal makes the predecessor checkpoint and exit: however it exits (COMPLETED, CANCELLED
 by the signal, FAILED from a non-zero status) it CONTINUEs, except OUT_OF_MEMORY. "Mirage
 signalled it" includes a handoff whose intent was recorded but whose signal was not (the
@@ -106,11 +108,9 @@ def segment_action(
         return Verdict(Action.WAIT, f"pending ({reason or 'no reason'})")
     if state in _WAIT_STATES:
         return Verdict(Action.WAIT, f"{state.value.lower()}")
+    if until_file and marker is not False:
+        return _marker_verdict(state, marker)
     if state is JobState.COMPLETED:
-        if until_file and marker is None:
-            return Verdict(Action.WAIT, "completed; the completion marker could not be checked")
-        if until_file and marker:
-            return Verdict(Action.STOP, "completed and wrote the completion marker", True)
         return Verdict(Action.CONTINUE, "completed without the completion marker")
     if state is JobState.TIMEOUT:
         return Verdict(Action.CONTINUE, "reached its time limit")
@@ -121,6 +121,28 @@ def segment_action(
     if state in (JobState.CANCELLED, JobState.FAILED):
         return _cancelled_or_failed(state, by_mirage)
     return Verdict(Action.WAIT, f"unmapped state {state.value}")
+
+
+def _marker_verdict(state: JobState, marker: bool | None) -> Verdict:
+    """An ended segment of a chain with a completion marker that is there or unknown."""
+    if marker is None:
+        return Verdict(Action.WAIT, f"{ended(state)}; the completion marker could not be checked")
+    if state is JobState.COMPLETED:
+        return Verdict(Action.STOP, "completed and wrote the completion marker", True)
+    return Verdict(
+        Action.STOP,
+        f"wrote the completion marker (training done), though Slurm reports it {state.value}",
+        True,
+    )
+
+
+def ended(state: JobState) -> str:
+    return "completed" if state is JobState.COMPLETED else f"ended {state.value}"
+
+
+def is_ended(state: JobState | None) -> bool:
+    """Whether the segment's job will not run again (its completion marker is worth a look)."""
+    return state is not None and state is not JobState.PENDING and state not in _WAIT_STATES
 
 
 def _cancelled_or_failed(state: JobState, by_mirage: bool) -> Verdict:

@@ -134,9 +134,73 @@ def test_example_script_signalled_while_waiting_trains_nothing(tmp_path: Path) -
     assert f"submit dir {job}," in out  # no SLURM_SUBMIT_DIR: $PWD
     assert (handoff._read(ckpt) or {}) | {"at": 0} == {
         "job_id": "7",
+        "segment": None,
         "state": "checkpointed",
         "at": 0,
     }
+
+
+LATE_SIGNAL_TRAIN = """
+import os, signal, sys, pathlib
+ckpt = pathlib.Path(sys.argv[sys.argv.index("--checkpoint-dir") + 1])
+(ckpt / "DONE").write_text("3600")
+print("training complete at step 3600", flush=True)
+signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # what Python's shutdown restores
+os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's warning, just too late: killed by it
+"""
+
+
+def test_example_script_a_finished_training_killed_on_its_way_out_exits_0(
+    tmp_path: Path,
+) -> None:
+    """The trial's job 255: DONE written, then USR1 during the interpreter's exit, and the
+    segment ended FAILED 10:0 (train.py's status 138). The script exits 0 once DONE is there,
+    and ignores signals after the training (nothing left to checkpoint)."""
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in ("train.sbatch", "mirage_handoff.py"):
+        shutil.copy(REPO / "deploy" / "examples" / name, job / name)
+    (job / "train.py").write_text(LATE_SIGNAL_TRAIN)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "MIRAGE_PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(job / "train.sbatch")],
+        env=env,
+        cwd=job,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "training is complete (DONE) but train.py exited 138" in proc.stdout
+    assert (handoff._read(job / "checkpoints") or {})["state"] == "checkpointed"
+
+
+def test_example_training_ignores_signals_once_it_has_finished(tmp_path: Path) -> None:
+    """Python restores a handled signal's default action while it shuts down (a USR1 then
+    kills it); one it ignores stays ignored. train.py ignores USR1 and TERM once done."""
+    pytest.importorskip("torch")
+    probe = (
+        "import runpy, signal, sys\n"
+        f"sys.argv = ['train.py', '--checkpoint-dir', {str(tmp_path / 'ck')!r}, '--steps', '3']\n"
+        "try:\n"
+        f"    runpy.run_path({str(REPO / 'deploy' / 'examples' / 'train.py')!r}, run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "print(signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN,"
+        " signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "True True"
+    assert (tmp_path / "ck" / "DONE").read_text() == "3\n"
 
 
 # ---- the daemon's side: the handoff intent is durable before the signal ------------------
