@@ -279,6 +279,7 @@ class Advancer:
         chain.state = state
         chain.reason = reason
         chain.updated_at = now
+        chain.note = ""  # an ended chain is pre-submitted no more: its reason says why
         report.ended.append(chain.id)
         s.add(event_row(now, "chain.end", chain.id, reason, state=state.value))
         self.stop_segments(s, chain, rest, now, report)

@@ -538,7 +538,7 @@ def _status_lines(data: dict[str, Any], now: int, *, owner: bool) -> list[str]:
     if sum(held.values()):
         lines.append(interval_summary(held, "last 7 days"))
     for r in data["chains"]:
-        lines += _chain_lines(r, now, owner=owner)
+        lines += _chain_lines(r, now, owner=owner, as_of=data.get("last_poll"))
     return lines + _hidden_line(data.get("ended_hidden") or 0)
 
 
@@ -644,10 +644,22 @@ def _slurm_line(slurm: dict[str, Any], now: int) -> str:
     return f"Slurm: UNREACHABLE since {_when(since, now)}: {slurm.get('error') or '-'}"
 
 
-def _chain_lines(r: dict[str, Any], now: int, *, owner: bool) -> list[str]:
+def _time_left_text(r: dict[str, Any], as_of: int | None, now: int) -> str:
+    """ ", 12m05s left (as of 20s ago)": the job's state is the last poll's, not now's; a job
+    at its limit is ending (Slurm kills it, or it exits on its warning), not running on."""
+    left = r.get("time_left_s")
+    if left is None:
+        return ""
+    text = ", at its time limit: ending" if left == 0 else f", {duration(left)} left"
+    return text + (f" (as of the poll {duration(max(0, now - as_of))} ago)" if as_of else "")
+
+
+def _chain_lines(
+    r: dict[str, Any], now: int, *, owner: bool, as_of: int | None = None
+) -> list[str]:
     """One chain of ``mirage status``: where it stands, its successor, and for an ACTIVE one
-    the forecast and the policy; its error and note."""
-    left = f", {duration(r['time_left_s'])} left" if r.get("time_left_s") is not None else ""
+    the forecast and the policy; its error and note. ``as_of``: the last poll's time."""
+    left = _time_left_text(r, as_of, now) if r["state"] == "ACTIVE" else ""
     lines = [
         f"{_owner_cell(r, owner)}{r['id']} {r['name']} [{r['state']}] {_current_job(r, now)}{left}"
     ]

@@ -406,6 +406,10 @@ class PolicyRouter:
         if (c.predicted_start, c.predicted_low, c.predicted_high) != (d.predicted_start, lo, hi):
             c.predicted_start, c.predicted_low, c.predicted_high = d.predicted_start, lo, hi
         c.decided_at = now
+        if not d.submit and d.reason:
+            # why the successor is not pre-submitted yet, with the policy's own figures
+            held = f"not pre-submitted yet: {d.reason}"
+            set_note(c, f"{choice.note}; {held}" if choice.note else held)
 
     def _slurm_estimates(self, waiting: list[Want]) -> None:
         """Slurm's own estimate for successors not yet submitted, for ``mirage status``.

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mirage.fmt import duration
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
 from mirage.policy.baselines import successor_request
 
@@ -127,6 +128,25 @@ def shipped_for(folder: Path) -> Shipped:
             f"{folder / POLICY_FILE}: guard must be one of {', '.join(GUARDS)}, got {out.guard!r}"
         )
     return out
+
+
+def _veto(source: str, start: int, planned_end: int, margin_s: int | None) -> str:
+    """Why a veto holds a successor back, with the figures: where ``source`` starts it
+    against the predecessor's planned end, and what the guard needs."""
+    lead = planned_end - start
+    where = (
+        f"{duration(lead)} before the planned end"
+        if lead > 0
+        else f"{duration(-lead)} after the planned end"
+    )
+    margin = margin_s or 0
+    if margin > 0:
+        need = f"at least {duration(margin)} after it"
+    elif margin == 0:
+        need = "at or after it"
+    else:
+        need = f"at most {duration(-margin)} before it"
+    return f"guard: {source} starts it {where}; the guard pre-submits only when it is {need}"
 
 
 def guard_policy(inner: Policy, kind: str, margin_s: int, lookahead_margin_s: int = 0) -> Policy:
@@ -276,13 +296,11 @@ class Guard(Policy):
         for p, la in zip(pending, ahead, strict=True):
             early, start = self.early(ctx, p, seen)
             if early and start is not None:
-                h = (p.planned_end - start) / HOUR
-                out.append(f"guard: Slurm estimates a start {h:+.2f} h before the end; waits")
+                out.append(_veto("Slurm's estimate", start, p.planned_end, self.estimate_margin_s))
             elif la == UNJUDGED:
                 out.append("guard: no look-ahead for this partition; waits" if unjudged else "")
             elif la is not None and la < p.planned_end + (self.lookahead_margin_s or 0):
-                h = (p.planned_end - la) / HOUR
-                out.append(f"guard: the look-ahead starts it {h:+.2f} h before the end; waits")
+                out.append(_veto("the look-ahead", la, p.planned_end, self.lookahead_margin_s))
             else:
                 out.append("")
         return out

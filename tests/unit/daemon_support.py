@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from sqlalchemy import select
+
 from mirage.daemon.config import Config, DaemonSection, PolicySection
 from mirage.daemon.core import Daemon
 from mirage.daemon.ledger import TOKEN_RE, register_chain
-from mirage.daemon.store import Chain, ChainState, Store, new_chain_id
+from mirage.daemon.store import Chain, ChainState, Segment, Store, new_chain_id
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.scenario import toy_profile
@@ -201,3 +203,32 @@ def chain_state(store: Store, chain_id: str) -> Chain:
         chain = s.get(Chain, chain_id)
         assert chain is not None
         return chain
+
+
+def segments_of(store: Store, chain_id: str) -> list[Segment]:
+    """The chain's segments, by index."""
+    with store.sessions() as s:
+        q = select(Segment).where(Segment.chain_id == chain_id).order_by(Segment.index)
+        return list(s.scalars(q))
+
+
+class EndsFailed(FaultySim):
+    """Jobs in ``failed`` are reported FAILED (exit 1) once they end, by squeue and sacct."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        self.failed: set[str] = set()
+
+    def _failed(self, job: SlurmJob) -> SlurmJob:
+        if job.job_id in self.failed and job.state.is_finished:
+            return dataclasses.replace(job, state=JobState.FAILED, exit_code=1)
+        return job
+
+    def queue(self) -> QueueSnapshot:
+        snap = super().queue()
+        return dataclasses.replace(snap, jobs=tuple(self._failed(j) for j in snap.jobs))
+
+    def accounting(
+        self, start: int, end: int | None = None, every_state: bool = False
+    ) -> list[SlurmJob]:
+        return [self._failed(j) for j in super().accounting(start, end, every_state)]

@@ -3,7 +3,6 @@ daemon's handoff record (its intent committed before the signal: crash safety)."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -22,10 +21,9 @@ from mirage.daemon.advance import HANDOFF_INTENT
 from mirage.daemon.core import Daemon
 from mirage.daemon.store import ChainState, Event, Segment, Store
 from mirage.sim.engine import Simulation
-from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob
 from tests.unit.daemon_support import (
     Crash,
-    FaultySim,
+    EndsFailed,
     chain_state,
     make_chain,
     make_config,
@@ -185,11 +183,12 @@ def test_example_training_ignores_signals_once_it_has_finished(tmp_path: Path) -
     """Python restores a handled signal's default action while it shuts down (a USR1 then
     kills it); one it ignores stays ignored. train.py ignores USR1 and TERM once done."""
     pytest.importorskip("torch")
+    train = str(REPO / "deploy" / "examples" / "train.py")
     probe = (
         "import runpy, signal, sys\n"
         f"sys.argv = ['train.py', '--checkpoint-dir', {str(tmp_path / 'ck')!r}, '--steps', '3']\n"
         "try:\n"
-        f"    runpy.run_path({str(REPO / 'deploy' / 'examples' / 'train.py')!r}, run_name='__main__')\n"
+        f"    runpy.run_path({train!r}, run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    assert exc.code == 0, exc.code\n"
         "print(signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN,"
@@ -206,32 +205,17 @@ def test_example_training_ignores_signals_once_it_has_finished(tmp_path: Path) -
 # ---- the daemon's side: the handoff intent is durable before the signal ------------------
 
 
-class FailsOnSignal(FaultySim):
+class FailsOnSignal(EndsFailed):
     """A predecessor that exits non-zero on the handoff signal (FAILED, not CANCELLED):
     the case where Mirage's record alone separates a handoff from a broken job."""
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
         self.handoff_exits = True
-        self.failed: set[str] = set()
 
     def signal(self, job_id: str, signal: str, batch_only: bool = True) -> None:
         super().signal(job_id, signal, batch_only)  # raises Crash before delivery if armed
         self.failed.add(job_id)
-
-    def _failed(self, job: SlurmJob) -> SlurmJob:
-        if job.job_id in self.failed and job.state.is_finished:
-            return dataclasses.replace(job, state=JobState.FAILED, exit_code=1)
-        return job
-
-    def queue(self) -> QueueSnapshot:
-        snap = super().queue()
-        return dataclasses.replace(snap, jobs=tuple(self._failed(j) for j in snap.jobs))
-
-    def accounting(
-        self, start: int, end: int | None = None, every_state: bool = False
-    ) -> list[SlurmJob]:
-        return [self._failed(j) for j in super().accounting(start, end, every_state)]
 
 
 class CrashAfterSignal(Daemon):

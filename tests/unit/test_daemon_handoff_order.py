@@ -5,14 +5,12 @@ refused at registration; every handoff window is measured."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import itertools
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from mirage.daemon.api import Api
 from mirage.daemon.config import Config, DaemonSection
@@ -20,9 +18,10 @@ from mirage.daemon.context import local_marker_check
 from mirage.daemon.core import Daemon
 from mirage.daemon.ledger import build_request, export_option
 from mirage.daemon.states import Action, segment_action
-from mirage.daemon.store import ChainState, Segment, Store
-from mirage.slurm.types import JobState, QueueSnapshot, SlurmJob, SubmitRequest
+from mirage.daemon.store import ChainState
+from mirage.slurm.types import JobState, SubmitRequest
 from tests.unit.daemon_support import (
+    EndsFailed,
     FaultySim,
     chain_state,
     make_chain,
@@ -30,14 +29,8 @@ from tests.unit.daemon_support import (
     make_sim,
     make_store,
     run_cycles,
+    segments_of,
 )
-
-
-def segments_of(store: Store, chain_id: str) -> list[Segment]:
-    with store.sessions() as s:
-        q = select(Segment).where(Segment.chain_id == chain_id).order_by(Segment.index)
-        return list(s.scalars(q))
-
 
 # ---- the segment's number and its predecessor reach the job ------------------------------
 
@@ -108,28 +101,6 @@ def test_the_marker_ends_the_chain_completed_whatever_slurm_reports(state: JobSt
     assert f"Slurm reports it {state.value}" in v.reason
     assert segment_action(state, until_file=True, marker=None).action is Action.WAIT
     assert segment_action(state, until_file=True, marker=False) == segment_action(state)
-
-
-class EndsFailed(FaultySim):
-    """Jobs in ``failed`` end FAILED (exit 10: killed by USR1) when they end."""
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.failed: set[str] = set()
-
-    def _failed(self, job: SlurmJob) -> SlurmJob:
-        if job.job_id in self.failed and job.state.is_finished:
-            return dataclasses.replace(job, state=JobState.FAILED, exit_code=10)
-        return job
-
-    def queue(self) -> QueueSnapshot:
-        snap = super().queue()
-        return dataclasses.replace(snap, jobs=tuple(self._failed(j) for j in snap.jobs))
-
-    def accounting(
-        self, start: int, end: int | None = None, every_state: bool = False
-    ) -> list[SlurmJob]:
-        return [self._failed(j) for j in super().accounting(start, end, every_state)]
 
 
 def test_a_segment_failed_after_writing_the_marker_completes_its_chain(tmp_path: Path) -> None:
@@ -210,3 +181,30 @@ def test_every_handoff_window_is_measured_whoever_signalled(tmp_path: Path) -> N
     assert any(w > 0 for w in windows)
     assert d.metrics.value("mirage_handoff_window_seconds_count") == sum(w > 0 for w in windows)
     assert d.metrics.value("mirage_handoff_window_seconds_sum") == sum(windows)
+
+
+# ---- status: why a chain is held back, and how fresh its job's state is -------------------
+
+
+def test_a_held_back_chain_says_why_and_an_ended_one_keeps_no_note(tmp_path: Path) -> None:
+    store, sim = make_store(tmp_path), make_sim()
+    chain = make_chain(store, segments=2, limit=3600)
+    d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=900))
+    run_cycles([d], sim, 0, 600)
+    assert chain_state(store, chain.id).note == "not pre-submitted yet: lead 900s: wait 2100s"
+    run_cycles([d], sim, 660, 2 * 3600 + 600)
+    c = chain_state(store, chain.id)
+    assert c.state is ChainState.COMPLETED and c.note == ""
+
+
+def test_a_job_at_its_limit_is_ending_and_its_state_has_the_polls_age() -> None:
+    from mirage.daemon.cli import _time_left_text
+
+    now = 1_800_000_000
+    assert _time_left_text({"time_left_s": 0}, now - 20, now) == (
+        ", at its time limit: ending (as of the poll 20s ago)"
+    )
+    assert _time_left_text({"time_left_s": 725}, now - 5, now) == (
+        ", 12m05s left (as of the poll 5s ago)"
+    )
+    assert _time_left_text({"time_left_s": None}, now, now) == ""

@@ -144,7 +144,11 @@ def test_lookahead_veto_holds_back_a_successor_that_would_start_at_once() -> Non
     now = 40 * H
     quiet = [held("1", 0, 48)]
     d = lookahead_guard(0).decide(snap_ctx(now, quiet), [pending()])[0]
-    assert not d.submit and "look-ahead starts it +8.00 h before the end" in d.reason
+    assert not d.submit
+    assert (
+        "guard: the look-ahead starts it 8h00m before the planned end; the guard pre-submits"
+        " only when it is at or after it" in d.reason
+    )
 
 
 def test_lookahead_veto_lets_go_where_the_queue_holds_the_successor_to_the_end() -> None:
