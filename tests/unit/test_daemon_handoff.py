@@ -148,22 +148,29 @@ os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's warning, just too late: killed b
 """
 
 
-def test_example_script_a_finished_training_killed_on_its_way_out_exits_0(
-    tmp_path: Path,
-) -> None:
-    """The trial's job 255: DONE written, then USR1 during the interpreter's exit, and the
-    segment ended FAILED 10:0 (train.py's status 138). The script exits 0 once DONE is there,
-    and ignores signals after the training (nothing left to checkpoint)."""
+def example_job(tmp_path: Path, train_py: str) -> tuple[Path, Path]:
+    """The example's script and helper in ``job/`` with ``train_py`` as train.py, and a
+    ``bin/`` whose python3 is this interpreter."""
     if shutil.which("bash") is None:
         pytest.skip("no bash")
     job = tmp_path / "job"
     job.mkdir()
     for name in ("train.sbatch", "mirage_handoff.py"):
         shutil.copy(REPO / "deploy" / "examples" / name, job / name)
-    (job / "train.py").write_text(LATE_SIGNAL_TRAIN)
+    (job / "train.py").write_text(train_py)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
+    return job, bindir
+
+
+def test_example_script_a_finished_training_killed_on_its_way_out_exits_0(
+    tmp_path: Path,
+) -> None:
+    """The trial's job 255: DONE written, then USR1 during the interpreter's exit, and the
+    segment ended FAILED 10:0 (train.py's status 138). The script exits 0 once DONE is there,
+    and ignores signals after the training (nothing left to checkpoint)."""
+    job, bindir = example_job(tmp_path, LATE_SIGNAL_TRAIN)
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "MIRAGE_PYTHON": sys.executable}
     proc = subprocess.run(
         ["bash", str(job / "train.sbatch")],
