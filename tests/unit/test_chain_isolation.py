@@ -230,7 +230,9 @@ def test_a_model_on_its_own_cluster_shape_is_used(tmp_path: Path) -> None:
     assert d.partitions(0) and d.policy_summary()["fallback"] == ""
     run_cycles([d], sim, 0, 6000)
     c = chain_state(store, chain.id)
-    assert (c.policy, c.fallback_for, c.note) == ("xgb", "", "")
+    assert (c.policy, c.fallback_for) == ("xgb", "")
+    # no fallback note: only why xgb itself holds the successor back, with its figures
+    assert c.note.startswith("not pre-submitted yet: xgb: left "), c.note
 
 
 def test_a_model_on_a_cluster_of_another_size_is_set_aside(tmp_path: Path) -> None:
@@ -298,7 +300,8 @@ def test_lost_coverage_sets_a_forecaster_aside(tmp_path: Path) -> None:
     with store.session() as s:  # one more inside: 12 of the last 20, 60%: used again
         s.add(event_row(t0 + 99, "transition", chain.id, "", interval="inside"))
     d.cycle(t0 + 3 * 3600 + 60)
-    assert chain_state(store, chain.id).note == ""
+    note = chain_state(store, chain.id).note  # the fallback's note is gone: xgb's own reason
+    assert note.startswith("not pre-submitted yet: xgb: "), note
 
 
 # ---- the warning signal, segments, a cycle failing as a whole ------------------------------
