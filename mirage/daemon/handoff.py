@@ -8,9 +8,10 @@ their batch script and run ``python3 -I mirage_handoff.py start "$CKPT"``; with 
 installed, ``python3 -m mirage.daemon.handoff start "$CKPT"`` is the same. The job id
 comes from ``$SLURM_JOB_ID``.
 
-Who is who. Mirage submits every segment with two variables: ``MIRAGE_SEGMENT``, its
-number in the chain (1 for the first), and ``MIRAGE_PREV_JOB_ID``, the job id of the
-segment before it (absent for the first). So a segment knows its predecessor exactly: it
+Who is who. Mirage submits every segment with three variables: ``MIRAGE_CHAIN_ID``,
+``MIRAGE_SEGMENT``, its number in the chain (1 for the first), and ``MIRAGE_PREV_JOB_ID``,
+the job id of the segment before it (absent for the first). So a segment knows its
+predecessor exactly: it
 signals that job and no other (never a later segment), and loads a checkpoint only once
 that job has recorded its last one. Run by hand without them (plain sbatch), the
 predecessor is the job the state file names as running when this one starts.
@@ -21,8 +22,8 @@ checkpoint and exit (the handoff). The successor's ``start`` signals it at once
 own start, 0 by default); the daemon signals it too at its next poll, in case this job
 could not (a second signal is harmless to a script that checkpoints on it,
 deploy/examples/train.sbatch). Both share the checkpoint directory; the state lives in
-``<dir>/.mirage-segment.json``: ``{"job_id": "...", "segment": N or null, "state":
-"running" | "checkpointed", "at": epoch}``.
+``<dir>/.mirage-segment.json``: ``{"job_id": "...", "chain": id or null, "segment": N or
+null, "state": "running" | "checkpointed", "at": epoch}``.
 
 - ``start DIR``: at the beginning of every segment. Waits for the predecessor (below),
   then records this job as running. Says on stderr how long it waited: that wait is the
@@ -46,9 +47,11 @@ How long ``start`` waits for its predecessor P:
    there), saying so.
 3. A state file that exists but cannot be read (permissions, I/O) is read again; after
    ``--timeout`` seconds of that, ``start`` exits 3 (the chain's setup is broken).
-4. A state file that names a *later* segment (a higher ``segment``, or, run by hand, a
-   third job after P): this segment was overtaken and must not train. ``start`` exits 4
-   and writes nothing; the example script exits 0 then.
+4. A state file that names a *later* segment of the same chain (a higher ``segment``,
+   or, run by hand, a third job after P): this segment was overtaken and must not train.
+   ``start`` exits 4 and writes nothing; the example script exits 0 then. A record of
+   another chain (an earlier chain in the same directory, continuing its training) is
+   only a predecessor, never a later segment.
 
 After a handoff this job signalled, P should exit 0 (the example does): a predecessor
 that failed stops a chain.
@@ -105,9 +108,21 @@ def _read(directory: Path) -> "dict[str, object] | None":
     return data if isinstance(data, dict) else {}
 
 
-def _write(directory: Path, job_id: str, state: str, segment: "int | None" = None) -> None:
+def _write(
+    directory: Path,
+    job_id: str,
+    state: str,
+    segment: "int | None" = None,
+    chain: "str | None" = None,
+) -> None:
     tmp = directory / f"{STATE_FILE}.{job_id}.tmp"
-    rec = {"job_id": job_id, "segment": segment, "state": state, "at": int(time.time())}
+    rec = {
+        "job_id": job_id,
+        "chain": chain,
+        "segment": segment,
+        "state": state,
+        "at": int(time.time()),
+    }
     tmp.write_text(json.dumps(rec))
     tmp.replace(directory / STATE_FILE)  # atomic on one filesystem
 
@@ -171,13 +186,14 @@ class _Wait:
         segment: "int | None",
         pred: "str | None",
         *,
+        chain: "str | None",
         grace: float,
         timeout: float,
         retry: float,
         signal: str,
         now: float,
     ) -> None:
-        self.job_id, self.segment, self.pred = job_id, segment, pred
+        self.job_id, self.segment, self.pred, self.chain = job_id, segment, pred, chain
         self.timeout, self.retry, self.signal = timeout, retry, signal
         self.began = now
         self.signal_at = now + grace
@@ -217,7 +233,9 @@ class _Wait:
         """Whether the job the record names came after this one."""
         theirs = _segment_of(rec)
         if self.segment is not None and theirs is not None:
-            return theirs > self.segment
+            # segment numbers are a chain's own: another chain's record came before this one
+            same = self.chain is not None and rec.get("chain") == self.chain
+            return same and theirs > self.segment
         # by hand, once the predecessor is known: a third job writes only after it
         return self.pred is not None and other != self.pred and self.segment is None
 
@@ -257,6 +275,7 @@ def start(
     *,
     segment: "int | None" = None,
     pred: "str | None" = None,
+    chain: "str | None" = None,
     grace: float = 0.0,
     timeout: float = 60.0,
     poll: float = 1.0,
@@ -271,6 +290,7 @@ def start(
         job_id,
         segment,
         pred if pred != job_id else None,
+        chain=chain,
         grace=grace,
         timeout=timeout,
         retry=retry,
@@ -285,7 +305,7 @@ def start(
         print(f"handoff: {directory / STATE_FILE} stays unreadable", file=sys.stderr)
     if code != 0:
         return code
-    _write(directory, job_id, "running", segment)
+    _write(directory, job_id, "running", segment, chain)
     waited = clock() - wait.began
     if wait.pred is not None:
         print(
@@ -295,14 +315,21 @@ def start(
     return 0
 
 
-def done(directory: Path, job_id: str, segment: "int | None" = None) -> int:
+def done(
+    directory: Path, job_id: str, segment: "int | None" = None, chain: "str | None" = None
+) -> int:
     """Record this job's last checkpoint as written (unless another job took over)."""
     rec = _read(directory) or {}
     owner = rec.get("job_id")
     if owner not in (None, job_id):
         print(f"handoff: {directory} belongs to job {owner}", file=sys.stderr)
         return 0
-    _write(directory, job_id, "checkpointed", segment if segment is not None else _segment_of(rec))
+    if segment is None:
+        segment = _segment_of(rec)
+    if chain is None:
+        theirs = rec.get("chain")
+        chain = theirs if isinstance(theirs, str) else None
+    _write(directory, job_id, "checkpointed", segment, chain)
     return 0
 
 
@@ -321,6 +348,11 @@ def main(argv: "list[str] | None" = None) -> int:
         type=int,
         default=_env_int("MIRAGE_SEGMENT"),
         help="this segment's number in its chain (default: $MIRAGE_SEGMENT)",
+    )
+    p.add_argument(
+        "--chain",
+        default=os.environ.get("MIRAGE_CHAIN_ID") or None,
+        help="this segment's chain (default: $MIRAGE_CHAIN_ID)",
     )
     p.add_argument(
         "--prev-job-id",
@@ -346,12 +378,13 @@ def main(argv: "list[str] | None" = None) -> int:
     if not args.job_id:
         p.error("no job id: run inside a Slurm job or pass --job-id")
     if args.action == "done":
-        return done(args.directory, args.job_id, args.segment)
+        return done(args.directory, args.job_id, args.segment, args.chain)
     return start(
         args.directory,
         args.job_id,
         segment=args.segment,
         pred=args.prev_job_id,
+        chain=args.chain,
         grace=args.grace,
         timeout=args.timeout,
         poll=args.poll,

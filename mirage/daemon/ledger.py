@@ -142,17 +142,21 @@ def warning_options(chain: Chain, time_limit: int) -> list[str]:
 
 #: What every segment Mirage submits is told of its place in the chain (the job-side
 #: helper reads them: it signals and waits for that predecessor only, mirage.daemon.handoff).
-SEGMENT_VARIABLE, PREV_JOB_VARIABLE = "MIRAGE_SEGMENT", "MIRAGE_PREV_JOB_ID"
+CHAIN_VARIABLE, SEGMENT_VARIABLE = "MIRAGE_CHAIN_ID", "MIRAGE_SEGMENT"
+PREV_JOB_VARIABLE = "MIRAGE_PREV_JOB_ID"
 
 
-def export_option(export: str, segment: int | None, prev_job_id: str | None) -> str:
-    """sbatch's ``--export`` value: the chain's, with the segment's number (1-based) and
-    its predecessor's job id added. ``NONE`` and a list of names both export only what
+def export_option(
+    export: str, segment: int | None, prev_job_id: str | None, chain_id: str = ""
+) -> str:
+    """sbatch's ``--export`` value: the chain's, with its id, the segment's number
+    (1-based) and its predecessor's job id added. ``NONE`` and a list of names both export only what
     they name (and Slurm's own variables), so ``NONE`` becomes the list of Mirage's."""
     export = export or "ALL"
     if segment is None:
         return export
-    ours = [f"{SEGMENT_VARIABLE}={segment}"]
+    ours = [f"{CHAIN_VARIABLE}={chain_id}"] if chain_id else []
+    ours.append(f"{SEGMENT_VARIABLE}={segment}")
     if prev_job_id:
         ours.append(f"{PREV_JOB_VARIABLE}={prev_job_id}")
     if export.split(",")[0].upper() == "NONE":
@@ -174,7 +178,7 @@ def build_request(
     and :data:`PREV_JOB_VARIABLE`."""
     extra = warning_options(chain, time_limit)
     if chain.export or segment is not None:
-        extra.append(f"--export={export_option(chain.export, segment, prev_job_id)}")
+        extra.append(f"--export={export_option(chain.export, segment, prev_job_id, chain.id)}")
     return SubmitRequest(
         script=chain.script,
         job_name=job_name(chain.name, token),

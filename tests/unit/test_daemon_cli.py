@@ -178,7 +178,8 @@ def test_chain_submit_runs_sbatch_with_token_and_snapshot(
     assert f"--job-name=bert.{token}" in argv
     assert "--time=0-01:00:00" in argv and "--partition=gpu" in argv and "--mem=8G" in argv
     # segment 1 is told its number (and has no predecessor)
-    assert "--export=ALL,MIRAGE_SEGMENT=1" in argv and any(a.startswith("--chdir=") for a in argv)
+    export = f"--export=ALL,MIRAGE_CHAIN_ID={out['chain_id']},MIRAGE_SEGMENT=1"
+    assert export in argv and any(a.startswith("--chdir=") for a in argv)
     assert (tmp_path / "argv.txt.stdin").read_bytes() == script.read_bytes()  # on stdin
     child_env = (tmp_path / "argv.txt.env").read_text()
     assert "MY_VAR=kept" in child_env  # the registering shell's environment (export ALL)

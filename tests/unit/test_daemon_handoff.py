@@ -132,6 +132,7 @@ def test_example_script_signalled_while_waiting_trains_nothing(tmp_path: Path) -
     assert f"submit dir {job}," in out  # no SLURM_SUBMIT_DIR: $PWD
     assert (handoff._read(ckpt) or {}) | {"at": 0} == {
         "job_id": "7",
+        "chain": None,
         "segment": None,
         "state": "checkpointed",
         "at": 0,

@@ -51,6 +51,7 @@ def test_export_adds_the_segment_and_its_predecessor(export: str, expected: str)
 
 def test_the_first_segment_has_no_predecessor_and_an_estimate_no_place() -> None:
     assert export_option("ALL", 1, None) == "ALL,MIRAGE_SEGMENT=1"
+    assert export_option("ALL", 1, None, "cb6") == "ALL,MIRAGE_CHAIN_ID=cb6,MIRAGE_SEGMENT=1"
     assert export_option("NONE", None, None) == "NONE"
 
 
@@ -80,10 +81,11 @@ def test_every_segment_is_submitted_with_its_number_and_its_predecessors_job(
     run_cycles([d], sim, 0, 3 * 1800 + 600)
     assert chain_state(store, chain.id).state is ChainState.COMPLETED
     segs = segments_of(store, chain.id)
+    ours = f"--export=MIRAGE_CHAIN_ID={chain.id},MIRAGE_SEGMENT"
     assert [_export(r) for r in sim.requests] == [
-        "--export=MIRAGE_SEGMENT=1",  # the chain exports NONE: only Mirage's variables
-        f"--export=MIRAGE_SEGMENT=2,MIRAGE_PREV_JOB_ID={segs[0].job_id}",
-        f"--export=MIRAGE_SEGMENT=3,MIRAGE_PREV_JOB_ID={segs[1].job_id}",
+        f"{ours}=1",  # the chain exports NONE: only Mirage's variables
+        f"{ours}=2,MIRAGE_PREV_JOB_ID={segs[0].job_id}",
+        f"{ours}=3,MIRAGE_PREV_JOB_ID={segs[1].job_id}",
     ]
     chain.export = "ALL"
     assert "--export=ALL" in build_request(chain, "mg0", 60).extra_args  # an estimate's

@@ -366,21 +366,38 @@ def test_an_overtaken_segment_neither_trains_nor_signals_its_successor(
 ) -> None:
     """The old helper, overtaken while it waited, took the later segment (290) for its
     predecessor and signalled it after the grace. Now it exits OVERTAKEN and writes nothing."""
-    handoff._write(ckpt, "288", "running", 2)
+    handoff._write(ckpt, "288", "running", 2, "c1")
     clock = Clock()
 
     def sleep(seconds: float) -> None:
         clock.sleep(seconds)
         if clock.now == 1004.0:
-            handoff._write(ckpt, "290", "running", 4)
+            handoff._write(ckpt, "290", "running", 4, "c1")
 
-    code = handoff.start(ckpt, "289", segment=3, pred="288", clock=clock, sleep=sleep)
+    code = handoff.start(ckpt, "289", segment=3, pred="288", chain="c1", clock=clock, sleep=sleep)
     assert code == handoff.OVERTAKEN
     assert slurm.log("scancel") == ["--batch --signal=USR1 288"]  # its own predecessor only
     assert record(ckpt)["job_id"] == "290"
     assert "a later segment (job 290) already took over" in capsys.readouterr().err
-    handoff.done(ckpt, "289", 3)
+    handoff.done(ckpt, "289", 3, "c1")
     assert record(ckpt)["job_id"] == "290"  # done leaves the later segment's record
+
+
+def test_an_earlier_chains_record_is_no_later_segment(ckpt: Path, slurm: FakeSlurm) -> None:
+    """A new chain continues a training in the same directory: the old chain's segment 5
+    came before this chain's segment 1, whatever their numbers."""
+    handoff._write(ckpt, "500", "checkpointed", 5, "old-chain")
+    clock = Clock()
+    assert (
+        handoff.start(ckpt, "600", segment=1, chain="new-chain", clock=clock, sleep=clock.sleep)
+        == 0
+    )
+    assert (record(ckpt)["job_id"], record(ckpt)["chain"], record(ckpt)["segment"]) == (
+        "600",
+        "new-chain",
+        1,
+    )
+    assert clock.now == 1000.0 and slurm.log("scancel") == []
 
 
 def test_by_hand_the_first_job_seen_running_is_the_predecessor(
@@ -422,6 +439,7 @@ def test_a_predecessor_that_never_recorded_anything_is_waited_for_in_slurm(
 def test_the_cli_reads_mirages_variables(
     ckpt: Path, slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("MIRAGE_CHAIN_ID", "c7")
     monkeypatch.setenv("MIRAGE_SEGMENT", "2")
     monkeypatch.setenv("MIRAGE_PREV_JOB_ID", "100")
     handoff._write(ckpt, "100", "checkpointed", 1)
@@ -433,4 +451,5 @@ def test_the_cli_reads_mirages_variables(
     )
     assert handoff.main(["done", str(ckpt), "--job-id", "101"]) == 0
     assert (record(ckpt)["segment"], record(ckpt)["state"]) == (2, "checkpointed")
+    assert record(ckpt)["chain"] == "c7"
     assert slurm.log("squeue") == []  # its predecessor had recorded its checkpoint
