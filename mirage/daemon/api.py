@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
 from mirage.daemon.config import Config
@@ -103,7 +104,13 @@ class Api:
         partitions: Callable[[int], Sequence[Partition]] | None = None,
         planner: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None,
         marker_check: Callable[[Chain], bool | None] | None = None,
+        database_health: Callable[[], dict[str, Any]] | None = None,
+        access_check: Callable[[Chain], str] | None = None,
     ) -> None:
+        # why a new chain's owner cannot use its directory or until-file, checked as them
+        self.access_check = access_check
+        # whether the daemon could record its last cycle (it runs in this process)
+        self.database_health = database_health
         self.store = store
         # whether a chain's until-file exists, checked as its owner (the daemon's check)
         self.marker_check = marker_check
@@ -134,8 +141,7 @@ class Api:
                     return {"ok": False, "error": f"no chain {request.get('chain_id')} of yours"}
                 return {"ok": True, "chain": data}
             if op == "status":
-                now = int(self.clock())
-                return {"ok": True, "status": status(self.store, now, own, cluster=self.cluster)}
+                return {"ok": True, "status": self._status(own)}
             if op == "cancel":
                 return self._cancel(str(request.get("chain_id")), own, uid)
             if op == "register":
@@ -144,7 +150,23 @@ class Api:
                 return self._plan(request, uid)
         except ChainSpecError as exc:
             return {"ok": False, "error": str(exc)}
+        except SQLAlchemyError as exc:
+            why = self.store.unwritable(exc)
+            if why is None:
+                raise
+            log.warning("request of uid %d: the database is %s: %s", uid, why, exc)
+            return {
+                "ok": False,
+                "error": f"the daemon's database is {why}: nothing was changed; tell your "
+                "admin (mirage status shows it too)",
+            }
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def _status(self, own: int | None) -> dict[str, Any]:
+        answer = status(self.store, int(self.clock()), own, cluster=self.cluster)
+        if self.database_health is not None:
+            answer["database"] = self.database_health()
+        return answer
 
     def _cancel(self, chain_id: str, own: int | None, uid: int) -> dict[str, Any]:
         now = int(self.clock())
@@ -207,9 +229,11 @@ class Api:
         chain.plan = plan
         if self.partitions is not None:
             check_limits(chain, self.partitions(int(self.clock())))
-        stale = self._stale_until_file(chain)
-        if stale:
-            return {"ok": False, "error": stale}
+        refused = (self.access_check(chain) if self.access_check else "") or (
+            self._stale_until_file(chain)
+        )
+        if refused:
+            return {"ok": False, "error": refused}
         with self._register_lock:
             over = self._over_quota(uid)
             if over:

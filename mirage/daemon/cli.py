@@ -78,7 +78,9 @@ def chain() -> None:
 
 
 @chain.command("submit", context_settings={"ignore_unknown_options": True})
-@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+# not exists=True: click says "does not exist" of a file it may not stat (a link into a
+# folder the user cannot enter); reading it says why (Permission denied, No such file)
+@click.argument("script", type=click.Path(dir_okay=False))
 @click.option(
     "--segments",
     type=click.IntRange(min=1),
@@ -122,10 +124,13 @@ def chain_submit(
     """
     from mirage.daemon.chains import ChainSpecError, build_chain, check_limits
     from mirage.daemon.context import local_marker_check
+    from mirage.daemon.identity import owner_access_check
 
     cfg = config_or_fail(config_path)
     try:
         data = Path(script).read_bytes()
+    except IsADirectoryError as exc:
+        raise click.ClickException(f"the script {script} is a directory") from exc
     except OSError as exc:
         raise click.ClickException(f"cannot read the script {script}: {exc.strerror}") from exc
     plan = None
@@ -163,6 +168,9 @@ def chain_submit(
         )
         new.plan = plan
         check_limits(new, _cluster_partitions(cfg))
+        refused = owner_access_check(cfg)(new)
+        if refused:
+            raise ChainSpecError(refused)
         if new.until_file and local_marker_check(new):
             raise ChainSpecError(
                 f"the until-file {Path(new.chdir) / new.until_file} exists already (a finished "
@@ -562,6 +570,13 @@ def _daemon_lines(data: dict[str, Any], now: int) -> list[str]:
         f"    last cycle: {_cycle_text(facts.get('last_cycle'), now)}; last good poll "
         f"{_when(data.get('last_poll'), now)}"
     )
+    db = data.get("database") or {}
+    if db.get("writable") is False:
+        lines.append(
+            f"    DATABASE NOT WRITABLE since {_when(db.get('since'), now)}: {db.get('error')}; "
+            "the daemon cannot record its cycles, so no chain advances and nothing is "
+            "submitted until it can (the last cycle above is the last one recorded)"
+        )
     lines.append(_slurm_line(data.get("slurm") or {}, now))
     return lines
 
@@ -639,9 +654,17 @@ def _slurm_line(slurm: dict[str, Any], now: int) -> str:
     if reachable is None:
         return "Slurm: unknown (no poll recorded)"
     since = slurm.get("since")
-    if reachable:
-        return f"Slurm: reachable since {_when(since, now)}"
-    return f"Slurm: UNREACHABLE since {_when(since, now)}: {slurm.get('error') or '-'}"
+    if not reachable:
+        return f"Slurm: UNREACHABLE since {_when(since, now)}: {slurm.get('error') or '-'}"
+    text = f"Slurm: reachable since {_when(since, now)}"
+    acct = slurm.get("accounting") or {}
+    if acct.get("reachable") is False:
+        text += (
+            f"; accounting (slurmdbd, sacct) UNREACHABLE since {_when(acct.get('since'), now)}: "
+            f"{acct.get('error') or '-'}. Chains go on from squeue; a segment squeue no longer "
+            "lists, and a submission whose outcome is unknown, wait for accounting"
+        )
+    return text
 
 
 def _time_left_text(r: dict[str, Any], as_of: int | None, now: int) -> str:

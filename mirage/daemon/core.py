@@ -78,6 +78,9 @@ from mirage.slurm.types import (
 log = logging.getLogger(__name__)
 
 CURSOR_KEY = "accounting_cursor"
+#: The last poll whose squeue answered (``mirage status``: how fresh a job's state is); the
+#: accounting cursor above moves only when sacct answered too.
+QUEUE_POLL_KEY = "queue_poll"
 
 
 class Daemon:
@@ -130,6 +133,9 @@ class Daemon:
         self.last_report: CycleReport | None = None
         self.cycle_failures = 0
         self._slurm_fact: tuple[bool, str] | None = None
+        self._accounting_fact: tuple[bool, str] | None = None
+        # since when (and why) this daemon cannot record its cycles, None while it can
+        self.database_error: dict[str, Any] | None = None
 
     def _model_metrics(self) -> None:
         """The default policy's model and age, and each model's age for ``mirage status``."""
@@ -216,8 +222,34 @@ class Daemon:
             report.duration_s = time.perf_counter() - started
             self.metrics.cycle_duration.observe(report.duration_s)
             self.last_report = report
-        self._record_cycle(report)
+        try:
+            self._record_cycle(report)
+        except Exception as exc:
+            self._database_failed(exc, report.now)
+            raise
+        self._database_ok()
         return report
+
+    def _database_failed(self, exc: Exception, now: int) -> None:
+        """The cycle could not be recorded: say why where it can still be read (the metrics,
+        and ``mirage status`` through the socket, which asks this process)."""
+        why = self.store.unwritable(exc)
+        text = f"the database is {why}" if why else f"the database failed: {type(exc).__name__}"
+        if self.database_error is None:
+            self.database_error = {"since": now, "error": text, "detail": str(exc)[:500]}
+        else:
+            self.database_error["error"] = text
+        self.metrics.database_writable.set(0)
+
+    def _database_ok(self) -> None:
+        self.database_error = None
+        self.metrics.database_writable.set(1)
+
+    def database_health(self) -> dict[str, Any]:
+        """Whether this daemon could record its last cycle (``mirage status``)."""
+        if self.database_error is None:
+            return {"writable": True}
+        return {"writable": False, **self.database_error}
 
     def _record_cycle(self, report: CycleReport) -> None:
         """The cycle's facts for ``mirage status`` (raises if the database is gone)."""
@@ -239,6 +271,14 @@ class Daemon:
                 self.store, health.SLURM_KEY, health.SlurmInfo(reachable, error, report.now)
             )
             self._slurm_fact = fact
+        if report.skipped:
+            return  # squeue did not answer: nothing was asked of slurmdbd
+        acct = (not report.accounting_error, report.accounting_error[:500])
+        if acct != self._accounting_fact:
+            health.write(
+                self.store, health.ACCOUNTING_KEY, health.SlurmInfo(acct[0], acct[1], report.now)
+            )
+            self._accounting_fact = acct
 
     def _cycle(self, now: int, report: CycleReport) -> None:
         if not self.store.acquire_lease(self.cfg.cluster, self.holder, now, self.cfg.lease_ttl_s):
@@ -329,9 +369,6 @@ class Daemon:
             report.slurm_reads += 1
             self.metrics.slurm_commands.labels("squeue").inc()
             snapshot = self.client.queue()
-            report.slurm_reads += 1
-            self.metrics.slurm_commands.labels("sacct").inc()
-            accounting = self.client.accounting(since, every_state=True)
         except SlurmError as exc:
             kind = (
                 "unreachable"
@@ -352,6 +389,7 @@ class Daemon:
                 with self.store.session() as s:
                     s.add(event_row(now, "poll.failed", None, str(exc), error_kind=kind))
             return None
+        accounting = self._accounting(since, now, report)
         self.metrics.poll_duration.observe(time.perf_counter() - t0)
         self.metrics.slurm_reachable.set(1)
         if self._failures:
@@ -359,12 +397,37 @@ class Daemon:
                 s.add(event_row(now, "poll.recovered", None, f"after {self._failures} failures"))
         self._failures = 0
         self._next_poll = 0
-        self._last_ok_poll = now
-        self.store.set_value(CURSOR_KEY, str(now))
+        self.store.set_value(QUEUE_POLL_KEY, str(now))
+        if not report.accounting_error:
+            self._last_ok_poll = now
+            self.store.set_value(CURSOR_KEY, str(now))
         records, ignored = reconcile.merge_records(snapshot.jobs, accounting)
         for why, n in ignored.items():
             self.metrics.records_ignored.labels(why).inc(n)
         return snapshot, records, accounting
+
+    def _accounting(self, since: int, now: int, report: CycleReport) -> list[SlurmJob]:
+        """sacct's records since ``since``; none when slurmdbd cannot answer while the
+        controller does. The cycle then goes on from squeue, which lists ended jobs with
+        their state until MinJobAge: only what needs accounting waits (a segment squeue no
+        longer lists stays unknown; a submission whose outcome is unknown is never
+        declared lost), and the cursor stays, so the next answer covers the outage."""
+        try:
+            report.slurm_reads += 1
+            self.metrics.slurm_commands.labels("sacct").inc()
+            accounting = self.client.accounting(since, every_state=True)
+        except SlurmError as exc:
+            first = self._accounting_fact is None or self._accounting_fact[0]
+            report.accounting_error = str(exc) or type(exc).__name__
+            self.metrics.poll_errors.labels("accounting").inc()
+            self.metrics.accounting_reachable.set(0)
+            log.warning("accounting (sacct) failed, going on from squeue: %s", exc)
+            if first:
+                with self.store.session() as s:
+                    s.add(event_row(now, "accounting.failed", None, report.accounting_error))
+            return []
+        self.metrics.accounting_reachable.set(1)
+        return accounting
 
     def _reconcile(
         self,
@@ -380,7 +443,13 @@ class Daemon:
         by_token, extras = ledger.index_tokens(records.values())
         chains = {c.id: c for c in s.scalars(select(Chain).where(Chain.state == ChainState.ACTIVE))}
         unresolved = ledger.resolve_submissions(
-            self.ctx, s, now=now, by_token=by_token, chains=chains, report=report
+            self.ctx,
+            s,
+            now=now,
+            by_token=by_token,
+            chains=chains,
+            report=report,
+            may_lose=not report.accounting_error,  # unseen by squeue alone proves nothing
         )
         s.flush()
 

@@ -1,12 +1,13 @@
 """What the daemon says about itself, for ``mirage status`` (read from the database).
 
-Three small JSON facts in ``daemon_state``, written by the daemon and read by anyone:
+Four small JSON facts in ``daemon_state``, written by the daemon and read by anyone:
 
 - ``daemon_start``: who started, when, with what (version, host, pid, lease holder,
   policy and model, socket, metrics address, database, models path);
 - ``last_cycle``: the last cycle's time, whether it finished, what it skipped and why,
   the count of cycles that failed as a whole, and how many chains had an error in it;
-- ``slurm``: whether the last poll reached Slurm, its error, and since when.
+- ``slurm``: whether the last poll reached Slurm, its error, and since when;
+- ``accounting``: the same for slurmdbd (sacct), once the controller answered.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mirage.daemon.store import Store
 START_KEY = "daemon_start"
 CYCLE_KEY = "last_cycle"
 SLURM_KEY = "slurm"
+ACCOUNTING_KEY = "accounting"
 
 
 @dataclass

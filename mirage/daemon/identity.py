@@ -209,3 +209,66 @@ def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
         return None
 
     return check
+
+
+#: What a chain's owner must be able to do with its directory, each with the refusal.
+_DIRECTORY_PROBES = (
+    ("-d", "is not a directory (or does not exist)"),
+    ("-x", "cannot be entered by you"),
+    ("-w", "cannot be written by you (Slurm writes the jobs' output there)"),
+)
+
+
+def owner_access_check(config: Config) -> Callable[[Chain], str]:
+    """Why a new chain's owner cannot use what it points at ("" when they can), checked
+    with the owner's own rights (as the owner, where the daemon submits as owners): its
+    directory must be one they may enter and write, and its until-file's folder must not
+    lead out of that directory through a link."""
+    as_owner = runs_as_owner(config)
+
+    def run(chain: Chain, argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return subprocess.run(  # noqa: S603 - fixed argv, the paths are one argument each
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=dict(MINIMAL_ENV),
+                check=False,
+                cwd="/",
+                **_owner_kw(chain, as_owner),
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("access check for chain %s failed: %s", chain.id, exc)
+            return None
+
+    def real(chain: Chain, path: str) -> str | None:
+        got = run(chain, ["/usr/bin/realpath", "-e", "--", path])
+        return got.stdout.strip() if got is not None and got.returncode == 0 else None
+
+    def check(chain: Chain) -> str:
+        where = chain.chdir
+        for flag, why in _DIRECTORY_PROBES:
+            got = run(chain, ["/usr/bin/test", flag, where])
+            if got is not None and got.returncode == 1:
+                return f"the chain's directory {where} {why}"
+        if not chain.until_file or Path(chain.until_file).is_absolute():
+            return ""
+        folder = str(Path(where) / chain.until_file).rsplit("/", 1)[0]
+        inside, top = real(chain, folder), real(chain, where)
+        if inside is None or top is None:
+            return ""  # not there yet: the job creates it (as the owner, inside)
+        if inside != top and not inside.startswith(top.rstrip("/") + "/"):
+            return (
+                f"--until-file {chain.until_file}: its folder {folder} leads out of the chain's "
+                f"directory (to {inside}); name a file inside it"
+            )
+        return ""
+
+    return check
+
+
+def _owner_kw(chain: Chain, as_owner: bool) -> dict[str, Any]:
+    if not as_owner:
+        return {}
+    return {"user": chain.uid, "group": chain.gid, "extra_groups": list(chain.groups)}

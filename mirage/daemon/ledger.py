@@ -389,9 +389,11 @@ def resolve_submissions(
     by_token: dict[str, SlurmJob],
     chains: dict[str, Chain],
     report: CycleReport,
+    may_lose: bool = True,
 ) -> dict[str, list[Submission]]:
     """Adopt INTENT/UNKNOWN submissions whose token Slurm shows, declare LOST those
-    unseen for too long; the rest, per chain, are still unresolved."""
+    unseen for too long (only when ``may_lose``: sacct answered, so a job that already
+    left squeue would have been seen); the rest, per chain, are still unresolved."""
     unresolved: dict[str, list[Submission]] = defaultdict(list)
     for sub in s.scalars(
         select(Submission).where(
@@ -417,7 +419,7 @@ def resolve_submissions(
                     job_id=found.job_id,
                 )
             )
-        elif now - sub.created_at >= ctx.cfg.unknown_timeout_s:
+        elif may_lose and now - sub.created_at >= ctx.cfg.unknown_timeout_s:
             sub.state = SubmissionState.LOST
             sub.resolved_at = now
             report.lost.append(sub.token)

@@ -70,6 +70,11 @@ class DaemonMetrics:
         self.slurm_reachable = Gauge(
             "mirage_slurm_reachable", "1 if the last poll reached Slurm", registry=r
         )
+        self.accounting_reachable = Gauge(
+            "mirage_slurm_accounting_reachable",
+            "1 if the last poll's sacct reached slurmdbd (0: the cycle went on from squeue)",
+            registry=r,
+        )
         self.slurm_commands = Counter(
             "mirage_slurm_commands", "Slurm commands run, by command", ["command"], registry=r
         )
@@ -77,6 +82,12 @@ class DaemonMetrics:
             "mirage_cycles_skipped",
             "Cycles not run: the previous one overran, backoff, or the lease is elsewhere",
             ["why"],
+            registry=r,
+        )
+        self.database_writable = Gauge(
+            "mirage_database_writable",
+            "1 if the daemon recorded its last cycle; 0: the database is full, read-only or "
+            "failing, and no chain advances",
             registry=r,
         )
         self.lease_held = Gauge("mirage_lease_held", "1 if this daemon holds the lease", registry=r)

@@ -95,6 +95,7 @@ class CycleReport:
     submit_stalled: bool = False  # an sbatch timed out or lost the controller
     failed: bool = False  # the cycle failed as a whole (error says why)
     chain_errors: list[str] = field(default_factory=list)  # chains whose own step failed
+    accounting_error: str = ""  # sacct failed while squeue answered: went on from squeue
 
 
 @dataclass

@@ -145,6 +145,7 @@ def run_service(daemon: Daemon, config: Config) -> None:
     scheduler = BlockingScheduler(timezone="UTC")
     scheduler.add_listener(skipped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
     from mirage.daemon.api import Api, ApiServer
+    from mirage.daemon.identity import owner_access_check
 
     woken = Wakeups(time.monotonic)
 
@@ -168,6 +169,8 @@ def run_service(daemon: Daemon, config: Config) -> None:
                 partitions=daemon.partitions,
                 planner=daemon.planner.answer,
                 marker_check=daemon.ctx.marker_check,
+                database_health=daemon.database_health,
+                access_check=owner_access_check(config),
             ),
         )
     except OSError as exc:

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirage.daemon import health
-from mirage.daemon.core import CURSOR_KEY
+from mirage.daemon.core import CURSOR_KEY, QUEUE_POLL_KEY
 from mirage.daemon.metrics import INTERVAL_OUTCOMES
 from mirage.daemon.policies import model_key
 from mirage.daemon.store import Chain, ChainState, Event, Segment, Store, Submission
@@ -299,7 +299,12 @@ def daemon_facts(store: Store, now: int, cluster: str) -> dict[str, Any]:
 def slurm_facts(store: Store) -> dict[str, Any]:
     """Whether the daemon's last poll reached Slurm (null: no poll recorded), the error
     and since when."""
-    got = health.read(store, health.SLURM_KEY) or {}
+    out = _reach(health.read(store, health.SLURM_KEY) or {})
+    out["accounting"] = _reach(health.read(store, health.ACCOUNTING_KEY) or {})
+    return out
+
+
+def _reach(got: dict[str, Any]) -> dict[str, Any]:
     reachable, since = got.get("reachable"), got.get("since")
     return {
         "reachable": reachable if isinstance(reachable, bool) else None,
@@ -324,7 +329,9 @@ def status(
     out: dict[str, Any] = {
         "now": now,
         "lease_holder": store.lease_holder(cluster, now),
-        "last_poll": int(v) if (v := store.get_value(CURSOR_KEY)) else None,
+        "last_poll": int(v)
+        if (v := store.get_value(QUEUE_POLL_KEY) or store.get_value(CURSOR_KEY))
+        else None,
         "stated_intervals_7d": stated_intervals(store, now - INTERVAL_WINDOW_S),
         "daemon": daemon_facts(store, now, cluster),
         "slurm": slurm_facts(store),

@@ -340,12 +340,58 @@ def holder_alive(holder: str) -> bool | None:
     return True
 
 
+#: What SQLite and PostgreSQL say when the database cannot be written, and its words.
+_UNWRITABLE = (
+    ("database or disk is full", "full (its disk has no space left)"),
+    ("no space left on device", "full (its disk has no space left)"),
+    ("could not extend file", "full (its disk has no space left)"),
+    ("disk quota exceeded", "full (its disk quota is used up)"),
+    ("readonly database", "read-only"),
+    ("read-only file system", "read-only"),
+    ("read-only transaction", "read-only"),
+)
+
+
+def unwritable(exc: BaseException, path: str | None = None) -> str | None:
+    """Why the database cannot be written ("full (...)", "read-only (...)"), when ``exc``
+    says so or, for a SQLite file at ``path``, its filesystem does (SQLite in WAL mode on a
+    read-only filesystem says only "unable to open database file"); None otherwise."""
+    text = str(exc).lower()
+    said = next((words for needle, words in _UNWRITABLE if needle in text), None)
+    if said is not None or path is None:
+        return said
+    folder = Path(path).absolute().parent
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return "read-only (its filesystem is mounted read-only)"
+    if fs.f_bavail == 0:
+        return "full (its disk has no space left)"
+    if not os.access(folder, os.W_OK):
+        return "read-only (its directory cannot be written)"
+    return None
+
+
 class Store:
     """Sessions on one database, and the lease."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @property
+    def sqlite_path(self) -> str | None:
+        """The SQLite file's path (None: another database, or in memory)."""
+        url = self.engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return None
+        return url.database
+
+    def unwritable(self, exc: BaseException) -> str | None:
+        """:func:`unwritable` for this database."""
+        return unwritable(exc, self.sqlite_path)
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True) -> Store:

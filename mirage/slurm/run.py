@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from mirage.slurm.types import SlurmError, SlurmTimeoutError, SlurmUnreachableError, SubmitError
@@ -165,6 +166,18 @@ def is_unreachable(stderr: str) -> bool:
     return any(p.search(stderr) for p in _UNREACHABLE_PATTERNS)
 
 
+#: The commands that talk to slurmdbd rather than slurmctld.
+ACCOUNTING_COMMANDS = frozenset({"sacct", "sacctmgr", "sreport", "sshare"})
+
+
+def unreachable_what(argv: Sequence[str]) -> str:
+    """Which daemon an unreachable command could not reach, in words."""
+    name = Path(argv[0]).name if argv else ""
+    if name in ACCOUNTING_COMMANDS:
+        return "Slurm accounting (slurmdbd) unreachable"
+    return "Slurm controller unreachable"
+
+
 def killed_by_signal(returncode: int) -> int | None:
     """The signal that killed a command: subprocess reports -N, a shell wrapper 128 + N."""
     if returncode < 0:
@@ -200,7 +213,7 @@ def check_result(
         )
     if is_unreachable(result.stderr):
         raise SlurmUnreachableError(
-            result.argv, result.returncode, result.stderr, "Slurm controller unreachable"
+            result.argv, result.returncode, result.stderr, unreachable_what(result.argv)
         )
     raise error(result.argv, result.returncode, result.stderr)
 

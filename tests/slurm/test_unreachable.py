@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from mirage.slurm.types import SlurmUnreachableError, SubmitRequest
 from tests.slurm.cluster_control import restart_cluster, stop_daemon
@@ -70,3 +72,83 @@ def test_slurmdbd_down_then_back(backend: str) -> None:
     finally:
         restart_cluster()
     client.accounting(since)
+
+
+CHAIN_SCRIPT = b"""#!/bin/bash
+trap 'exit 0' USR1
+sleep 600 &
+wait
+"""
+
+
+def test_a_chain_goes_on_while_slurmdbd_is_down(tmp_path: Path) -> None:
+    """The trial's slurmdbd outage: status said the controller was unreachable, the whole
+    poll was skipped, and segments that ended got successors only minutes after slurmdbd
+    came back. Now, with slurmdbd stopped while segment 1 runs, segment 1's end (listed by
+    squeue for MinJobAge) gets segment 2 submitted within a poll or two; status names
+    accounting, not the controller; when slurmdbd is back the chain completes."""
+    from mirage.daemon.chains import build_chain
+    from mirage.daemon.config import Config, DaemonSection, PolicySection, SlurmSection
+    from mirage.daemon.core import Daemon
+    from mirage.daemon.identity import action_clients
+    from mirage.daemon.ledger import register_chain
+    from mirage.daemon.status import status
+    from mirage.daemon.store import Chain, ChainState, Segment, Store
+    from mirage.slurm.cli_backend import CliSlurmClient
+
+    store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
+    chain = build_chain("job.sbatch", CHAIN_SCRIPT, ["--time=1", "--gres=gpu:1"], segments=2,
+                        until_file=None, name="dbd", cwd=str(tmp_path), environ={})  # fmt: skip
+    register_chain(store, chain, int(time.time()), first_intent=False)
+    cfg = Config(
+        daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, run_as_owner="never"),
+        slurm=SlurmSection(timeout_s=60),
+        policy=PolicySection(default="reactive", guard="none"),
+    )
+    client = CliSlurmClient(timeout=60.0)
+    d = Daemon(store, client, config=cfg, action_clients=action_clients(cfg))
+
+    def segments() -> list[Segment]:
+        with store.sessions() as s:
+            return list(s.scalars(select(Segment).order_by(Segment.index)))
+
+    def cycle_until(what: str, timeout: float, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+            d.cycle(int(time.time()))
+            time.sleep(5)
+
+    dbd_down = False
+    try:
+        cycle_until("segment 1 runs", 120, lambda: any(g.start for g in segments()))
+        stop_daemon(LAB / "run" / "slurmdbd.pid", "slurmdbd")
+        dbd_down = True
+        cycle_until("segment 2 submitted", 150, lambda: len(segments()) == 2)
+        first, second = segments()
+        assert first.end is not None and second.submitted_at - first.end <= 15, (
+            first.end, second.submitted_at,
+        )  # fmt: skip
+        report = d.last_report
+        assert report is not None and report.acted and "slurmdbd" in report.accounting_error
+        facts = status(store, int(time.time()), None)["slurm"]
+        assert facts["reachable"] is True and facts["accounting"]["reachable"] is False
+        restart_cluster()
+        dbd_down = False
+
+        def ended() -> bool:
+            with store.sessions() as s:
+                c = s.get(Chain, chain.id)
+                return c is not None and c.state is not ChainState.ACTIVE
+
+        cycle_until("the chain ends", 150, ended)
+        with store.sessions() as s:
+            c = s.get(Chain, chain.id)
+            assert c is not None and c.state is ChainState.COMPLETED, c and c.reason
+        assert status(store, int(time.time()), None)["slurm"]["accounting"]["reachable"] is True
+    finally:
+        if dbd_down:
+            restart_cluster()
+        live = [g.job_id for g in segments() if not g.finished]
+        if live:
+            client.cancel(live)

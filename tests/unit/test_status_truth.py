@@ -285,7 +285,10 @@ def test_status_human_and_json_say_the_same(world: World) -> None:
         for fact in facts(r):
             assert fact in by_chain[r["id"]], (r["name"], fact, by_chain[r["id"]])
     # Slurm's reachability and the daemon's facts, in both
-    assert data["slurm"] == {"reachable": False, "error": SLURM_DOWN, "since": NOW - 180}
+    no_word = {"reachable": None, "error": "", "since": None}  # slurmdbd: never asked
+    assert data["slurm"] == {
+        "reachable": False, "error": SLURM_DOWN, "since": NOW - 180, "accounting": no_word,
+    }  # fmt: skip
     assert f"Slurm: UNREACHABLE since {_when(NOW - 180, NOW)}: {SLURM_DOWN}" in human
     assert data["daemon"]["start"]["version"] == "9.9.9" and "mirage 9.9.9 on login1" in human
     assert data["daemon"]["live"] is True and f"held by {HOLDER} (the daemon above)" in human
@@ -347,7 +350,8 @@ def test_no_slurm_poll_recorded_reads_unknown(tmp_path: Path) -> None:
     cfg, _ = cli_setup(tmp_path, "#!/bin/sh\n")
     res = CliRunner().invoke(main, ["status", "--json", "--config", str(cfg)])
     data = json.loads(res.output)
-    assert data["slurm"] == {"reachable": None, "error": "", "since": None}
+    unknown = {"reachable": None, "error": "", "since": None}
+    assert data["slurm"] == {**unknown, "accounting": unknown}
     assert data["daemon"]["start"] is None and data["daemon"]["live"] is False
     res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
     assert "Slurm: unknown (no poll recorded)" in res.output
