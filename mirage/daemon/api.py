@@ -79,6 +79,10 @@ def request_limit(max_script_bytes: int) -> int:
     return max(MAX_REQUEST, 4 * ((max_script_bytes + 2) // 3) + _REQUEST_ROOM)
 
 
+#: How long and how much a refused request's rest is read and dropped (``_Handler._drain``).
+DRAIN_S, DRAIN_BYTES = 2.0, 64 * 1024 * 1024
+
+
 class RequestError(Exception):
     """The request could not be read or decoded (the message is the client's answer)."""
 
@@ -399,14 +403,20 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         try:
             self._answer(self._serve(uid, gid))
+            if self.refused:
+                self._drain()
         finally:
             self.server.slots.give(uid)
+
+    refused = False  # the request was not read whole: the client may still be sending
 
     def _serve(self, uid: int, gid: int) -> dict[str, Any]:
         try:
             line = read_request(self.request, self.server.limit, self.server.deadline_s)
             request = decode_request(line)
         except RequestError as exc:
+            log.warning("request of uid %d refused: %s", uid, exc)
+            self.refused = True
             return {"ok": False, "error": str(exc)}
         except OSError as exc:  # the client went away: the answer will not reach it either
             return {"ok": False, "error": f"cannot read the request: {exc}"}
@@ -416,6 +426,20 @@ class _Handler(socketserver.BaseRequestHandler):
             log.warning("request of uid %d failed: %r", uid, exc)  # repr: no forged lines
             log.debug("the failed request's traceback", exc_info=True)
             return {"ok": False, "error": f"internal error: {type(exc).__name__}"}
+
+    def _drain(self) -> None:
+        """Read and drop what the client still sends, briefly: a socket closed with unread
+        data sends a reset, which may discard the answer before the client reads it."""
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_WR)
+            end = time.monotonic() + DRAIN_S
+            got = 0
+            while got < DRAIN_BYTES and (left := end - time.monotonic()) > 0:
+                self.request.settimeout(left)
+                data = self.request.recv(65536)
+                if not data:
+                    return
+                got += len(data)
 
     def _answer(self, answer: dict[str, Any]) -> None:
         try:

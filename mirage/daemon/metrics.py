@@ -43,6 +43,8 @@ def interval_outcome(start: int, low: int | None, high: int | None) -> str | Non
     return "late" if start > high else "inside"
 
 
+#: why a Slurm record was not applied (``mirage_slurm_records_ignored_total{reason}``)
+IGNORED_REASONS = ("duplicate", "stale_pending", "id_reused", "extra_job")
 #: the steps of a cycle that are one chain's own (``mirage_chain_errors_total{step}``)
 CHAIN_STEPS = ("reconcile", "decide", "submit", "revoke")
 #: why a chain's configured policy is not used (``mirage_policy_fallback_chains{why}``)
@@ -107,6 +109,8 @@ class DaemonMetrics:
             ["reason"],
             registry=r,
         )
+        for why in IGNORED_REASONS:  # exported at 0 before the first, as alerts expect
+            self.records_ignored.labels(why)
         self.revocations = Counter(
             "mirage_revocations",
             "Pre-submitted successors cancelled while pending: the policy found them too early",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -477,3 +478,31 @@ def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
     finally:
         srv.stop()
         sockdir.rmdir()
+
+
+def test_a_raw_client_that_sends_an_oversized_line_whole_gets_the_answer(
+    server: tuple[ApiServer, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that writes its whole line before it reads (a script's socat, a raw
+    socket): the daemon answered and closed with the rest unread, the kernel reset the
+    connection and the answer was lost, with nothing logged. Now it drains the rest
+    briefly, so the answer arrives, and logs the refusal."""
+    _srv, path = server
+    line = json.dumps({"op": "list", "pad": "x" * (20 * 1024 * 1024)}).encode() + b"\n"
+    with (
+        caplog.at_level(logging.WARNING, logger="mirage.daemon.api"),
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
+    ):
+        sock.settimeout(30)
+        sock.connect(str(path))
+        sock.sendall(line)
+        got = b""
+        while not got.endswith(b"\n"):
+            data = sock.recv(65536)
+            assert data, got
+            got += data
+    assert json.loads(got) == {
+        "ok": False,
+        "error": f"the request is larger than {MAX_REQUEST} bytes",
+    }
+    assert any("refused: the request is larger than" in r.getMessage() for r in caplog.records)

@@ -157,3 +157,17 @@ def test_owner_runner_drops_to_the_owner() -> None:
     assert (uid.stdout.split(), groups.stdout.split()) == (["65534"], ["65534"])
     env = runner(["env"]).stdout  # the chain's environment, cleaned of Slurm variables
     assert "SLURM_JOB_ID" not in env and "TZ=UTC" in env
+
+
+def test_every_documented_labelled_counter_is_exported_before_its_first_count() -> None:
+    """The trial never saw mirage_slurm_records_ignored_total (a labelled counter appears
+    only once a label is used: an alert on it had nothing to read); and metrics.md called
+    mirage_model_info an info, which the exposition format shows as a gauge."""
+    from prometheus_client.exposition import generate_latest
+
+    text = generate_latest(DaemonMetrics().registry).decode()
+    for why in ("duplicate", "stale_pending", "id_reused", "extra_job"):
+        assert f'mirage_slurm_records_ignored_total{{reason="{why}"}} 0.0' in text
+    assert "# TYPE mirage_model_info gauge" in text
+    doc = (ROOT / "docs" / "admin" / "metrics.md").read_text()
+    assert "| `mirage_model_info` | gauge" in doc
