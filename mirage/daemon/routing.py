@@ -11,6 +11,7 @@ of Slurm start estimates (``sbatch --test-only``): the policies' first, then
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -141,7 +142,8 @@ class PolicyRouter:
                         span // 86400, exc)  # fmt: skip
             return []
         self._warmed = True
-        log.info("policy warm-up: %d accounting records since %d", len(history), now - span)
+        since = dt.datetime.fromtimestamp(now - span, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        log.info("policy warm-up: %d accounting records since %s", len(history), since)
         return history
 
     def observe(self, now: int, snapshot: QueueSnapshot, accounting: list[SlurmJob]) -> None:

@@ -174,10 +174,18 @@ def guard_kind(estimate: bool, lookahead: bool) -> str:
 def vetoes_text(estimate_h: float | None, lookahead_h: float | None) -> str:
     """A guard's vetoes as logs and reports show them: "estimate 24 h or look-ahead +2 h",
     "none" (None: that veto is off)."""
-    out = [] if estimate_h is None else [f"estimate {estimate_h:g} h"]
+    out = [] if estimate_h is None else [f"estimate {_hours(estimate_h)}"]
     if lookahead_h is not None:
-        out.append(f"look-ahead {lookahead_h:+g} h")
+        out.append(f"look-ahead {_hours(lookahead_h, signed=True)}")
     return " or ".join(out) or "none"
+
+
+def _hours(h: float, *, signed: bool = False) -> str:
+    """ "24 h", "+2 h", "0.5 h"; a margin that is no tenth of an hour as a duration ("1m00s",
+    not "0.0166667 h")."""
+    if abs(h * 10 - round(h * 10)) < 1e-9:
+        return f"{h:+g} h" if signed else f"{h:g} h"
+    return duration(h * HOUR, signed=signed)
 
 
 class Guard(Policy):

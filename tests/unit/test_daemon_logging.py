@@ -90,6 +90,10 @@ def test_start_line_names_the_guard() -> None:
     assert guard_text(la) == "look-ahead +2 h"
     both = dataclasses.replace(la, guard="estimate+lookahead", guard_margin_s=8 * 3600)
     assert guard_text(both) == "estimate 8 h or look-ahead +2 h"
+    # a 60 s margin read "estimate 0.0166667 h" in the trial's log and status
+    from mirage.policy.guard import vetoes_text
+
+    assert vetoes_text(60 / 3600, -90 / 3600) == "estimate 1m00s or look-ahead -1m30s"
     assert guard_text(dataclasses.replace(p, guard="none")) == "none"
     assert guard_text(dataclasses.replace(p, default="reactive")) == ""
     assert start_text({"policy": "qbets", "guard": "look-ahead +2 h"}, 0).startswith(

@@ -171,3 +171,21 @@ def test_every_documented_labelled_counter_is_exported_before_its_first_count() 
     assert "# TYPE mirage_model_info gauge" in text
     doc = (ROOT / "docs" / "admin" / "metrics.md").read_text()
     assert "| `mirage_model_info` | gauge" in doc
+
+
+def test_the_example_configuration_describes_the_shipped_cluster_files() -> None:
+    """The trial found mirage.toml.example calling CERIT's file "slurm-estimate behind a
+    1 h guard"; it ships qbets behind the look-ahead. The text is held to the files."""
+    import tomllib
+
+    example = (ROOT / "deploy" / "mirage.toml.example").read_text()
+    said = {"cerit": "-2 h", "theta": "+2 h"}
+    for cluster, margin in said.items():
+        shipped = tomllib.loads((ROOT / "models" / cluster / "policy.toml").read_text())["policy"]
+        assert (shipped["default"], shipped["qbets_quantile"], shipped["guard"]) == (
+            "qbets", 0.9, "lookahead",
+        )  # fmt: skip
+        hours = shipped["guard_lookahead_margin_s"] / 3600
+        assert f"{hours:+g} h" == margin, (cluster, hours)
+    assert "qbets at 0.9 behind the look-ahead guard at a\n# margin of -2 h" in example
+    assert "theta/policy.toml: the same at +2 h" in example
