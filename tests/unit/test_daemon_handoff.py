@@ -68,19 +68,10 @@ def test_example_script_forwards_usr1_to_background_training(tmp_path: Path) -> 
     """train.sbatch run from a spool copy, as slurmd runs it: it finds train.py and the
     helper in SLURM_SUBMIT_DIR, runs train.py with MIRAGE_PYTHON and the helper with
     python3 -I, and forwards USR1 to the training."""
-    if shutil.which("bash") is None:
-        pytest.skip("no bash")
-    job = tmp_path / "job"
-    job.mkdir()
-    for name in ("train.sbatch", "mirage_handoff.py"):
-        shutil.copy(REPO / "deploy" / "examples" / name, job / name)
-    (job / "train.py").write_text(FAKE_TRAIN)
+    job, bindir = example_job(tmp_path, FAKE_TRAIN)
     spool = tmp_path / "spool"
     spool.mkdir()
     shutil.copy(job / "train.sbatch", spool / "slurm_script")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "python3").symlink_to(sys.executable)
     ckpt = tmp_path / "ckpt"
     env = {
         "PATH": f"{bindir}:/usr/bin:/bin",
