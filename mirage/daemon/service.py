@@ -21,7 +21,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -211,15 +210,6 @@ def private_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def make_private(folder: Path) -> None:
-    """The database's folder 0700, whatever made it first (``install -d`` of a folder inside
-    it leaves it 0755): a folder of the daemon's own user only, never a shared one."""
-    info = folder.stat()
-    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-        log.warning("the database folder %s was %o: made 0700", folder, info.st_mode & 0o777)
-        folder.chmod(0o700)
-
-
 def open_store(config: Config) -> Store:
     """The configured database, migrated to the current schema (``alembic upgrade head``).
 
@@ -240,7 +230,6 @@ def open_store(config: Config) -> Store:
             # than most shells' 022, but a hand-started daemon gets the shell's)
             folder = Path(url.removeprefix("sqlite:///")).parent
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            make_private(folder)
             with private_umask():
                 return Store.open(url)
         return Store.open(url)

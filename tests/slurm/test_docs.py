@@ -448,6 +448,9 @@ def test_the_docs_run_as_written(docs_run: Run, tmp_path: Path) -> None:
             config.write_text(text)
         for block in blocks((REPO / doc).read_text()):
             run_block(run, doc, block)
+    # the documented log names users' jobs: not readable by them (the trial found it 0644)
+    log_mode = (run.ns.fresh("/var/lib/mirage") / "daemon.log").stat().st_mode
+    assert log_mode & 0o077 == 0, oct(log_mode)
     start_line = next((ln for ln in run.daemon_log(200).splitlines() if " started: " in ln), "")
     run.say(f"daemon start line: {start_line}")
 

@@ -32,6 +32,7 @@ SCRIPT = "#!/bin/bash\n#SBATCH --output=slurm-%j.out\nsleep 300\n"
 ALLOWED_LABELS = {"__name__", "job", "instance", "state", "outcome", "kind", "why", "command"}
 ALLOWED_LABELS |= {"le", "policy"}  # histogram buckets; mirage_model_info's policy name
 ALLOWED_LABELS |= {"step"}  # mirage_chain_errors_total: the cycle's step (bounded, no ids)
+ALLOWED_LABELS |= {"reason"}  # mirage_slurm_records_ignored_total: why (bounded, no ids)
 
 
 class Prometheus:
