@@ -483,7 +483,8 @@ def watch_until_ended(run: Run) -> dict[str, dict[str, Any]]:
         if time.monotonic() >= next_status:
             status = run.json_of(run.root("mirage status --json --all"))
             for r in status["chains"]:
-                if r["id"] in chains and r.get("policy_used"):
+                # while it runs: an ended chain keeps no note
+                if r["id"] in chains and r.get("policy_used") and r["state"] == "ACTIVE":
                     chains[r["id"]]["status"] = r
             next_status = time.monotonic() + 15
         states = {cid: c["row"]["state"] for cid, c in chains.items()}
