@@ -577,6 +577,8 @@ def _daemon_lines(data: dict[str, Any], now: int) -> list[str]:
             "the daemon cannot record its cycles, so no chain advances and nothing is "
             "submitted until it can (the last cycle above is the last one recorded)"
         )
+    if start and start.get("install"):
+        lines.append(f"    INSTALL: {start['install']}")
     lines.append(_slurm_line(data.get("slurm") or {}, now))
     return lines
 
@@ -691,16 +693,39 @@ def _chain_lines(
     if r.get("successor_job_id") or r["state"] == "ACTIVE":
         lines.append(f"    successor: {_successor_text(r, now)}")
     if r["state"] == "ACTIVE":
-        interval = r.get("predicted_interval")
-        pred = _when(r.get("predicted_start"), now)
-        if interval:
-            pred += f" [{_when(interval[0], now)} .. {_when(interval[1], now)}]"
         lines.append(
-            f"    predicted start: {pred}; Slurm's estimate: {_when(r.get('slurm_estimate'), now)}"
+            f"    predicted start: {_prediction_text(r, now)}; "
+            f"Slurm's estimate: {_when(r.get('slurm_estimate'), now)}"
         )
         lines.append(f"    policy: {_policy_text(r)}")
         lines.append(f"    shape: {_shape_text(r)}; {_plan_text(r, now)}")
     return lines + _trouble_lines(r, now)
+
+
+def _prediction_text(r: dict[str, Any], now: int) -> str:
+    """The successor's predicted start and interval, said as what it is: a prediction made
+    before the current segment started was about that segment's own start (none yet for
+    the next one); one whose time has passed says what the successor is doing instead."""
+    pred, decided, began = r.get("predicted_start"), r.get("decided_at"), r.get("job_start")
+    if pred is None:
+        return "-"
+    if decided is not None and began is not None and decided < began:
+        return (
+            f"none yet for the next segment (the last one was for this segment: "
+            f"{_when(pred, now)}; it started {_when(began, now)})"
+        )
+    text = _when(pred, now)
+    interval = r.get("predicted_interval")
+    if interval:
+        text += f" [{_when(interval[0], now)} .. {_when(interval[1], now)}]"
+    if pred < now:
+        state = r.get("successor_state")
+        if not r.get("successor_job_id"):
+            text += ", passed: the successor is not submitted yet"
+        elif state == "PENDING":
+            why = f" ({r['successor_reason']})" if r.get("successor_reason") else ""
+            text += f", passed: the successor is still PENDING{why}"
+    return text
 
 
 def _per_node(shape: dict[str, Any]) -> str:
@@ -879,6 +904,8 @@ def announce(daemon: Daemon, cfg: Config) -> None:
     )
     if info.fallback:
         log.warning("[policy] %s is not used as is: %s", info.policy, info.fallback)
+    if info.install:
+        log.warning("%s", info.install)
 
 
 def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
@@ -912,7 +939,19 @@ def start_info(daemon: Daemon, cfg: Config, now: int) -> StartInfo:
         database=make_url(url).render_as_string(hide_password=True),
         models_dir=models,
         guard=guard_text(pcfg),
+        install=users_install_problem(),
     )
+
+
+def users_install_problem() -> str:
+    """A root daemon serves other users: can they run this install? ("" when they can, or
+    when the daemon is a user's own.)"""
+    from mirage.daemon.install_check import install_problem
+
+    if os.geteuid() != 0:
+        return ""
+    command = sys.argv[0] if Path(sys.argv[0]).name == "mirage" else None
+    return install_problem(command)
 
 
 @contextlib.contextmanager

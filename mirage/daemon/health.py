@@ -40,6 +40,7 @@ class StartInfo:
     database: str = ""  # password hidden
     models_dir: str = ""
     guard: str = ""  # the default policy's guard: "estimate 24 h", "look-ahead +2 h", "none"
+    install: str = ""  # a root daemon: why users cannot run this install ("" when they can)
 
 
 @dataclass

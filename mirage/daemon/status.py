@@ -264,6 +264,7 @@ def _status_row(store: Store, s: Session, c: Chain, now: int) -> dict[str, Any]:
     row.update(
         segment=None if cur is None else cur.index + 1,
         job_id=None if cur is None else cur.job_id,
+        job_start=None if cur is None else cur.start,
         time_left_s=_time_left(cur, now),
         predicted_start=c.predicted_start,
         predicted_interval=_interval(c.predicted_low, c.predicted_high),

@@ -43,6 +43,7 @@ from mirage.plan.queue import COARSE_STEP_S, Snapshot, spread, start_times
 from mirage.plan.shapes import Shape
 from mirage.plan.work import PlanInputError, Work
 from mirage.policy.lookahead import HORIZON_S, MAX_DRAWS, RunTimes
+from mirage.profile.schema import ClusterProfile
 
 HOUR = 3600
 #: (low, median, high) of a submission's wait (s), per shape; None where it has none.
@@ -161,7 +162,8 @@ def plan_chain(
         s: _candidate(q.now, work, s, start, [d[k] for d in drawn], waits[k], options)
         for k, (s, start) in enumerate(zip(every, starts, strict=True))
     }
-    ranked = sorted((rows[s] for s in shapes), key=_rank)
+    capped = capped_partitions(q.profile)
+    ranked = sorted((rows[s] for s in shapes), key=lambda c: _rank(c, capped))
     return Plan(
         now=q.now,
         work=work,
@@ -185,8 +187,16 @@ def _calibrated(q: Snapshot, shapes: Sequence[Shape], starts: list[int], o: Opti
     ]
 
 
-def _rank(c: Candidate) -> tuple[int, float, Shape]:
-    return (c.completion, c.resource_hours, c.shape)
+def capped_partitions(profile: ClusterProfile) -> frozenset[str]:
+    """Partitions whose QOS limits what one user or all may run (a per-user job or GPU
+    cap): among shapes that finish together, one there ranks after one without, since the
+    cap holds back the chain's successor and the user's other jobs alike."""
+    limited = {q.name for q in profile.qos if q.has_limits}
+    return frozenset(p.name for p in profile.partitions if p.qos and p.qos in limited)
+
+
+def _rank(c: Candidate, capped: frozenset[str] = frozenset()) -> tuple[int, float, bool, Shape]:
+    return (c.completion, c.resource_hours, c.shape.partition in capped, c.shape)
 
 
 def _drawn_starts(q: Snapshot, shapes: Sequence[Shape], o: Options) -> list[list[int]]:

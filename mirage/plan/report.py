@@ -75,8 +75,14 @@ def plan_lines(plan: Mapping[str, Any], top: int = 0) -> list[str]:
 def _versus(habit: Row, best: Row, now: int) -> str:
     """How much sooner the recommendation completes than the habitual shape."""
     h, b = habit["completion"] - now, best["completion"] - now
-    gain = f", {100 * (h - b) / h:.0f}% sooner" if h > 0 and b < h else ""
-    return (
-        f"habitual (its own size, the partition's longest limit): done in {duration(h)}; "
-        f"recommended {duration(h - b)} earlier{gain}"
+    head = f"habitual (its own size, the partition's longest limit): done in {duration(h)}; "
+    if b < h:
+        return head + f"recommended {duration(h - b)} earlier, {100 * (h - b) / h:.0f}% sooner"
+    if habit == best:
+        return head + "the recommendation is the habitual shape"
+    if b == h:
+        return head + "the recommendation finishes at the same time"
+    return head + (
+        f"{duration(b - h)} sooner than the recommendation: it is not among the candidates "
+        "asked for (--plan-partition, --size, --limit); submit it as you would, or add its shape"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -721,3 +722,15 @@ def transition_table(runs: dict[str, list[TransitionRecord]]) -> str:
             f"{sum(t.presubmitted for t in ts):>8}"
         )
     return "\n".join(lines)
+
+
+def log_steps(log: str) -> tuple[int | None, int | None]:
+    """The example job's log: (the step it resumed at, the step of its last checkpoint);
+    None: it trained nothing."""
+    if "starting from step 0" in log:
+        resumed: int | None = 0
+    else:
+        m = re.search(r"resumed at step (\d+)", log)
+        resumed = int(m.group(1)) if m else None
+    ends = re.findall(r"(?:checkpointed at step|training complete at step) (\d+)", log)
+    return resumed, (int(ends[-1]) if ends else None)

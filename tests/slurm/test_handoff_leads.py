@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -42,6 +41,7 @@ from mirage.daemon.ledger import register_chain
 from mirage.daemon.store import Chain, ChainState, Segment, Store
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import SlurmJob
+from tests.slurm.conftest import log_steps
 
 pytestmark = pytest.mark.slurm
 
@@ -153,17 +153,6 @@ def _at_most_two_alive(jobs: list[SlurmJob]) -> int:
     return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
 
 
-def _steps(log: str) -> tuple[int | None, int | None]:
-    """(the step it resumed at, the step of its last checkpoint); None: it trained nothing."""
-    if "starting from step 0" in log:
-        resumed: int | None = 0
-    else:
-        m = re.search(r"resumed at step (\d+)", log)
-        resumed = int(m.group(1)) if m else None
-    ends = re.findall(r"(?:checkpointed at step|training complete at step) (\d+)", log)
-    return resumed, (int(ends[-1]) if ends else None)
-
-
 @pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists(), reason="no .venv with torch")
 def test_handoff_at_every_lead_is_prompt_continuous_and_one_at_a_time(open_tmp: Path) -> None:
     client = CliSlurmClient(timeout=60.0)
@@ -187,7 +176,7 @@ def test_handoff_at_every_lead_is_prompt_continuous_and_one_at_a_time(open_tmp: 
             windows.append(pred.end - succ.start)
         assert all(w <= HANDOFF_BOUND_S for w in windows), (windows, where)
         last = 0
-        for (resumed, ended), log in zip(map(_steps, logs), logs, strict=True):
+        for (resumed, ended), log in zip(map(log_steps, logs), logs, strict=True):
             if resumed is None:  # handed over before it trained: nothing to check
                 assert "signalled before training started" in log or "took over" in log, log
                 continue

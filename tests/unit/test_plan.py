@@ -245,6 +245,52 @@ def test_short_limit_that_backfills_beats_the_habitual_shape() -> None:
     assert "22% sooner" in text  # 35 h against 45 h
 
 
+def test_a_habitual_shape_sooner_than_every_candidate_asked_for_is_said_so() -> None:
+    """The trial's "recommended -1m00s earlier": candidates restricted to a long limit
+    that waits for the big job, the habitual 7-day shape no later; the line now says the
+    habitual one is sooner and why it is not the recommendation."""
+    q = hole_queue()
+    work = parse_work("30h@4gpu")
+    shapes = candidates(q.profile, work, sizes=[4], limits_s=[12 * H])
+    plan = plan_chain(q, work, shapes, habitual=habitual_shape(q.profile, work))
+    assert plan.habitual is not None
+    assert plan.habitual.completion < plan.recommended.completion
+    text = "\n".join(plan_lines(plan.to_dict()))
+    assert "earlier" not in text, text
+    assert "sooner than the recommendation: it is not among the candidates asked for" in text
+
+
+def test_the_habitual_shape_recommended_is_said_plainly() -> None:
+    q = hole_queue()
+    work = parse_work("30h@4gpu")
+    habit = habitual_shape(q.profile, work)
+    plan = plan_chain(q, work, [habit], habitual=habit)
+    text = "\n".join(plan_lines(plan.to_dict()))
+    assert "the recommendation is the habitual shape" in text and "earlier" not in text
+
+
+def test_in_a_tie_a_partition_without_a_per_user_cap_ranks_first() -> None:
+    """The trial: partition "capped" (its QOS lets a user run 2 jobs) ranked first among
+    shapes that finish together, by its name alone."""
+    from mirage.profile.schema import Qos
+
+    base = toy_profile(4)
+    gpu = base.partitions[0]
+    capped = replace(gpu, name="capped", default=False, qos="capped")
+    free = replace(gpu, name="open", default=False, qos="plain")
+    profile = replace(
+        base,
+        partitions=(gpu, capped, free),
+        qos=(Qos("capped", max_jobs_per_user=2), Qos("plain")),
+    )
+    q = Snapshot(QueueSnapshot(taken_at=NOW, jobs=()), profile, NOW, RunTimes())
+    work = parse_work("10h@4gpu")
+    shapes = [Shape(p, 1, 4, 12 * H) for p in ("capped", "open")]
+    ranked = plan_chain(q, work, shapes).candidates
+    assert ranked[0].completion == ranked[1].completion
+    assert [c.shape.partition for c in ranked] == ["open", "capped"]
+
+
 def test_overhead_and_later_wait_share_enter_the_completion() -> None:
     q = hole_queue()
     work = parse_work("30h@4gpu")
