@@ -54,7 +54,8 @@ slurm-tests: venv slurm-up
 
 # The slow live runs `make test` leaves out (marked slurm_slow: the daemon's end-to-end
 # chain test under load, kill -9 and the controller outage with [slurm] backend = "pyslurm",
-# ~6 min), pyslurm built first.
+# the handoff at three leads, and the fault suite, tests/slurm/test_fault_suite.py, whose
+# report goes to $MIRAGE_FAULT_REPORT when set; ~22 min), pyslurm built first.
 slurm-slow: venv slurm-up
 	scripts/build-pyslurm.sh $(VENV) && MIRAGE_REQUIRE_SLURM=1 MIRAGE_REQUIRE_PYSLURM=1 \
 	  $(BIN)/pytest -p no:xdist -m slurm_slow -q; rc=$$?; scripts/slurm-testbed/stop.sh; exit $$rc

@@ -36,6 +36,7 @@ import itertools
 import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -100,6 +101,8 @@ class Suite:
     chains: dict[str, str] = field(default_factory=dict)  # user -> chain id
     report: list[str] = field(default_factory=list)
     outages: list[tuple[str, int, int]] = field(default_factory=list)  # (what, from, to)
+    #: in the chains' names: jobs of an earlier run (sacct lists them) are not this run's
+    tag: str = field(default_factory=lambda: secrets.token_hex(3))
 
     def say(self, line: str) -> None:
         self.report.append(line)
@@ -141,7 +144,7 @@ class Suite:
     ) -> tuple[int, str]:
         return self.mirage(
             user, "chain", "submit", script, "--segments", str(SEGMENTS),
-            "--until-file", until_file, "--name", name or f"f{user[-3:]}", "--json", "--",
+            "--until-file", until_file, "--name", name or f"{user[-3:]}{self.tag}", "--json", "--",
             f"--time={LIMIT_MIN}", "--gres=gpu:1", "--signal=B:USR1@15", "--export=ALL",
             cwd=cwd,
         )  # fmt: skip
@@ -192,7 +195,7 @@ def suite() -> Iterator[Suite]:
     daemon.set_lead(LEAD_S)
     daemon.config.chmod(0o644)
     daemon.sock_dir.chmod(0o755)
-    s = Suite(top, daemon, runnable_venv(top), state, work, int(time.time()) - 60)
+    s = Suite(top, daemon, runnable_venv(top), state, work, int(time.time()) - 5)
     try:
         yield s
     finally:

@@ -43,7 +43,7 @@ from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.types import SlurmJob
 from tests.slurm.conftest import log_steps
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_slow]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deploy" / "examples"
