@@ -42,6 +42,7 @@ from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_t
 from mirage.evaluate.shipping import inner_submits
 from mirage.evaluate.stats import gains
 from mirage.policy.base import revocable_step
+from mirage.policy.cost import HELD_TWICE
 from mirage.profile.schema import load_profile
 from mirage.sim.engine import Simulation
 from mirage.sim.testonly import will_run_start
@@ -134,14 +135,15 @@ def main() -> None:
     for sp in ("tune", "test"):
         for ld in loads:
             w, r = data[(ld, sp)]
-            base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(0.5)}
+            base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(HELD_TWICE)}
             for q in (0.75, 0.9, 0.95):
                 subs = inner_submits(w, "qbets", q)
                 for lam in (0.0, 0.25, 0.5, 0.75, 1.0):
                     for m in (-4, 0, 2, 4, 8, 12, 24):
                         res = {**base, "x": guarded(w, subs, r, lam, m)}
-                        g = {lv: x.methods["x"] for lv, x in gains(res, 0.5, boot=1000).items()}
-                        j = float(res["x"].cost(0.5).mean()) / HOUR
+                        per = gains(res, HELD_TWICE, boot=1000)
+                        g = {lv: x.methods["x"] for lv, x in per.items()}
+                        j = float(res["x"].cost(HELD_TWICE).mean()) / HOUR
                         scores.setdefault((sp, q, lam, m), []).append((ld, j, g))
     safe = [c for c in grid if all(x.no_harm for _, _, g in scores[("tune", *c)]
                                    for lv, x in g.items() if lv != "all")]  # fmt: skip

@@ -31,9 +31,9 @@ import numpy as np
 from mirage.evaluate.harness import HOUR, Walker, factory
 from mirage.evaluate.inputs import default_profile
 from mirage.evaluate.probes import QUEUE_FEATURES
-from mirage.evaluate.protocol import Protocol
 from mirage.evaluate.shipping import Candidate, candidates, guarded, inner_submits
 from mirage.evaluate.stats import load_levels
+from mirage.policy.cost import HELD_TWICE
 
 
 def select_shipped() -> Any:
@@ -70,10 +70,10 @@ def table(cands: list[Candidate]) -> None:
 
 
 def show(walker: Walker, method: str, constant: float, margin_h: float) -> None:
-    alpha = Protocol().alpha
+    cost_model = HELD_TWICE
     react = walker.run(factory("reactive", None))
     cand = guarded(walker, inner_submits(walker, method, constant), margin_h * HOUR)
-    diff = (cand.cost(alpha) - react.cost(alpha)) / HOUR
+    diff = (cand.cost(cost_model) - react.cost(cost_model)) / HOUR
     level = load_levels(react.gap)
     print(f"{method} {constant:g} behind a {margin_h:g} h guard: decision-step queue "
           f"({', '.join(QUEUE_FEATURES)})")  # fmt: skip
@@ -114,7 +114,7 @@ def main() -> None:
     loads = [float(x) for x in args.loads.split(",")]
     tuning_walker = select_shipped().tuning_walker
     walkers = {ld: tuning_walker(args.cluster, profile, ld, opts, args.split) for ld in loads}
-    table(candidates(walkers, Protocol().alpha))
+    table(candidates(walkers, HELD_TWICE))
     if args.show:
         method, constant, margin = args.show.split(":")
         for ld, w in walkers.items():

@@ -33,6 +33,7 @@ from mirage.evaluate.probes import Recorder, base_world, generate, record_all, r
 from mirage.evaluate.protocol import Protocol, Setting
 from mirage.evaluate.stats import load_levels
 from mirage.evaluate.whatif import runtime_oracle_step
+from mirage.policy.cost import HELD_TWICE
 from mirage.policy.features import RUNNING_STATES
 from mirage.policy.lookahead import Request, RunPredictor, RunTimes, lookahead_starts
 from mirage.sim.backend import SimSlurmClient
@@ -153,7 +154,7 @@ def main() -> None:
     probes = generate(setting, times, cache=CACHE, n_jobs=2)
     curves = [c.start for c in record_all(setting, times, LOOKAHEAD_CURVES, cache=CACHE, n_jobs=2)]
     w = Walker(probes, setting.protocol, test.profile, test.partition, lookahead=curves)
-    levels = load_levels(evaluate(w, ["reactive"], {}, 0.5)["reactive"].gap)
+    levels = load_levels(evaluate(w, ["reactive"], {}, HELD_TWICE)["reactive"].gap)
     print(f"ls6 load {args.load:g}, test split: {len(w.samples)} usable samples")
     step_errors(w, levels)
     decision_errors(setting, w, levels, args.level, args.margin_h)

@@ -34,6 +34,7 @@ from mirage.evaluate.probes import PROBES, SampleResult, record_all
 from mirage.evaluate.stats import head_to_head, load_levels
 from mirage.learn.artifacts import load_policy
 from mirage.learn.forecast import ForecastPolicy
+from mirage.policy.cost import HELD_TWICE, CostModel
 
 CACHE = "out/probe-cache"
 H = 3600
@@ -113,8 +114,8 @@ def main() -> None:
     t = np.array([s.t for s in w.samples])
     tune = (t >= test_start - 28 * DAY) & (t + w.protocol.window_s <= test_start)
     test = t >= test_start
-    alpha = w.protocol.alpha
-    react = evaluate(w, ["reactive"], {}, alpha)["reactive"]
+    cost_model = HELD_TWICE
+    react = evaluate(w, ["reactive"], {}, cost_model)["reactive"]
     print(f"ls6 load {args.load}: {tune.sum()} tuning, {test.sum()} test samples; "
           f"{args.model} levels {levels}")  # fmt: skip
     picks: dict[float, tuple[float, Outcomes]] = {}
@@ -123,7 +124,7 @@ def main() -> None:
         for level in range(len(levels)) if weight < 1 else [0]:
             for m in MARGINS_H:
                 out = rule(w, blended(la, q, weight, level), m)
-                score = float(out.cost(alpha)[tune].mean())
+                score = float(out.cost(cost_model)[tune].mean())
                 if best is None or score < best[0]:
                     best = (score, level, m, out)
         assert best is not None
@@ -131,7 +132,7 @@ def main() -> None:
         picks[weight] = (score, out)
         quantile = f"quantile {levels[level]:.3g}, " if weight < 1 else ""
         print(f"w={weight:.2f} {quantile}margin {m:+g} h: tuning "
-              f"{score / H:.2f} h | test {describe(out, react, test, alpha)}")  # fmt: skip
+              f"{score / H:.2f} h | test {describe(out, react, test, cost_model)}")  # fmt: skip
     chosen = min((x for x in WEIGHTS if 0 < x < 1), key=lambda x: picks[x][0])
     print(f"picked on the tuning split: w={chosen}")
     sub = [i for i in range(len(t)) if test[i]]
@@ -143,14 +144,14 @@ def main() -> None:
     }
     results = {k: v.take(sub) for k, v in results.items()}
     for other in ("lookahead", "forecaster"):
-        for lv, h in head_to_head(results, alpha, ["blend"], [other]).items():
+        for lv, h in head_to_head(results, cost_model, ["blend"], [other]).items():
             d = h.diff
             print(f"  blend - {other}, {lv} ({d.n}): {d.value:+.2f} h "
                   f"[{d.lo:+.2f}, {d.hi:+.2f}], {h.verdict}")  # fmt: skip
 
 
-def describe(out: Outcomes, react: Outcomes, test: np.ndarray, alpha: float) -> str:
-    j = out.cost(alpha)
+def describe(out: Outcomes, react: Outcomes, test: np.ndarray, cost_model: CostModel) -> str:
+    j = out.cost(cost_model)
     levels = load_levels(react.gap)
     parts = [f"all {j[test].mean() / H:.2f}"]
     for lv in ("low", "medium", "heavy"):

@@ -35,10 +35,10 @@ from mirage.evaluate.harness import HOUR, Outcomes, Walker, factory, outcomes_at
 from mirage.evaluate.inputs import default_profile, default_test_setting
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, is_cached, record_all
-from mirage.evaluate.protocol import Protocol
 from mirage.evaluate.shipping import GRID, inner_submits
 from mirage.evaluate.stats import Gain, gains
 from mirage.policy.base import revocable_step
+from mirage.policy.cost import HELD_TWICE
 from mirage.policy.guard import SHIPPED
 
 EST_H: tuple[float | None, ...] = (None, 0.0, 8.0, 24.0, 36.0, 48.0, 72.0)
@@ -105,21 +105,21 @@ def walk(sp: Split, submits: list[np.ndarray], est_h: float | None,
 
 
 def measure(splits: dict[float, Split], boot: int, both: bool) -> list[Cand]:
-    alpha = Protocol().alpha
+    cost_model = HELD_TWICE
     out: dict[tuple[str, float, float | None, float | None], Cand] = {}
     for load, sp in splits.items():
         base = {"reactive": sp.walker.run(factory("reactive", None)),
-                "oracle": sp.walker.oracle(alpha)}  # fmt: skip
+                "oracle": sp.walker.oracle(cost_model)}  # fmt: skip
         for method, constants in GRID.items():
             for c in constants:
                 submits = inner_submits(sp.walker, method, c)
                 for est_h, la_h in itertools.product(EST_H, LA_H):
                     cand = out.setdefault((method, c, est_h, la_h), Cand(method, c, est_h, la_h))
                     res = {**base, "x": walk(sp, submits, est_h, la_h, both)}
-                    per = gains(res, alpha, boot=boot)
+                    per = gains(res, cost_model, boot=boot)
                     cand.levels[load] = {lv: g.methods["x"] for lv, g in per.items()}
                     cand.oracle_gain_h[load] = {lv: g.oracle_gain.value for lv, g in per.items()}
-                    cand.mean_j_h[load] = float(res["x"].cost(alpha).mean()) / HOUR
+                    cand.mean_j_h[load] = float(res["x"].cost(cost_model).mean()) / HOUR
     return list(out.values())
 
 

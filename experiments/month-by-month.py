@@ -43,6 +43,7 @@ from mirage.evaluate.shipping import (
     inner_submits,
 )
 from mirage.evaluate.stats import Gain, gains
+from mirage.policy.cost import HELD_TWICE, CostModel
 from mirage.profile.schema import load_profile
 from mirage.slurm.syntax import parse_when
 
@@ -67,7 +68,7 @@ def select_shipped() -> Any:
 class Load:
     """One load's samples over the three splits, reactive, the oracle and every candidate."""
 
-    def __init__(self, load: float, alpha: float) -> None:
+    def __init__(self, load: float, cost_model: CostModel) -> None:
         opts = argparse.Namespace(trace=None, step_min=10, every_h=4, cached_only=True,
                                   cache="out/probe-cache", jobs=1, no_lookahead=False)  # fmt: skip
         tw = select_shipped().tuning_walker
@@ -76,10 +77,10 @@ class Load:
         w = Walker([s for p in parts for s in p.samples], parts[0].protocol, prof,
                    prof.partition(None).name,
                    lookahead=[c for p in parts for c in p.curves[LOOKAHEAD]])  # fmt: skip
-        self.alpha = alpha
+        self.cost_model = cost_model
         self.times = np.array([s.t for s in w.samples])
         self.reactive = w.run(factory("reactive", None))
-        self.oracle = w.oracle(alpha)
+        self.oracle = w.oracle(cost_model)
         self.cands: dict[str, Outcomes] = {}
         for method, constants in GRID.items():
             for c in constants:
@@ -99,7 +100,7 @@ class Load:
         """Per level of those samples (``min_n`` or more), ``x`` against reactive."""
         res = {"reactive": self.reactive.take(idx), "oracle": self.oracle.take(idx),
                "x": x.take(idx)}  # fmt: skip
-        return {lv: g.methods["x"] for lv, g in gains(res, self.alpha, min_n=min_n).items()}
+        return {lv: g.methods["x"] for lv, g in gains(res, self.cost_model, min_n=min_n).items()}
 
 
 def _s(hours: float | None) -> float | None:
@@ -140,7 +141,7 @@ def choose(loads: dict[float, Load], start: int, window_s: int) -> str | None:
             if any(lv != "all" and g.harm.hi > SAFE_BOUND_H for lv, g in per.items()):
                 safe = False
                 break
-            total += float(x.take(idx[ld]).cost(d.alpha).mean()) / HOUR
+            total += float(x.take(idx[ld]).cost(d.cost_model).mean()) / HOUR
         if safe and total < best_j:
             best, best_j = label, total
     return best
@@ -164,7 +165,7 @@ def weekly(loads: dict[float, Load], start: int, end: int, labels: list[str]) ->
             cells = "  ".join(
                 f"{lv} n={g.methods['x'].harm.n} {g.methods['x'].share:4.0%} "
                 f"[{g.methods['x'].harm.lo:+.2f}, {g.methods['x'].harm.hi:+.2f}]"
-                for lv, g in gains(res, d.alpha).items()
+                for lv, g in gains(res, d.cost_model).items()
             )
             print(f"{name} load {ld:g}: {cells}")
 
@@ -177,8 +178,8 @@ def main() -> None:
     ap.add_argument("end", nargs="?", default="2023-04-01")
     ap.add_argument("--label", action="append", default=[], help="a candidate, as labelled")
     args = ap.parse_args()
-    alpha = Protocol().alpha
-    loads = {float(x): Load(float(x), alpha) for x in args.loads.split(",")}
+    cost_model = HELD_TWICE
+    loads = {float(x): Load(float(x), cost_model) for x in args.loads.split(",")}
     if args.mode == "months":
         months(loads, args.label)
     else:

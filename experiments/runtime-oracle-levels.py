@@ -21,6 +21,7 @@ from mirage.evaluate.inputs import default_test_setting
 from mirage.evaluate.probes import generate, record_all
 from mirage.evaluate.stats import MIN_N, load_levels, table
 from mirage.evaluate.whatif import NO_ARRIVALS
+from mirage.policy.cost import HELD_TWICE
 
 CACHE = "out/probe-cache"
 
@@ -45,14 +46,14 @@ def main() -> None:
         load_s, _, every_s = arg.partition(":")
         load = float(load_s)
         w = walker(load, float(every_s or 4))
-        ref = evaluate(w, ["reactive", ORACLE], {}, 0.5)
+        ref = evaluate(w, ["reactive", ORACLE], {}, HELD_TWICE)
         levels = load_levels(ref["reactive"].gap)
         for level in ("low", "medium", "heavy", "all"):
             mask = np.ones(levels.size, bool) if level == "all" else levels == level
             if level != "all" and mask.sum() < MIN_N:
                 continue
             g, ro = best_margin(w, mask)
-            tab = table({**ref, RUNTIME_ORACLE: ro}, 0.5, boot=2000)
+            tab = table({**ref, RUNTIME_ORACLE: ro}, HELD_TWICE, boot=2000)
             j, cut = tab[RUNTIME_ORACLE][level]["mean_J_h"], tab[RUNTIME_ORACLE][level]["removed"]
             orc = tab[ORACLE][level]["removed"]
             print(

@@ -22,9 +22,9 @@ from typing import Any
 
 from mirage.evaluate.harness import HOUR, Walker, factory
 from mirage.evaluate.inputs import default_profile
-from mirage.evaluate.protocol import Protocol
 from mirage.evaluate.shipping import Candidate, candidates, guarded, inner_submits
 from mirage.evaluate.stats import gains
+from mirage.policy.cost import HELD_TWICE
 
 
 def tuning_walker(*args: Any) -> Walker:
@@ -48,16 +48,16 @@ def _h(x: float | None) -> float | None:
 
 
 def walk_test(c: Candidate, test: dict[float, Walker], boot: int) -> None:
-    alpha = Protocol().alpha
+    cost_model = HELD_TWICE
     for load, w in test.items():
         res = {
             "reactive": w.run(factory("reactive", None)),
-            "oracle": w.oracle(alpha),
+            "oracle": w.oracle(cost_model),
             "x": guarded(
                 w, inner_submits(w, c.method, c.constant), _h(c.margin_h), _h(c.lookahead_h)
             ),
         }
-        for level, g in gains(res, alpha, boot=boot).items():
+        for level, g in gains(res, cost_model, boot=boot).items():
             x = g.methods["x"]
             h = x.harm
             print(f"   load {load:g} {level:6s} oracle gain {g.oracle_gain.value:6.2f} h  "
@@ -82,7 +82,7 @@ def main() -> None:
     profile = default_profile(args.cluster) if args.profile == "-" else args.profile
     loads = [float(x) for x in args.loads.split(",")]
     tune = {ld: tuning_walker(args.cluster, profile, ld, args) for ld in loads}
-    cands = candidates(tune, Protocol().alpha, boot=args.boot)
+    cands = candidates(tune, HELD_TWICE, boot=args.boot)
     test = {ld: tuning_walker(args.cluster, profile, ld, args, "test") for ld in loads}
     for bound in (float(b) for b in args.bounds.split(",")):
         safe = [c for c in cands if worst_bound(c) <= bound + 1e-9]

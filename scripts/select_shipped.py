@@ -115,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     profile_name = args.profile or default_profile(args.cluster)
     walkers = {ld: tuning_walker(args.cluster, profile_name, ld, args) for ld in args.load}
-    choice = select(walkers, Protocol().alpha, boot=args.boot)
+    choice = select(walkers, Protocol().cost, boot=args.boot)
     cands = choice.candidates
     loads = " ".join(f"{ld:g}" for ld in walkers)
     print(f"tuning split, mean J (h) at loads {loads}; harm: a level whose paired 95% "
@@ -173,10 +173,10 @@ def provenance(args: argparse.Namespace, c: Candidate | None) -> str:
 def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
     """The choice on the test split, per level: reactive's and the oracle's mean J, the
     choice's, its share of the oracle gain and its no-harm interval."""
-    alpha = Protocol().alpha
+    cost_model = Protocol().cost
     res = {
         "reactive": walker.run(factory("reactive", None)),
-        "oracle": walker.oracle(alpha),
+        "oracle": walker.oracle(cost_model),
         "choice": guarded(
             walker,
             inner_submits(walker, c.method, c.constant),
@@ -185,7 +185,7 @@ def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
         ),
     }
     print(f"test split, load {load:g}: {len(walker.samples)} samples")
-    for level, g in gains(res, alpha, boot=boot).items():
+    for level, g in gains(res, cost_model, boot=boot).items():
         x, og = g.methods["choice"], g.oracle_gain
         h = x.harm
         print(f"  {level:6s} oracle gain {og.value:6.2f} h  choice takes {x.share:4.0%}  "

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from mirage.evaluate.costopts import cost_kwargs, cost_options
 from mirage.paths import models_root
 
 
@@ -57,7 +58,7 @@ def positive_loads(values: tuple[float, ...]) -> tuple[float, ...]:
 @click.option("--every-h", default=4.0, show_default=True, help="One sample every ...")
 @click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
 @click.option("--warmup-h", default=48.0, show_default=True)
-@click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@cost_options
 @click.option("--tune-split", default=None, help="START:END of the tuning split.")
 @click.option("--test-split", default=None, help="START:END of the test split.")
 @click.option(
@@ -195,7 +196,7 @@ def evaluate(**kw: Any) -> None:
             n_jobs=kw["n_jobs"], dask_address=kw["dask_address"], nodes=kw["nodes"],
             gpus=kw["gpus"], time_limit_h=kw["time_limit_h"], step_min=kw["step_min"],
             every_h=kw["every_h"], window_h=kw["window_h"], warmup_h=kw["warmup_h"],
-            alpha=kw["alpha"], tune_split=kw["tune_split"], test_split=kw["test_split"],
+            **cost_kwargs(kw), tune_split=kw["tune_split"], test_split=kw["test_split"],
             max_samples=kw["max_samples"], boot=kw["boot"],
             recalibrate_every_days=kw["recal_every_days"],
             recalibrate_window_days=kw["recal_window_days"],

@@ -59,10 +59,12 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--policy",
-    type=click.Choice(["fixed-lead", "reactive", "lookahead", "rf", "xgb", "dqn", "pg"]),
+    metavar="NAME",
     default=None,
-    help="The daemon's policy (default: the configuration's). A trained one is read from "
-    "the configuration's models_dir and cluster (default: models/ls6).",
+    help="The daemon's policy (default: the configuration's): any name [policy] default "
+    "takes (an unknown one is refused with the valid ones), or shipped: the shipped default "
+    "with its guard, whatever the configuration says. A trained one is read from the "
+    "configuration's models_dir and cluster (default: models/ls6).",
 )
 @click.option(
     "--lead",
@@ -173,7 +175,7 @@ def _demo_spec(
     start = None
     if args.start_hours is not None:
         start = jobs[0].submit + int(args.start_hours * 3600)
-    return DemoSpec(
+    spec = DemoSpec(
         profile=profile,
         jobs=jobs,
         trace=trace[0],
@@ -187,6 +189,19 @@ def _demo_spec(
         start=start,
         skipped_rows=len(skipped),
     )
+    _check_policy(cfg, spec)
+    return spec
+
+
+def _check_policy(cfg: Config, spec: DemoSpec) -> None:
+    """--policy as the daemon's loader takes it, refused in its words before any replay."""
+    from mirage.daemon.config import ConfigError
+    from mirage.demo.run import daemon_config
+
+    try:
+        daemon_config(cfg, spec, spec.policy)
+    except ConfigError as exc:  # "<source> [policy]: why": the why alone
+        raise click.BadParameter(str(exc).split("]: ", 1)[-1], param_hint="--policy") from exc
 
 
 def _demo_models(cfg: Config) -> str:

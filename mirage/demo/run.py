@@ -11,7 +11,8 @@
 3. the same warm cluster (a ``fork()``: the simulator is deterministic) runs the same
    chains again with the ``reactive`` policy, the behaviour without Mirage;
 4. a gap table compares, per transition k -> k+1, gap, interruption, overlap and
-   J = interruption + alpha * overlap (``mirage.policy.cost``) of the two runs.
+   J (``mirage.policy.cost``: idle time, and for an early start the handoff window and
+   the shortened segment) of the two runs.
 
 A successor that starts while its predecessor runs gets the daemon's handoff signal;
 the simulated job then checkpoints and exits at once, as ``deploy/examples`` does. The
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from mirage.daemon.config import Config, PolicySection
+from mirage.daemon.config import Config, config_from_dict
 from mirage.daemon.core import Daemon
 from mirage.daemon.ledger import register_chain
 from mirage.daemon.metrics import interval_outcome
@@ -51,7 +52,7 @@ from mirage.daemon.store import (
 )
 from mirage.fmt import duration
 from mirage.learn.artifacts import POLICIES as LEARNED
-from mirage.policy.cost import DEFAULT_ALPHA, Transition
+from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
 from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
 from mirage.sim.backend import SimSlurmClient
@@ -87,7 +88,7 @@ class DemoSpec:
     model_cluster: str = ""
     start: int | None = None  # replay instant the chains are registered at; None: busiest
     max_sim_s: int = 14 * 86400  # give up after this much simulated time
-    alpha: float = DEFAULT_ALPHA
+    cost: CostModel = DEFAULT_COST
     skipped_rows: int = 0  # rows of the trace its reader could not use
 
 
@@ -219,25 +220,34 @@ class RunResult:
     revoked: int = 0  # pre-submissions revoked (cancelled while pending)
     # where pre-submitted successors started against their stated 90% interval
     intervals: dict[str, int] = dataclasses.field(default_factory=dict)
+    registered_at: int = 0  # the chains' registration (the replay's instant)
+    gpus_per_chain: int = 0
 
 
 class View(Protocol):
     def update(self, now: int, store: Store, sim: Simulation, *, final: bool = False) -> None: ...
 
 
+#: ``mirage demo --policy shipped``: what ships, whatever the configuration says: the
+#: [policy] defaults, with the model cluster's own policy.toml where it has one (as the
+#: daemon reads them when [policy] is left as installed).
+SHIPPED_POLICY = "shipped"
+
+
 def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
-    """The user's configuration, with the demo's policy (the database is the demo's)."""
-    pol = PolicySection(default=policy, lead_s=spec.lead_s, fallback="reactive",
-                        lookahead_margin_s=base.policy.lookahead_margin_s,
-                        lookahead_runtime=base.policy.lookahead_runtime,
-                        lookahead_draws=base.policy.lookahead_draws,
-                        guard=base.policy.guard, guard_margin_s=base.policy.guard_margin_s,
-                        qbets_quantile=base.policy.qbets_quantile,
-                        average_factor=base.policy.average_factor,
-                        models_dir=spec.models_dir, cluster=spec.model_cluster)  # fmt: skip
-    cap = max(base.daemon.max_submits_per_cycle, spec.chains)
-    daemon = dataclasses.replace(base.daemon, max_submits_per_cycle=cap)
-    return dataclasses.replace(base, daemon=daemon, policy=pol)
+    """The user's configuration, with the demo's policy (the database is the demo's),
+    built by the daemon's own loader: every other key of ``[policy]`` stays the user's
+    (for ``shipped``: the shipped defaults), validated as ``mirage daemon`` validates its
+    file (:class:`~mirage.daemon.config.ConfigError`)."""
+    data = dataclasses.asdict(base)
+    ours = {"lead_s": spec.lead_s, "fallback": "reactive", "models_dir": spec.models_dir,
+            "cluster": spec.model_cluster}  # fmt: skip
+    if policy == SHIPPED_POLICY:
+        data["policy"] = ours
+    else:
+        data["policy"].update(ours, default=policy)
+    data["daemon"]["max_submits_per_cycle"] = max(base.daemon.max_submits_per_cycle, spec.chains)
+    return config_from_dict(data, "mirage demo's daemon configuration")
 
 
 def run_chains(
@@ -254,9 +264,10 @@ def run_chains(
     cfg = daemon_config(base, spec, policy)
     # a trained policy normalises its features by the profile it was trained on (beside
     # the models), as in `mirage evaluate`: the replay's nodes are shrunk to load it
-    learned = policy in LEARNED
+    learned = cfg.policy.default in LEARNED
     daemon = Daemon(store, client, config=cfg, profile=None if learned else spec.profile)
-    result = RunResult(policy, {}, {}, {}, {})
+    result = RunResult(policy, {}, {}, {}, {}, registered_at=start,
+                       gpus_per_chain=spec.profile.partition().gpus_per_node)  # fmt: skip
     ended: set[str] = set()
     t, started = start, time.perf_counter()
     while t <= start + spec.max_sim_s and len(ended) < spec.chains:
@@ -303,6 +314,9 @@ def collect(store: Store, result: RunResult) -> None:
             result.revoked += 1
             result.jobs_per_segment[(names[g.chain_id], g.index)] -= 1
     segs = [g for g in segs if g.outcome != REVOKED]
+    for c in chains:
+        ran = [(g.start, g.end) for g in segs if g.chain_id == c.id and g.start and g.end]
+        result.chains[c.name].update(_spans(ran))
     by_key = {(names[g.chain_id], g.index): g for g in segs}
     for (name, k), succ in sorted(by_key.items()):
         pred = by_key.get((name, k - 1))
@@ -316,17 +330,38 @@ def collect(store: Store, result: RunResult) -> None:
             result.intervals[where] = result.intervals.get(where, 0) + 1
 
 
+def _spans(ran: list[tuple[int, int]]) -> dict[str, Any]:
+    """A chain's segments' runs: the last end, the allocation time (each segment's run) and
+    the time at least one ran (their union: the training's wall time, handoffs counted once)."""
+    if not ran:
+        return {"end": None, "allocated_s": 0, "ran_s": 0, "segments_started": 0}
+    union, last = 0, None
+    for a, b in sorted(ran):
+        if last is None or a > last:
+            union += b - a
+            last = b
+        elif b > last:
+            union += b - last
+            last = b
+    return {
+        "end": max(b for _, b in ran),
+        "allocated_s": sum(b - a for a, b in ran),
+        "ran_s": union,
+        "segments_started": len(ran),
+    }
+
+
 # ---- the comparison --------------------------------------------------------------------------
 
 
-def _side(t: Transition | None, presubmitted: bool, alpha: float) -> dict[str, Any] | None:
+def _side(t: Transition | None, presubmitted: bool, cost_model: CostModel) -> dict[str, Any] | None:
     if t is None:
         return None
     return {
         "gap": t.gap,
         "interruption": t.interruption,
         "overlap": t.overlap,
-        "cost": t.cost(alpha),
+        "cost": t.cost(cost_model),
         "presubmitted": presubmitted,
     }
 
@@ -366,19 +401,49 @@ def compare(spec: DemoSpec, policy: RunResult, reactive: RunResult) -> dict[str,
                 "chain": name,
                 "transition": f"{k}->{k + 1}",
                 "policy": _side(
-                    policy.transitions.get(key), policy.presubmitted.get(key, False), spec.alpha
+                    policy.transitions.get(key), policy.presubmitted.get(key, False), spec.cost
                 ),
                 "reactive": _side(
-                    reactive.transitions.get(key), reactive.presubmitted.get(key, False), spec.alpha
+                    reactive.transitions.get(key), reactive.presubmitted.get(key, False), spec.cost
                 ),
             }
         )
     return {
-        "alpha": spec.alpha,
+        "cost_model": spec.cost.describe(),
+        "chains": chain_rows(spec, policy, reactive),
         "transitions": rows,
         "mean": {"policy": _means(rows, "policy"), "reactive": _means(rows, "reactive")},
         "runs": {"policy": _run_summary(policy), "reactive": _run_summary(reactive)},
     }
+
+
+def _chain_side(spec: DemoSpec, r: RunResult, name: str) -> dict[str, Any]:
+    """One chain in one run: segments, completion (registration to its last segment's end),
+    idle time, handoffs, and the GPU-hours beyond the training: each segment's restart
+    (the cost's R, which the simulated job does not spend) and the time two segments ran at
+    once, times the chain's GPUs."""
+    c = r.chains.get(name, {})
+    trans = [t for (n, _k), t in r.transitions.items() if n == name]
+    end = c.get("end")
+    beyond_s = c.get("allocated_s", 0) - c.get("ran_s", 0)
+    beyond_s += c.get("segments_started", 0) * spec.cost.restart_s
+    return {
+        "state": c.get("state"),
+        "segments": c.get("segments_started", 0),
+        "completion_s": None if end is None else end - r.registered_at,
+        "idle_s": sum(t.interruption for t in trans),
+        "handoffs": sum(1 for t in trans if t.overlap > 0),
+        "beyond_gpu_h": beyond_s * r.gpus_per_chain / HOUR,
+    }
+
+
+def chain_rows(spec: DemoSpec, policy: RunResult, reactive: RunResult) -> list[dict[str, Any]]:
+    """Per chain, both runs side by side (the demo's second table)."""
+    return [
+        {"chain": name, "policy": _chain_side(spec, policy, name),
+         "reactive": _chain_side(spec, reactive, name)}
+        for name in sorted(set(policy.chains) | set(reactive.chains))
+    ]  # fmt: skip
 
 
 # ---- views -----------------------------------------------------------------------------------
@@ -486,7 +551,7 @@ def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
     runs: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="mirage-demo-") as tmp:
         for policy in (spec.policy, "reactive"):
-            label = policy if policy != "fixed-lead" else f"fixed-lead (lead {_span(spec.lead_s)})"
+            label = run_label(spec, base) if policy == spec.policy else policy
             with make_view(console, label, start) as view:
                 runs.append(run_chains(spec, warm, policy, base, view=view, workdir=Path(tmp)))
     out = compare(spec, runs[0], runs[1])
@@ -503,6 +568,7 @@ def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
         "segments": spec.segments,
         "time_limit_s": spec.time_limit_s,
         "policy": spec.policy,
+        "label": run_label(spec, base),
         "lead_s": spec.lead_s if spec.policy == "fixed-lead" else None,
         "baseline": "reactive",
         "poll_interval_s": daemon_config(base, spec, spec.policy).daemon.poll_interval_s,
@@ -511,11 +577,26 @@ def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
     return out
 
 
+def run_label(spec: DemoSpec, base: Config) -> str:
+    """The policy run, as the tables name it: "shipped (qbets, estimate 24 h)",
+    "fixed-lead (lead 15m)", "xgb"."""
+    from mirage.daemon.cli import guard_text
+
+    cfg = daemon_config(base, spec, spec.policy)
+    name = cfg.policy.default
+    if name == "fixed-lead":
+        name = f"fixed-lead (lead {_span(spec.lead_s)})"
+    guard = guard_text(cfg.policy)
+    if guard:
+        name += f", guard {guard}"
+    return f"shipped: {name}" if spec.policy == SHIPPED_POLICY else name
+
+
 def render(out: dict[str, Any], console: Any) -> None:
     """The final gap table (rich), and one honest sentence about it."""
     from rich.table import Table
 
-    setup, pol = out["setup"], out["setup"]["policy"]
+    setup, pol = out["setup"], out["setup"]["label"]
     table = Table(
         title=f"Gaps per transition: {pol} vs reactive, same chains on the same replay",
     )
@@ -533,9 +614,10 @@ def render(out: dict[str, Any], console: Any) -> None:
     console.print(
         "gap = successor start - planned end (signed); interr. = interruption, training "
         "idle; overlap = allocation held twice or given up by a handoff; "
-        f"J = interruption + {out['alpha']:g} x overlap; * = pre-submitted",
+        f"{out['cost_model']}; * = pre-submitted",
         highlight=False,
     )
+    console.print(chain_table(out), highlight=False)
     console.print(verdict(out), highlight=False)
     stated = out["runs"]["policy"].get("stated_intervals") or {}
     if stated:
@@ -553,6 +635,33 @@ def render(out: dict[str, Any], console: Any) -> None:
     )
 
 
+def chain_table(out: dict[str, Any]) -> Any:
+    """Per chain, both runs: segments, completion, idle time, handoffs, GPU-hours beyond
+    the training."""
+    from rich.table import Table
+
+    pol = out["setup"]["label"]
+    table = Table(title=f"Per chain: {pol} vs reactive")
+    table.add_column("chain")
+    for side in (pol, "reactive"):
+        for m in ("segments", "completion", "idle", "handoffs", "GPU-h beyond"):
+            table.add_column(f"{side}\n{m}" if m == "segments" else m, justify="right")
+    for r in out["chains"]:
+        table.add_row(r["chain"], *_chain_cells_of(r["policy"]), *_chain_cells_of(r["reactive"]))
+    return table
+
+
+def _chain_cells_of(v: dict[str, Any]) -> list[str]:
+    done = v["completion_s"]
+    return [
+        str(v["segments"]),
+        "-" if done is None else _span(done) + ("" if v["state"] == "COMPLETED" else "?"),
+        _span(v["idle_s"]),
+        str(v["handoffs"]),
+        f"{v['beyond_gpu_h']:.1f}",
+    ]
+
+
 def _cells(v: dict[str, Any] | None) -> list[str]:
     if v is None:
         return ["-"] * 4
@@ -567,7 +676,7 @@ def _cells(v: dict[str, Any] | None) -> list[str]:
 
 def verdict(out: dict[str, Any]) -> str:
     pol, base = out["mean"]["policy"], out["mean"]["reactive"]
-    name = out["setup"]["policy"]
+    name = out["setup"]["label"]
     if pol["cost"] is None or base["cost"] is None:
         return "no transition to compare (did the chains finish? see the runs in --json)"
     a, b = pol["cost"], base["cost"]
@@ -579,7 +688,7 @@ def verdict(out: dict[str, Any]) -> str:
         how = "the same as reactive"
     revoked = out["runs"]["policy"].get("revoked", 0)
     return (
-        f"mean J per transition: {name} {_span(a)} ({pol['transitions']} transitions), "
+        f"mean J per transition: {name}: {_span(a)} ({pol['transitions']} transitions), "
         f"reactive {_span(b)} ({base['transitions']}): {how}"
         + (f"; {revoked} pre-submission(s) revoked while pending" if revoked else "")
     )

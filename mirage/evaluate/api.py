@@ -53,6 +53,7 @@ from mirage.evaluate.protocol import (
     scaled_nodes,
     spread,
 )
+from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.policy.guard import SHIPPED, Shipped
 
 if TYPE_CHECKING:
@@ -75,10 +76,10 @@ class RollingResult(TypingProtocol):
     coverage: dict[str, float]
 
 
-#: history, test, methods, alpha, learned, blocks -> the recalibrated results
+#: history, test, methods, cost, learned, blocks -> the recalibrated results
 #: (:func:`mirage.learn.rolling.run_rolling`)
 RollingFn = Callable[
-    ["Walker", "Walker", Sequence[str], float, Mapping[str, "BatchedPolicy"], Sequence[Block]],
+    ["Walker", "Walker", Sequence[str], CostModel, Mapping[str, "BatchedPolicy"], Sequence[Block]],
     RollingResult,
 ]  # fmt: skip
 
@@ -121,7 +122,10 @@ def run(
     every_h: float = 4.0,
     window_h: float = 120.0,
     warmup_h: float = 48.0,
-    alpha: float = 0.5,
+    restart_min: float = DEFAULT_COST.restart_s / 60,
+    handoff_s: float = DEFAULT_COST.handoff_s,
+    extra_idle_h: float = DEFAULT_COST.extra_idle_s / 3600,
+    held_twice: bool = False,
     tune_split: str | None = None,
     test_split: str | None = None,
     max_samples: int = 0,
@@ -161,7 +165,8 @@ def run(
     }  # fmt: skip
     options = {"nodes": nodes, "gpus": gpus, "time_limit_h": time_limit_h,
                "step_min": step_min, "window_h": window_h, "warmup_h": warmup_h,
-               "alpha": alpha}  # fmt: skip
+               "restart_min": restart_min, "handoff_s": handoff_s,
+               "extra_idle_h": extra_idle_h, "held_twice": held_twice}  # fmt: skip
     protocol = protocol_from(options, every_s=int(every_h * HOUR))
     trace = trace or default_trace(cluster)
     if trace is None:
@@ -183,7 +188,7 @@ def run(
         "cluster": cluster,
         "trace": trace,
         "profile": profile_name,
-        "protocol": protocol.__dict__,
+        "protocol": dataclasses.asdict(protocol),
         "shipped_configuration": dataclasses.asdict(shipped),
         "methods": methods,
         "lookahead_runtime": lookahead_runtime,
@@ -334,16 +339,16 @@ def _evaluate_load(  # noqa: PLR0917 - one call site
     else:
         results, tuned_params, tuned_scores, selection = _tune_once(walkers, methods, protocol, kw)
         cover = {m: walkers["test"].interval_coverage(p) for m, p in kw["learned"].items()}
-    tab = table(results, protocol.alpha, boot=kw["boot"])
+    tab = table(results, protocol.cost, boot=kw["boot"])
     ceil = ceiling(tab)
-    gained = gains(results, protocol.alpha, boot=kw["boot"])
-    h2h, picked, ahead_h2h, shipped = _head_to_heads(results, protocol.alpha, kw["boot"])
+    gained = gains(results, protocol.cost, boot=kw["boot"])
+    h2h, picked, ahead_h2h, shipped = _head_to_heads(results, protocol.cost, kw["boot"])
     tag = f"{kw['cluster']}-load{load:g}"
     out_dir = kw["out_dir"]
     pngs = (
         []
         if out_dir is None or _plots_missing()
-        else plots(results, protocol.alpha, Path(out_dir), tag)
+        else plots(results, protocol.cost, Path(out_dir), tag)
     )
     title = _title(kw, load, nodes, splits[1], walkers, None if rolling else (tuned_params,),
                    cached)  # fmt: skip
@@ -421,7 +426,7 @@ def _shipped_json(rows: Any) -> dict[str, Any]:
     return {"shipped": out}
 
 
-def _head_to_heads(results: Any, alpha: float, boot: int) -> tuple[Any, Any, Any, Any]:
+def _head_to_heads(results: Any, cost_model: CostModel, boot: int) -> tuple[Any, Any, Any, Any]:
     """Against the best baseline: the best learned method, the selected one, the
     look-ahead; and the shipped configuration's summary rows."""
     from mirage.evaluate.harness import BASELINES, LEARNED, LOOKAHEAD, REFERENCES, SELECTED
@@ -429,10 +434,10 @@ def _head_to_heads(results: Any, alpha: float, boot: int) -> tuple[Any, Any, Any
 
     baselines = [m for m in BASELINES if m not in REFERENCES]
     return (
-        head_to_head(results, alpha, LEARNED, baselines, boot=boot),
-        head_to_head(results, alpha, [SELECTED], baselines, boot=boot),
-        head_to_head(results, alpha, [LOOKAHEAD], baselines, boot=boot),
-        shipped_rows(results, alpha, baselines, boot=boot),
+        head_to_head(results, cost_model, LEARNED, baselines, boot=boot),
+        head_to_head(results, cost_model, [SELECTED], baselines, boot=boot),
+        head_to_head(results, cost_model, [LOOKAHEAD], baselines, boot=boot),
+        shipped_rows(results, cost_model, baselines, boot=boot),
     )
 
 
@@ -523,12 +528,12 @@ def _tune_once(
     from mirage.evaluate.harness import evaluate as run_methods
 
     plain = [m for m in methods if m != SELECTED]
-    tuned = tune(walkers["tune"], plain, protocol.alpha)
+    tuned = tune(walkers["tune"], plain, protocol.cost)
     learned = kw["learned"]
-    results = run_methods(walkers["test"], plain, tuned.params, protocol.alpha, learned=learned)
+    results = run_methods(walkers["test"], plain, tuned.params, protocol.cost, learned=learned)
     if SELECTED not in methods:
         return results, tuned.params, tuned.scores, None
-    chosen, scores = select(walkers["tune"], plain, tuned.params, protocol.alpha, learned)
+    chosen, scores = select(walkers["tune"], plain, tuned.params, protocol.cost, learned)
     results[SELECTED] = results[chosen]
     return results, tuned.params, tuned.scores, {"chosen": chosen, "tune_mean_J_h": scores}
 
@@ -565,7 +570,7 @@ def _rolling(  # noqa: PLR0917 - one call site
                   int(kw["recal_window_days"] * day))  # fmt: skip
     try:
         rolling: RollingFn = kw["rolling"]
-        return rolling(history, test, methods, protocol.alpha, kw["learned"], plan)
+        return rolling(history, test, methods, protocol.cost, kw["learned"], plan)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
 

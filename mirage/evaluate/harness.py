@@ -26,7 +26,7 @@ from mirage.policy.base import (
     revocable_step,
 )
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
-from mirage.policy.cost import DEFAULT_ALPHA, Transition
+from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
 from mirage.policy.guard import LOOKAHEAD_GUARDS, SHIPPED, Shipped, guard_policy
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
@@ -52,10 +52,20 @@ class Outcomes:
     overlap: np.ndarray
     gap: np.ndarray
     revoked: np.ndarray  # pre-submissions revoked (cancelled while pending) before the last
+    limit: np.ndarray  # the predecessor's time limit (s): an early start's cost depends on it
 
-    def cost(self, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
-        out: np.ndarray = self.interruption + alpha * self.overlap
-        return out
+    def cost(self, cost_model: CostModel = DEFAULT_COST) -> np.ndarray:
+        """J per sample (s), :mod:`mirage.policy.cost`."""
+        return cost_model.of_arrays(self.interruption, self.overlap, self.limit)
+
+    def beyond_training(self, cost_model: CostModel = DEFAULT_COST) -> np.ndarray:
+        """Allocation time per sample beyond the training (s, per GPU of the chain)."""
+        return cost_model.beyond_training_arrays(self.overlap, self.limit)
+
+    @property
+    def handoffs(self) -> int:
+        """Transitions whose successor started early (a handoff, for a job that hands off)."""
+        return int((self.overlap > 0).sum())
 
     def take(self, keep: Sequence[int]) -> Outcomes:
         """These samples only (indices, in the order given)."""
@@ -79,17 +89,17 @@ def transition(sample: SampleResult, k: int) -> Transition:
     )
 
 
-def curve_cost(sample: SampleResult, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+def curve_cost(sample: SampleResult, cost_model: CostModel = DEFAULT_COST) -> np.ndarray:
     """J for every submission step of the sample (the outcome curve, in cost)."""
     end = sample.planned_end
     start = sample.succ_start.astype(np.float64)
-    cost: np.ndarray = np.maximum(0.0, start - end) + alpha * np.maximum(0.0, end - start)
-    return cost
+    return cost_model.of_arrays(np.maximum(0.0, start - end), np.maximum(0.0, end - start),
+                           float(sample.time_limit))  # fmt: skip
 
 
-def oracle_step(sample: SampleResult, alpha: float = DEFAULT_ALPHA) -> int:
+def oracle_step(sample: SampleResult, cost_model: CostModel = DEFAULT_COST) -> int:
     """The step with the least J (the latest such step on ties: least early commitment)."""
-    cost = curve_cost(sample, alpha)
+    cost = curve_cost(sample, cost_model)
     return int(len(cost) - 1 - np.argmin(cost[::-1]))
 
 
@@ -186,6 +196,7 @@ def outcomes_at(
         overlap=np.array([t.overlap for t in trans], dtype=np.float64),
         gap=np.array([t.gap for t in trans], dtype=np.float64),
         revoked=np.asarray([0] * len(trans) if revoked is None else revoked, np.int64),
+        limit=np.array([s.time_limit for s in samples], dtype=np.float64),
     )
 
 
@@ -310,8 +321,8 @@ class Walker:
             total += len(wait)
         return inside / total if total else None
 
-    def oracle(self, alpha: float) -> Outcomes:
-        return outcomes_at(self.samples, [oracle_step(s, alpha) for s in self.samples])
+    def oracle(self, cost_model: CostModel) -> Outcomes:
+        return outcomes_at(self.samples, [oracle_step(s, cost_model) for s in self.samples])
 
     def runtime_oracle(self, margin_s: float) -> Outcomes:
         """The reference that knows every present job's run time (see :data:`RUNTIME_ORACLE`)."""
@@ -413,7 +424,7 @@ class Tuned:
     scores: dict[str, dict[str, float]]  # method -> {param: mean J on the tuning split}
 
 
-def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
+def tune(walker: Walker, methods: Sequence[str], cost_model: CostModel) -> Tuned:
     """Each tunable method's constant minimising mean J on the tuning split."""
     params: dict[str, float] = {}
     scores: dict[str, dict[str, float]] = {}
@@ -421,7 +432,7 @@ def tune(walker: Walker, methods: Sequence[str], alpha: float) -> Tuned:
         grid = GRIDS.get(m)
         if not grid:
             continue
-        by = {g: float(_run_plain(walker, m, g).cost(alpha).mean()) for g in grid}
+        by = {g: float(_run_plain(walker, m, g).cost(cost_model).mean()) for g in grid}
         params[m] = min(grid, key=lambda g: (by[g], grid.index(g)))
         scores[m] = {repr(g): v for g, v in by.items()}
     return Tuned(params=params, scores=scores)
@@ -431,7 +442,7 @@ def select(
     walker: Walker,
     methods: Sequence[str],
     params: Mapping[str, float],
-    alpha: float,
+    cost_model: CostModel,
     learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> tuple[str, dict[str, float]]:
     """The method of least mean J on ``walker`` (a tuning split) among ``methods`` (the
@@ -440,8 +451,8 @@ def select(
     cands = [m for m in methods if m not in (*REFERENCES, SELECTED)]
     if not cands:
         raise ValueError("nothing to select from")
-    res = evaluate(walker, cands, params, alpha, learned)
-    scores = {m: float(o.cost(alpha).mean()) / HOUR for m, o in res.items()}
+    res = evaluate(walker, cands, params, cost_model, learned)
+    scores = {m: float(o.cost(cost_model).mean()) / HOUR for m, o in res.items()}
     return min(cands, key=lambda m: (scores[m], cands.index(m))), scores
 
 
@@ -449,13 +460,13 @@ def evaluate(
     walker: Walker,
     methods: Sequence[str],
     params: Mapping[str, float],
-    alpha: float,
+    cost_model: CostModel,
     learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> dict[str, Outcomes]:
     out: dict[str, Outcomes] = {}
     for m in methods:
         if m == ORACLE:
-            out[m] = walker.oracle(alpha)
+            out[m] = walker.oracle(cost_model)
         elif m in LEARNED:
             if learned is None or m not in learned:
                 raise ValueError(f"no trained {m} model given")

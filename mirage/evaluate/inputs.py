@@ -27,6 +27,7 @@ from mirage.evaluate.protocol import (
     scaled_nodes,
 )
 from mirage.paths import models_root, trace_roots
+from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.slurm.syntax import parse_when
 
 if TYPE_CHECKING:
@@ -112,7 +113,8 @@ def default_test_setting(
 
 def protocol_from(options: Mapping[str, Any], every_s: int = Protocol.every_s) -> Protocol:
     """The protocol from ``mirage evaluate``'s and ``mirage train``'s units: ``nodes``,
-    ``gpus``, ``time_limit_h``, ``step_min``, ``window_h``, ``warmup_h``, ``alpha``."""
+    ``gpus``, ``time_limit_h``, ``step_min``, ``window_h``, ``warmup_h``, and the cost's
+    ``restart_min``, ``handoff_s``, ``extra_idle_h``, ``held_twice`` (:func:`cost_from`)."""
     try:
         return Protocol(
             nodes=options["nodes"],
@@ -122,10 +124,23 @@ def protocol_from(options: Mapping[str, Any], every_s: int = Protocol.every_s) -
             every_s=every_s,
             window_s=int(options["window_h"] * HOUR),
             warmup_s=int(options["warmup_h"] * HOUR),
-            alpha=options["alpha"],
+            cost=cost_from(options),
         )
     except (ValueError, OverflowError) as exc:  # OverflowError: an infinite duration
         raise InputError(str(exc)) from exc
+
+
+def cost_from(options: Mapping[str, Any]) -> CostModel:
+    """The cost of record from the commands' units (:mod:`mirage.policy.cost`): the restart
+    in minutes, the handoff window in seconds, the extra transition's idle in hours;
+    ``held_twice``: the job cannot hand off (SC'23's J). Absent keys keep the defaults."""
+    d = DEFAULT_COST
+    return CostModel(
+        restart_s=float(options.get("restart_min", d.restart_s / MINUTE)) * MINUTE,
+        handoff_s=float(options.get("handoff_s", d.handoff_s)),
+        extra_idle_s=float(options.get("extra_idle_h", d.extra_idle_s / HOUR)) * HOUR,
+        hands_off=not options.get("held_twice", False),
+    )
 
 
 def read_inputs(trace: str, profile_name: str) -> tuple[ClusterProfile, pd.DataFrame]:

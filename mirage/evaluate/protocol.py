@@ -24,6 +24,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.slurm.syntax import parse_when
 
 HOUR = 3600
@@ -56,7 +57,7 @@ class Protocol:
     window_s: int = 5 * DAY
     warmup_s: int = 2 * DAY  # at least this much replay before the first sample
     history_s: int = 24 * HOUR  # how far back the recorded waits go before a sample
-    alpha: float = 0.5  # not part of the probes: J is computed afterwards
+    cost: CostModel = DEFAULT_COST  # not part of the probes: J is computed afterwards
     partition: str | None = None
 
     def __post_init__(self) -> None:
@@ -72,8 +73,6 @@ class Protocol:
                 raise ValueError(f"the {what} must be positive, got {value}")
         if self.gpus < 0 or self.warmup_s < 0 or self.history_s < 0:
             raise ValueError("GPUs, warm-up and history must not be negative")
-        if not 0 <= self.alpha < float("inf"):
-            raise ValueError(f"alpha must be a non-negative number, got {self.alpha}")
 
     @property
     def steps(self) -> int:
@@ -82,7 +81,7 @@ class Protocol:
 
     def probe_key(self) -> dict[str, object]:
         d = asdict(self)
-        d.pop("alpha")
+        d.pop("cost")
         d.pop("every_s")
         return d
 

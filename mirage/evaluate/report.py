@@ -22,6 +22,7 @@ from mirage.evaluate.stats import (
     load_levels,
 )
 from mirage.fmt import HOURS, HourUnit, hours_unit
+from mirage.policy.cost import CostModel
 
 SHORT = {
     "mean_J_h": "J h",
@@ -33,6 +34,10 @@ SHORT = {
     "p90_interruption_h": "p90 intr h",
     "revoked": "revoked",
     "removed": "J removed",
+    "interruption_removed": "intr removed",
+    "handoffs": "handoffs",
+    "mean_J_sc23_h": "J(0.5) h",
+    "beyond_training_h": "beyond h",
 }
 
 
@@ -164,7 +169,9 @@ def to_json(tab: Mapping[str, Mapping[str, Mapping[str, Cell]]]) -> dict[str, An
     }
 
 
-def plots(results: Mapping[str, Outcomes], alpha: float, out: Path, tag: str) -> list[Path]:
+def plots(
+    results: Mapping[str, Outcomes], cost_model: CostModel, out: Path, tag: str
+) -> list[Path]:
     """J and gap CDFs per method and load level; box plots of interruption and overlap."""
     import matplotlib
 
@@ -178,7 +185,7 @@ def plots(results: Mapping[str, Outcomes], alpha: float, out: Path, tag: str) ->
         fig, axes = plt.subplots(1, len(LEVELS), figsize=(4 * len(LEVELS), 3.4), squeeze=False)
         for ax, level in zip(axes[0], LEVELS, strict=True):
             for name, o in results.items():
-                x = o.cost(alpha) if what == "J" else o.gap
+                x = o.cost(cost_model) if what == "J" else o.gap
                 if levels is not None and level != "all":
                     x = x[levels == level]
                 if x.size == 0:

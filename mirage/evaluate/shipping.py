@@ -47,6 +47,7 @@ import numpy as np
 from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
 from mirage.evaluate.stats import MIN_N, Gain, gains, load_levels
 from mirage.policy.base import revocable_step
+from mirage.policy.cost import CostModel
 from mirage.policy.guard import guard_kind, vetoes_text
 
 GRID: dict[str, tuple[float, ...]] = {
@@ -175,23 +176,23 @@ class Candidate:
 
 
 def candidates(
-    walkers: Mapping[float, Walker], alpha: float, *, boot: int = 2000
+    walkers: Mapping[float, Walker], cost_model: CostModel, *, boot: int = 2000
 ) -> list[Candidate]:
     """Every candidate of the grid, measured on each load's (tuning) walker; the look-ahead
     veto's only where every walker has look-ahead curves."""
     out: dict[tuple[str, float, float | None, float | None], Candidate] = {}
     grid = guards(all(LOOKAHEAD in w.curves for w in walkers.values()))
     for load, w in walkers.items():
-        base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(alpha)}
+        base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(cost_model)}
         for method, constants in GRID.items():
             for c in constants:
                 submits = inner_submits(w, method, c)
                 for m, la in grid:
                     cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
                     res = {**base, "x": guarded(w, submits, _s(m), _s(la))}
-                    judged = gains(res, alpha, boot=boot, min_n=SELECT_MIN_N)
+                    judged = gains(res, cost_model, boot=boot, min_n=SELECT_MIN_N)
                     cand.levels[load] = {lv: g.methods["x"] for lv, g in judged.items()}
-                    cand.mean_j_h[load] = float(res["x"].cost(alpha).mean()) / HOUR
+                    cand.mean_j_h[load] = float(res["x"].cost(cost_model).mean()) / HOUR
     return list(out.values())
 
 
@@ -220,7 +221,7 @@ class Choice:
 
 def select(
     walkers: Mapping[float, Walker],
-    alpha: float,
+    cost_model: CostModel,
     *,
     boot: int = 2000,
     added: Mapping[float, int] | None = None,
@@ -230,7 +231,7 @@ def select(
     spacing (:mod:`mirage.evaluate.census`); they veto, but do not count towards the MIN_N
     that makes a choice possible: 30 quiet samples found in three days at 2 h are not a
     month's evidence."""
-    cands = candidates(walkers, alpha, boot=boot)
+    cands = candidates(walkers, cost_model, boot=boot)
     # a choice needs one level a report would count (MIN_N) at the split's own spacing;
     # every smaller one of SELECT_MIN_N or more still vetoes the candidates that harm it
     judged = any(_enough(w, (added or {}).get(load, 0)) for load, w in walkers.items())

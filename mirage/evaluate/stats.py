@@ -17,6 +17,7 @@ import numpy as np
 
 from mirage.evaluate.harness import Outcomes
 from mirage.fmt import duration
+from mirage.policy.cost import HELD_TWICE, CostModel
 
 HOUR = 3600
 MIN_N = 30
@@ -31,6 +32,15 @@ METRICS = (
     "p90_interruption_h",
     "revoked",
     "removed",
+    # SC'23's headline measures, for a direct comparison: the share of reactive's
+    # interruption removed, the share of transitions handed off (the successor started
+    # early), and J at SC'23's weight (interruption + 0.5 x overlap)
+    "interruption_removed",
+    "handoffs",
+    "mean_J_sc23_h",
+    # allocation time beyond the training per transition (restart, handoff window, the
+    # extra segments' restarts): times the chain's GPUs, its GPU-hours beyond the training
+    "beyond_training_h",
 )
 
 
@@ -79,17 +89,20 @@ def _p90(a: np.ndarray) -> np.ndarray:
 
 def table(
     results: Mapping[str, Outcomes],
-    alpha: float,
+    cost_model: CostModel,
     reactive: str = "reactive",
     boot: int = 2000,
     seed: int = 0,
 ) -> dict[str, dict[str, dict[str, Cell]]]:
     """method -> level -> metric -> Cell. Needs the reactive method among ``results``."""
     levels = load_levels(results[reactive].gap)
-    base_j = results[reactive].cost(alpha)
+    base_j = results[reactive].cost(cost_model)
+    base_i = results[reactive].interruption
     out: dict[str, dict[str, dict[str, Cell]]] = {}
     for name, o in results.items():
-        j = o.cost(alpha)
+        j = o.cost(cost_model)
+        sc23 = o.cost(HELD_TWICE)
+        beyond = o.beyond_training(cost_model)
         per: dict[str, dict[str, Cell]] = {}
         for level in LEVELS:
             mask = np.ones(j.size, bool) if level == "all" else levels == level
@@ -106,12 +119,16 @@ def table(
                 "p90_interruption_h": (o.interruption[mask] / HOUR, _p90),
                 # pre-submissions cancelled while pending, per transition
                 "revoked": (o.revoked[mask].astype(float), _mean),
+                "handoffs": ((o.overlap[mask] > 0).astype(float), _mean),
+                "mean_J_sc23_h": (sc23[mask] / HOUR, _mean),
+                "beyond_training_h": (beyond[mask] / HOUR, _mean),
             }
             cells = {}
             for metric, (x, f) in cols.items():
                 v, lo, hi = _boot(x, idx, f)
                 cells[metric] = Cell(v, lo, hi, n)
             cells["removed"] = _removed(j[mask], base_j[mask], idx, n)
+            cells["interruption_removed"] = _removed(o.interruption[mask], base_i[mask], idx, n)
             per[level] = cells
         out[name] = per
     return out
@@ -179,7 +196,7 @@ class HeadToHead:
 
 def head_to_head(
     results: Mapping[str, Outcomes],
-    alpha: float,
+    cost_model: CostModel,
     learned: Sequence[str],
     baselines: Sequence[str],
     *,
@@ -204,7 +221,7 @@ def head_to_head(
         n = int(mask.sum())
         if n == 0 or (level != "all" and n < MIN_N):
             continue
-        j = {m: results[m].cost(alpha)[mask] / HOUR for m in (*mine, *theirs)}
+        j = {m: results[m].cost(cost_model)[mask] / HOUR for m in (*mine, *theirs)}
         a = min(mine, key=lambda m: float(j[m].mean()))
         b = min(theirs, key=lambda m: float(j[m].mean()))
         idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
@@ -247,7 +264,7 @@ class LevelGains:
 
 def gains(
     results: Mapping[str, Outcomes],
-    alpha: float,
+    cost_model: CostModel,
     *,
     reactive: str = "reactive",
     oracle: str = "oracle",
@@ -269,7 +286,7 @@ def gains(
         n = int(mask.sum())
         if n == 0 or (level != "all" and n < min_n):
             continue
-        j = {m: o.cost(alpha)[mask] / HOUR for m, o in results.items()}
+        j = {m: o.cost(cost_model)[mask] / HOUR for m, o in results.items()}
         idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
         base = j[reactive]
         gain = Cell(*_boot(base - j[oracle], idx, _mean), n)
@@ -323,7 +340,7 @@ class ShippedRow:
 
 def shipped_rows(
     results: Mapping[str, Outcomes],
-    alpha: float,
+    cost_model: CostModel,
     baselines: Sequence[str],
     *,
     shipped: str = "shipped",
@@ -337,7 +354,7 @@ def shipped_rows(
     configuration's J, share, no-harm interval and paired difference to that baseline)."""
     if not {shipped, reactive, oracle} <= set(results):
         return {}
-    gained = gains({m: results[m] for m in (reactive, oracle, shipped)}, alpha, boot=boot,
+    gained = gains({m: results[m] for m in (reactive, oracle, shipped)}, cost_model, boot=boot,
                    seed=seed)  # fmt: skip
     theirs = [m for m in baselines if m in results and m not in (oracle, shipped)]
     levels = load_levels(results[reactive].gap)
@@ -345,7 +362,10 @@ def shipped_rows(
     for level, g in gained.items():
         mask = np.ones(levels.size, bool) if level == "all" else levels == level
         n = int(mask.sum())
-        j = {m: results[m].cost(alpha)[mask] / HOUR for m in (*theirs, reactive, oracle, shipped)}
+        j = {
+            m: results[m].cost(cost_model)[mask] / HOUR
+            for m in (*theirs, reactive, oracle, shipped)
+        }
         best = min(theirs, key=lambda m: float(j[m].mean()))
         idx = np.random.default_rng(seed).integers(0, n, size=(boot, n))
         diff = Cell(*_boot(j[shipped] - j[best], idx, _mean), n)

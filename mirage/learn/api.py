@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.evaluate.inputs import InputError
+from mirage.policy.cost import DEFAULT_COST
 
 if TYPE_CHECKING:
     from mirage.evaluate.probes import SampleResult
@@ -89,7 +90,10 @@ def train_models(
     step_min: float = 10.0,
     window_h: float = 120.0,
     warmup_h: float = 48.0,
-    alpha: float = 0.5,
+    restart_min: float = DEFAULT_COST.restart_s / 60,
+    handoff_s: float = DEFAULT_COST.handoff_s,
+    extra_idle_h: float = DEFAULT_COST.extra_idle_s / 3600,
+    held_twice: bool = False,
     policy_file: bool = True,
     quiet_every_h: float = QUIET_EVERY_H,
     notify: Callable[[str], None] | None = None,
@@ -157,7 +161,7 @@ def _config(
     return TrainConfig(
         cluster=cluster,
         protocol=protocol,
-        alpha=kw["alpha"],
+        cost=protocol.cost,
         trace=trace,
         profile=profile_name,
         splits=splits,
@@ -334,7 +338,7 @@ def _run(
         cfg.splits["tune"],
         walked,
         folder=folder,
-        alpha=cfg.alpha,
+        cost_model=cfg.cost,
         lookahead=curves,
         quiet=quiet,
     )

@@ -2,7 +2,7 @@
 
 The metadata records what a model was trained on and with what: the trace and its hash,
 the windows, the feature set and its version, the policy's constants (band, quantile
-levels, alpha), the metrics measured on the tuning split, and the library versions. A
+levels, the cost), the metrics measured on the tuning split, and the library versions. A
 model is loaded only if its feature set and version equal the running code's and the
 libraries that read its files have the same major.minor version: anything else raises
 :class:`ModelCompatibilityError` naming the difference, never a silently wrong policy.
@@ -69,7 +69,7 @@ class ModelMeta:
     policy: str  # rf | xgb | dqn | pg
     cluster: str
     files: list[str]
-    params: dict[str, Any]  # band_s, levels, alpha, ...
+    params: dict[str, Any]  # band_s, levels, cost, ...
     training: dict[str, Any]  # trace, hash, windows, loads, samples, seed
     metrics: dict[str, Any] = field(default_factory=dict)
     feature_set: str = DECISION_SET

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from mirage.evaluate.costopts import cost_kwargs, cost_options
 from mirage.learn.api import QUIET_EVERY_H
 from mirage.learn.artifacts import POLICIES, ModelError
 
@@ -101,7 +102,7 @@ log = logging.getLogger(__name__)
 @click.option("--step-min", default=10.0, show_default=True, help="Decision step.")
 @click.option("--window-h", default=120.0, show_default=True, help="Sample window.")
 @click.option("--warmup-h", default=48.0, show_default=True)
-@click.option("--alpha", default=0.5, show_default=True, help="J = interruption + alpha*overlap.")
+@cost_options
 @click.option(
     "--policy-file/--no-policy-file",
     default=True,
@@ -136,7 +137,7 @@ def train_cmd(**kw: Any) -> None:
             train_split=kw["train_split"], tune_split=kw["tune_split"],
             tune_last_days=kw["tune_last_days"], nodes=kw["nodes"], gpus=kw["gpus"],
             time_limit_h=kw["time_limit_h"], step_min=kw["step_min"], window_h=kw["window_h"],
-            warmup_h=kw["warmup_h"], alpha=kw["alpha"], policy_file=kw["policy_file"],
+            warmup_h=kw["warmup_h"], **cost_kwargs(kw), policy_file=kw["policy_file"],
             quiet_every_h=kw["quiet_every_h"], notify=lambda said: click.echo(said, err=True),
         )  # fmt: skip
     except OptionError as exc:

@@ -20,7 +20,7 @@ from mirage.evaluate.features import FeatureCurve, check_curve, sample_matrix
 from mirage.evaluate.harness import curve_cost, pending_of
 from mirage.evaluate.probes import SampleResult
 from mirage.evaluate.protocol import Protocol
-from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.policy.decision import DECISION_NAMES
 from mirage.profile.schema import ClusterProfile
 
@@ -45,13 +45,13 @@ class Dataset:
     step: np.ndarray  # int64: k
     samples: list[SampleResult]
     matrices: list[np.ndarray]  # per sample (K, F)
-    alpha: float = DEFAULT_ALPHA
+    cost: CostModel = DEFAULT_COST
 
     def __len__(self) -> int:
         return len(self.x)
 
     def cost_curve(self, i: int) -> np.ndarray:
-        out: np.ndarray = curve_cost(self.samples[i], self.alpha) / HOUR
+        out: np.ndarray = curve_cost(self.samples[i], self.cost) / HOUR
         return out
 
     @classmethod
@@ -61,7 +61,7 @@ class Dataset:
         curves: Sequence[FeatureCurve],
         protocol: Protocol,
         profile: ClusterProfile,
-        alpha: float = DEFAULT_ALPHA,
+        cost: CostModel = DEFAULT_COST,
     ) -> Dataset:
         part = profile.partition(protocol.partition).name
         usable = [(s, c) for s, c in zip(samples, curves, strict=True) if s.ok]
@@ -71,14 +71,14 @@ class Dataset:
             sample_matrix(s, c.queue, pending_of(s, protocol, profile, part), profile)
             for s, c in usable
         ]
-        return cls.from_matrices([s for s, _ in usable], mats, alpha)
+        return cls.from_matrices([s for s, _ in usable], mats, cost)
 
     @classmethod
     def from_matrices(
         cls,
         samples: Sequence[SampleResult],
         mats: Sequence[np.ndarray],
-        alpha: float = DEFAULT_ALPHA,
+        cost: CostModel = DEFAULT_COST,
     ) -> Dataset:
         """Rows from usable samples and their decision matrices (:func:`sample_matrix`)."""
         kept = list(samples)
@@ -98,7 +98,7 @@ class Dataset:
             step=step.astype(np.int64),
             samples=kept,
             matrices=list(mats),
-            alpha=alpha,
+            cost=cost,
         )
 
     @classmethod
@@ -113,5 +113,5 @@ class Dataset:
             step=np.concatenate([p.step for p in parts]),
             samples=[s for p in parts for s in p.samples],
             matrices=[m for p in parts for m in p.matrices],
-            alpha=parts[0].alpha if parts else DEFAULT_ALPHA,
+            cost=parts[0].cost if parts else DEFAULT_COST,
         )

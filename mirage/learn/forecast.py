@@ -4,10 +4,13 @@ A forecaster predicts, from the decision features, quantiles of the successor's 
 were submitted now (hours). The policy submits when the time left to the predecessor's
 planned end is at most the predicted wait quantile plus a band tuned on the tuning split.
 
-Why a quantile and which one: with J = interruption + alpha * overlap, submitting at time
-tau costs (tau + W - E)+ + alpha * (E - tau - W)+ for wait W and planned end E. Its
-expectation is least when P(tau + W <= E) = 1 / (1 + alpha) (the newsvendor solution), so
-the target is the 1/(1+alpha) quantile of W given what is seen (2/3 for alpha = 0.5): the
+Why a quantile and which one: with J = interruption + w * overlap (w the cost's early-start
+weight, :meth:`mirage.policy.cost.CostModel.early_weight`; the handoff window's fixed
+charge aside), submitting at time tau costs (tau + W - E)+ + w * (E - tau - W)+ for wait W
+and planned end E. Its expectation is least when P(tau + W <= E) = 1 / (1 + w) (the
+newsvendor solution), so the target is the 1/(1+w) quantile of W given what is seen (0.98
+for a 48 h limit under the default cost, capped at the interval's 0.95; 2/3 under SC'23's
+w = 0.5): the
 policy submits once the time left falls to it. The band absorbs what the forecaster gets
 systematically wrong; the outer quantiles (5% and 95%) give the daemon's 90% interval,
 widened by conformalized quantile regression (Romano et al., 2019) on the tuning split
@@ -32,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mirage.policy.base import Decision, DecisionContext, PendingTransition, Policy
-from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.cost import DEFAULT_COST
 from mirage.policy.decision import decision_features
 
 HOUR = 3600.0
@@ -41,11 +44,21 @@ HOUR = 3600.0
 Levels = tuple[float, ...]
 
 
-def quantile_levels(alpha: float = DEFAULT_ALPHA) -> Levels:
+#: The outer levels: the daemon's 90% interval.
+LOW_LEVEL, HIGH_LEVEL = 0.05, 0.95
+
+
+def newsvendor_level(weight: float) -> float:
+    """The J-optimal quantile 1/(1+w) for early-start weight ``w``, within the interval's
+    levels (a level above 0.95 would be the interval's edge)."""
+    return min(HIGH_LEVEL, round(1.0 / (1.0 + weight), 4))
+
+
+def quantile_levels(weight: float = DEFAULT_COST.early_weight(48 * HOUR)) -> Levels:
     """5%, 95% (the daemon's 90% interval), the median (its predicted start), the
-    J-optimal 1/(1+alpha) and a few around it, among which tuning picks the one to act on
+    J-optimal 1/(1+w) and a few around it, among which tuning picks the one to act on
     (a forecaster's quantiles are calibrated on its training months, not on the next)."""
-    return tuple(sorted({0.05, 0.25, 0.5, round(1.0 / (1.0 + alpha), 4), 0.8, 0.95}))
+    return tuple(sorted({LOW_LEVEL, 0.25, 0.5, newsvendor_level(weight), 0.8, 0.9, HIGH_LEVEL}))
 
 
 class Forecaster(abc.ABC):
@@ -255,7 +268,7 @@ def first_submit(left_h: np.ndarray, q_h: np.ndarray, band_h: np.ndarray | float
 class ForecastPolicy(Policy):
     """Submit when the time left is within the forecast wait quantile ``act`` + a band.
 
-    ``act`` indexes the forecaster's levels (tuned; 1/(1+alpha) in theory). Where the
+    ``act`` indexes the forecaster's levels (tuned; 1/(1+w) in theory). Where the
     forecast median is under :data:`QUIET_H` (a quiet queue, where submitting early mostly
     buys overlap) the rule uses its own quantile ``quiet_act`` and band ``quiet_band_s``,
     elsewhere ``act`` and ``band_s``; all four tuned. The

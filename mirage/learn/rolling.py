@@ -28,6 +28,7 @@ from mirage.evaluate.harness import (
     tune,
 )
 from mirage.evaluate.protocol import Block
+from mirage.policy.cost import CostModel
 
 if TYPE_CHECKING:
     from mirage.learn.dataset import Dataset
@@ -48,7 +49,7 @@ def past_samples(times: Sequence[int], block: Block, span_s: int) -> list[int]:
     return [i for i, t in enumerate(times) if block.tune_from <= t and t + span_s <= block.start]
 
 
-def recalibrated(policy: BatchedPolicy, history: Dataset, alpha: float) -> BatchedPolicy:
+def recalibrated(policy: BatchedPolicy, history: Dataset) -> BatchedPolicy:
     """A learned policy with its decision constants tuned on ``history`` (a forecaster's
     quantiles, bands and pads, an agent's margin); any other policy unchanged."""
     from mirage.learn.artifacts import agent_class
@@ -58,9 +59,9 @@ def recalibrated(policy: BatchedPolicy, history: Dataset, alpha: float) -> Batch
     out: BatchedPolicy
     agent = agent_class()
     if isinstance(policy, ForecastPolicy):
-        out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, history, alpha)
+        out, _params, _metrics = tune_forecaster(policy.name, policy.forecaster, history)
     elif agent is not None and isinstance(policy, agent):
-        out, _params, _metrics = tune_agent(policy.name, policy.model, history, alpha)
+        out, _params, _metrics = tune_agent(policy.name, policy.model, history)
     else:
         out = policy
     return out
@@ -70,7 +71,7 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
     history: Walker,
     test: Walker,
     methods: Sequence[str],
-    alpha: float,
+    cost_model: CostModel,
     learned: Mapping[str, BatchedPolicy],
     plan: Sequence[Block],
 ) -> Rolling:
@@ -93,13 +94,13 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
             )
         hist = history.subset(past)
         plain = [m for m in methods if m != SELECTED]
-        tuned = tune(hist, plain, alpha)
-        models = _recalibrate_all(learned, hist, alpha)
+        tuned = tune(hist, plain, cost_model)
+        models = _recalibrate_all(learned, hist, cost_model)
         block = test.subset(here)
-        res = evaluate(block, plain, tuned.params, alpha, learned=models)
+        res = evaluate(block, plain, tuned.params, cost_model, learned=models)
         chosen = None
         if SELECTED in methods:  # the method of least J on this block's history
-            chosen, _scores = select(hist, plain, tuned.params, alpha, models)
+            chosen, _scores = select(hist, plain, tuned.params, cost_model, models)
             res[SELECTED] = res[chosen]
         for m in methods:
             parts[m].append(res[m])
@@ -130,15 +131,15 @@ def run_rolling(  # noqa: PLR0917 - one call site, all needed
 
 
 def _recalibrate_all(
-    learned: Mapping[str, BatchedPolicy], hist: Walker, alpha: float
+    learned: Mapping[str, BatchedPolicy], hist: Walker, cost_model: CostModel
 ) -> dict[str, BatchedPolicy]:
     """Every learned policy recalibrated on one block's history (its rows built once)."""
     if not learned:
         return {}
     from mirage.learn.dataset import Dataset
 
-    rows = Dataset.from_matrices(hist.samples, hist.matrices, alpha)
-    return {m: recalibrated(p, rows, alpha) for m, p in learned.items()}
+    rows = Dataset.from_matrices(hist.samples, hist.matrices, cost_model)
+    return {m: recalibrated(p, rows) for m, p in learned.items()}
 
 
 def _constants(policy: object) -> dict[str, float | None]:

@@ -28,6 +28,7 @@ from mirage.evaluate.harness import HOUR, Walker
 from mirage.evaluate.probes import SampleResult
 from mirage.evaluate.protocol import Protocol, Split
 from mirage.evaluate.shipping import Choice, select
+from mirage.policy.cost import CostModel
 from mirage.policy.guard import POLICY_FILE
 from mirage.profile.schema import load_profile
 
@@ -41,7 +42,7 @@ def choose_and_write(
     by_load: Mapping[float, tuple[Protocol, list[SampleResult]]],
     *,
     folder: Path,
-    alpha: float,
+    cost_model: CostModel,
     lookahead: Mapping[float, list[np.ndarray]] | None = None,
     quiet: Mapping[float, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def choose_and_write(
         for load, (protocol, samples) in by_load.items()
     }
     added = {ld: n for ld, (n, _) in (quiet or {}).items()}
-    choice = select(walkers, alpha, added=added)
+    choice = select(walkers, cost_model, added=added)
     out = summary(choice)
     # what the choice walked: per load its samples, and of them the census's quiet ones
     out["samples"] = {f"{ld:g}": len(samples) for ld, (_, samples) in by_load.items()}

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -30,7 +31,7 @@ from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times, sca
 from mirage.extras import require
 from mirage.learn.artifacts import ModelMeta
 from mirage.learn.dataset import Dataset
-from mirage.policy.cost import DEFAULT_ALPHA
+from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.profile.schema import ClusterProfile, load_profile
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class TrainConfig:
     # not in tuning: the constants are tuned on the loads that are evaluated
     train_only_loads: tuple[float, ...] = ()
     seed: int = 0
-    alpha: float = DEFAULT_ALPHA
+    cost: CostModel = DEFAULT_COST
     cache: str | None = "out/probe-cache"
     n_jobs: int = 1
     agent_steps: int = 300_000
@@ -211,7 +212,7 @@ def _split_data(
         bar = None if progress is None else functools.partial(progress, label)
         samples = generate(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
         curves = generate_features(setting, times, cache=cfg.cache, n_jobs=cfg.n_jobs, progress=bar)
-        ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.alpha)
+        ds = Dataset.build(samples, curves, setting.protocol, profile, cfg.cost)
         parts.append(ds)
         counts[f"{load:g}"] = {name: len(ds.samples)}
         by_load[load] = (setting.protocol, list(samples))
@@ -291,17 +292,19 @@ def fit_forecaster(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[s
     from mirage.learn.forecast import FORECASTERS, quantile_levels
     from mirage.policy.decision import mask_estimates
 
-    model = FORECASTERS[kind](quantile_levels(cfg.alpha), seed=cfg.seed)
+    model = FORECASTERS[kind](
+        quantile_levels(cfg.cost.early_weight(cfg.protocol.time_limit_s)), seed=cfg.seed
+    )
     t0 = time.perf_counter()
     model.fit(mask_estimates(data.train.x, cfg.seed), data.train.wait_h)
     fit_s = time.perf_counter() - t0
-    policy, params, metrics = tune_forecaster(kind, model, data.tune, cfg.alpha)
+    policy, params, metrics = tune_forecaster(kind, model, data.tune)
     metrics = {"fit_s": round(fit_s, 1), **metrics, "train_rows": len(data.train)}
     return (policy, model, params), metrics
 
 
 def tune_forecaster(
-    kind: str, model: Any, tune: Dataset, alpha: float
+    kind: str, model: Any, tune: Dataset
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """A fitted forecaster's decision constants, chosen on the tuning split: the quantile
     and band acted on (least mean J over a fixed grid), the quiet queue's own, and the
@@ -311,6 +314,7 @@ def tune_forecaster(
         ForecastPolicy,
         conformal_pad,
         group_pads,
+        newsvendor_level,
         pad_group,
     )
 
@@ -331,7 +335,9 @@ def tune_forecaster(
     # one quantile and band everywhere first, then the quiet queue's own (same grids)
     grid = [(a, b) for a in range(len(levels)) for b in BANDS_H]
     scores = {g: float(j_for(g[0], g[1], g[0], g[1]).mean()) for g in grid}
-    target = min(range(len(levels)), key=lambda i: abs(levels[i] - 1 / (1 + alpha)))
+    limit = float(np.median([x.time_limit for x in tune.samples])) if tune.samples else 0.0
+    theory = newsvendor_level(tune.cost.early_weight(limit))
+    target = min(range(len(levels)), key=lambda i: abs(levels[i] - theory))
     # least J; ties go to the theory's quantile and the smallest band (then: to no change)
     act, band = min(grid, key=lambda g: (scores[g], g[0] != target, abs(g[1])))
     quiet_scores = {g: float(j_for(act, band, g[0], g[1]).mean()) for g in grid}
@@ -377,14 +383,12 @@ def tune_forecaster(
         "act": act,
         "revoke_margin_h": revoke,
         "levels": list(levels),
-        "alpha": alpha,
+        "cost": tune.cost.to_dict(),
     }
     return policy, params, metrics
 
 
-def tune_agent(
-    kind: str, model: Any, tune: Dataset, alpha: float
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+def tune_agent(kind: str, model: Any, tune: Dataset) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """An agent's margin (:class:`mirage.learn.agents.AgentPolicy`), chosen on the tuning
     split: least mean J over :data:`mirage.learn.agents.MARGINS`, ties to the smallest;
     then its revocation margin (:data:`mirage.learn.agents.REVOKE_MARGINS`).
@@ -418,7 +422,7 @@ def tune_agent(
         **revoke_metrics,
     }
     params = {
-        "alpha": alpha,
+        "cost": tune.cost.to_dict(),
         "reward_scale_h": REWARD_SCALE,
         "margin": margin,
         "revoke_margin": revoke,
@@ -447,7 +451,7 @@ def fit_agent(kind: str, data: Data, cfg: TrainConfig) -> tuple[Any, dict[str, A
         ),
         "train_rows": len(data.train),
     }
-    return (policy, model, {"alpha": cfg.alpha, "reward_scale_h": REWARD_SCALE}), metrics
+    return (policy, model, {"cost": cfg.cost.to_dict(), "reward_scale_h": REWARD_SCALE}), metrics
 
 
 def file_hash(path: str) -> str:
@@ -491,7 +495,7 @@ def save(
             "loads": list(cfg.loads),
             "train_only_loads": list(cfg.train_only_loads),
             "samples": counts,
-            "protocol": cfg.protocol.__dict__,
+            "protocol": dataclasses.asdict(cfg.protocol),
             "train_every_s": cfg.train_every_s,
             "train_step_s": cfg.train_step_s or cfg.protocol.step_s,
             "schedule": {f"{k:g}": list(v) for k, v in cfg.schedule.items()},
@@ -588,12 +592,12 @@ def recalibrate(
     for kind, (loaded, meta) in sources.items():
         if isinstance(loaded, ForecastPolicy):
             model = loaded.forecaster
-            policy, params, metrics = tune_forecaster(kind, model, tune, cfg.alpha)
+            policy, params, metrics = tune_forecaster(kind, model, tune)
         else:
             agent = agent_class()  # loading an agent needed the rl extra: it is there
             assert agent is not None and isinstance(loaded, agent)
             model = loaded.model
-            policy, params, metrics = tune_agent(kind, model, tune, cfg.alpha)
+            policy, params, metrics = tune_agent(kind, model, tune)
         metrics = {"fit_s": 0.0, **metrics, "train_rows": 0}
         # a model recalibrated again (weekly, in place) keeps the record of its training
         origin = meta.training.get("recalibrated_from") or {

@@ -18,7 +18,7 @@ successor starts early.
 
 Every transition is read back from sacct: gap = start(k+1) - planned end(k), interruption
 = idle time between the two jobs, overlap = allocation held twice (or given up by the
-handoff), J = interruption + 0.5 overlap (``mirage.policy.cost``). Printed: per transition
+handoff), J (``mirage.policy.cost``, the default cost). Printed: per transition
 the gap / interruption / overlap under each policy side by side, then per policy the
 means, and per run its wall time and how busy the background kept the cluster.
 """

@@ -691,7 +691,7 @@ def run_under_load(
 
 def transition_table(runs: dict[str, list[TransitionRecord]]) -> str:
     """Per transition (chain, k -> k+1) its gap, interruption and overlap under each run
-    side by side, then per run the means and J (= interruption + 0.5 overlap)."""
+    side by side, then per run the means and J (mirage.policy.cost, the default cost)."""
     import statistics
 
     keys = sorted({(t.chain.rpartition("-")[2], t.index) for ts in runs.values() for t in ts})

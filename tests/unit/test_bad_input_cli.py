@@ -233,9 +233,10 @@ def test_splits_with_times_of_day_and_protocol_bounds() -> None:
     assert parse_split("2023-02-01:2023-03-01", "tune", "UTC", default).start == 1675209600
     with pytest.raises(InputError, match="ends before it starts"):
         parse_split("2023-03-01:2023-02-01", "tune", "UTC", default)
-    for bad in ({"every_s": 0}, {"step_s": 0}, {"nodes": 0}, {"gpus": -1}, {"alpha": -1.0}):
+    bad: dict[str, int]
+    for bad in ({"every_s": 0}, {"step_s": 0}, {"nodes": 0}, {"gpus": -1}):
         with pytest.raises(ValueError, match="must"):
-            Protocol(**bad)
+            Protocol(**bad)  # type: ignore[arg-type]
 
 
 def test_evaluate_and_train_need_jobs_that_can_be_replayed(tmp_path: Path) -> None:

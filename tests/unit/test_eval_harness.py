@@ -13,11 +13,19 @@ from mirage.evaluate.harness import BASELINES, ORACLE, Walker, curve_cost, evalu
 from mirage.evaluate.probes import SampleResult, generate, probe_sample
 from mirage.evaluate.protocol import Protocol, Setting, Split, sample_times
 from mirage.evaluate.stats import MIN_N, ceiling, head_to_head, load_levels, table
+from mirage.policy.cost import HELD_TWICE
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.sim import JobSpec, Simulation
 from mirage.slurm.syntax import parse_when
 
 H = 3600
+
+
+def LIMITS(n: int) -> np.ndarray:
+    """Predecessors' limits of ``n`` samples (48 h, the protocol's default)."""
+    return np.full(n, 48.0 * H)
+
+
 REPO = Path(__file__).resolve().parents[2]
 SLICE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
 LS6 = str(REPO / "models" / "ls6" / "profile.toml")
@@ -49,7 +57,7 @@ def test_reactive_gap_and_oracle_on_hand_made_scenario() -> None:
     assert r.succ_start[-1] == 60 * H  # reactive: the analytically known 12 h gap
     assert r.succ_start[0] == 48 * H and r.succ_start[1] == 48 * H  # before the 2-node job
     walker = Walker([r], Protocol(step_s=30 * 60), TWO, "gpu")
-    res = evaluate(walker, BASELINES, {"fixed-lead": 3600.0}, 0.5)
+    res = evaluate(walker, BASELINES, {"fixed-lead": 3600.0}, HELD_TWICE)
     assert res["reactive"].gap[0] == 12 * H and res["reactive"].interruption[0] == 12 * H
     assert res[ORACLE].cost()[0] == 0.0 and res[ORACLE].step[0] == 1
     assert res["fixed-lead"].gap[0] == 12 * H  # an hour ahead is too late here
@@ -74,16 +82,16 @@ def test_runtime_oracle_on_hand_made_scenario() -> None:
     assert list(curve.start[:3]) == [48 * H, 48 * H, 60 * H]
     assert np.all(curve.start[2:] == 60 * H)
     walker = Walker([r], protocol, TWO, "gpu", no_arrivals=[curve.start])
-    res = evaluate(walker, ["reactive", RUNTIME_ORACLE], {RUNTIME_ORACLE: 0.0}, 0.5)
+    res = evaluate(walker, ["reactive", RUNTIME_ORACLE], {RUNTIME_ORACLE: 0.0}, HELD_TWICE)
     assert res[RUNTIME_ORACLE].step[0] == 0 and res[RUNTIME_ORACLE].cost()[0] == 0.0
-    late = evaluate(walker, [RUNTIME_ORACLE], {RUNTIME_ORACLE: -13.0 * H}, 0.5)
+    late = evaluate(walker, [RUNTIME_ORACLE], {RUNTIME_ORACLE: -13.0 * H}, HELD_TWICE)
     assert late[RUNTIME_ORACLE].gap[0] == 12 * H
-    tuned = tune(walker, [RUNTIME_ORACLE], 0.5)
+    tuned = tune(walker, [RUNTIME_ORACLE], HELD_TWICE)
     assert late[RUNTIME_ORACLE].cost()[0] > 0 and tuned.params[RUNTIME_ORACLE] >= 0
-    chosen, scores = select(walker, ["reactive", RUNTIME_ORACLE], tuned.params, 0.5)
+    chosen, scores = select(walker, ["reactive", RUNTIME_ORACLE], tuned.params, HELD_TWICE)
     assert chosen == "reactive" and RUNTIME_ORACLE not in scores
     with pytest.raises(ValueError, match="runtime-oracle needs its recorded start curves"):
-        evaluate(Walker([r], protocol, TWO, "gpu"), [RUNTIME_ORACLE], {}, 0.5)
+        evaluate(Walker([r], protocol, TWO, "gpu"), [RUNTIME_ORACLE], {}, HELD_TWICE)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +113,8 @@ def test_oracle_beats_every_baseline_on_each_sample(
     walker = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)),
                     "gpu-a100")  # fmt: skip
     assert len(walker.samples) >= 10
-    tuned = tune(walker, BASELINES, 0.5)
-    res = evaluate(walker, BASELINES, tuned.params, 0.5)
+    tuned = tune(walker, BASELINES, HELD_TWICE)
+    res = evaluate(walker, BASELINES, tuned.params, HELD_TWICE)
     oracle = res[ORACLE].cost()
     for name, o in res.items():
         assert np.all(oracle <= o.cost() + 1e-9), name
@@ -153,9 +161,9 @@ def test_statistics() -> None:
     n = 60
     gap = np.concatenate([rng.uniform(0, 2 * H, 40), rng.uniform(3 * H, 11 * H, 20)])
     none = np.zeros(n, np.int64)
-    react = Outcomes(none, gap, np.zeros(n), gap, none)
-    half = Outcomes(none, gap / 2, np.zeros(n), gap / 2, none)
-    tab = table({"reactive": react, "half": half}, 0.5, boot=500)
+    react = Outcomes(none, gap, np.zeros(n), gap, none, LIMITS(n))
+    half = Outcomes(none, gap / 2, np.zeros(n), gap / 2, none, LIMITS(n))
+    tab = table({"reactive": react, "half": half}, HELD_TWICE, boot=500)
     assert list(load_levels(np.array([0, 2 * H, 2 * H + 1, 13 * H]))) == [
         "low", "low", "medium", "heavy"]  # fmt: skip
     cell = tab["half"]["all"]["removed"]
@@ -166,9 +174,11 @@ def test_statistics() -> None:
     assert tab["reactive"]["low"]["mean_J_h"].n == 40
     assert tab["reactive"]["heavy"]["mean_J_h"].n == 0
     # head to head, paired: "half" beats reactive by half its gap on every sample
-    noisy = Outcomes(none, gap + np.abs(rng.normal(0, 0.01 * H, n)), np.zeros(n), gap, none)
+    noisy = Outcomes(
+        none, gap + np.abs(rng.normal(0, 0.01 * H, n)), np.zeros(n), gap, none, LIMITS(n)
+    )
     runs = {"reactive": react, "half": half, "noisy": noisy}
-    h2h = head_to_head(runs, 0.5, ["half"], ["reactive", "noisy"], boot=500)
+    h2h = head_to_head(runs, HELD_TWICE, ["half"], ["reactive", "noisy"], boot=500)
     assert set(h2h) == {"all", "low"}  # medium has 20 samples: does not count
     assert (h2h["all"].learned, h2h["all"].baseline, h2h["all"].verdict) == (
         "half",
@@ -177,11 +187,11 @@ def test_statistics() -> None:
     )
     assert h2h["all"].diff.value == pytest.approx(-gap.mean() / 2 / H)
     # a hair worse on every sample: side by side their intervals overlap; paired, it shows
-    hair = head_to_head(runs, 0.5, ["noisy"], ["reactive"], boot=500)["all"]
+    hair = head_to_head(runs, HELD_TWICE, ["noisy"], ["reactive"], boot=500)["all"]
     assert hair.verdict == "worse" and 0 < hair.diff.lo <= hair.diff.value <= hair.diff.hi
-    side = table({"reactive": react, "noisy": noisy}, 0.5, boot=500)
+    side = table({"reactive": react, "noisy": noisy}, HELD_TWICE, boot=500)
     assert side["noisy"]["all"]["mean_J_h"].lo < side["reactive"]["all"]["mean_J_h"].hi
-    same = head_to_head({"reactive": react, "copy": react}, 0.5, ["copy"], ["reactive"])
+    same = head_to_head({"reactive": react, "copy": react}, HELD_TWICE, ["copy"], ["reactive"])
     assert same["all"].verdict == "tie" and same["all"].diff.value == 0.0
 
 
@@ -208,7 +218,7 @@ def test_no_method_removes_more_of_reactives_j_than_the_oracle() -> None:
 
     def run(intr: np.ndarray) -> Outcomes:
         none = np.zeros(intr.size, np.int64)
-        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none, LIMITS(intr.size))
 
     rng = np.random.default_rng(7)
     for _ in range(20):
@@ -219,7 +229,7 @@ def test_no_method_removes_more_of_reactives_j_than_the_oracle() -> None:
             f"m{i}": run(best + rng.exponential(0.05 * H, n) * (rng.random(n) < 0.1))
             for i in range(4)
         }
-        tab = table({"reactive": run(gap), "oracle": run(best), **worse}, 0.5, boot=300)
+        tab = table({"reactive": run(gap), "oracle": run(best), **worse}, HELD_TWICE, boot=300)
         ceil = ceiling(tab)
         assert "all" in ceil and set(ceil) <= {"all", "low", "medium", "heavy"}
         for level, top in ceil.items():
@@ -239,7 +249,7 @@ def test_oracle_gain_share_and_no_harm() -> None:
 
     def run(intr: np.ndarray) -> Outcomes:
         none = np.zeros(intr.size, np.int64)
-        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none, LIMITS(intr.size))
 
     rng = np.random.default_rng(3)
     n = 90  # 60 low, 30 medium: both count
@@ -253,10 +263,10 @@ def test_oracle_gain_share_and_no_harm() -> None:
         # the gain where queues are long, 0.5 h worse than reactive on every quiet sample
         "eager": run(np.where(low, gap + 0.5 * H, oracle)),
     }
-    got = gains(runs, 0.5, boot=400)
+    got = gains(runs, HELD_TWICE, boot=400)
     assert set(got) == {"all", "low", "medium"}  # heavy has no sample
     for level, g in got.items():
-        j = {m: o.cost(0.5)[low if level == "low" else ~low if level == "medium" else ...]
+        j = {m: o.cost(HELD_TWICE)[low if level == "low" else ~low if level == "medium" else ...]
              for m, o in runs.items()}  # fmt: skip
         assert g.oracle_gain.value == pytest.approx((j["reactive"] - j["oracle"]).mean() / H)
         assert g.oracle_gain.lo <= g.oracle_gain.value <= g.oracle_gain.hi
@@ -273,7 +283,9 @@ def test_oracle_gain_share_and_no_harm() -> None:
     rows = [line.split() for line in text.splitlines() if line.strip().startswith("eager")]
     # all, low, medium: over all samples the long queues' gain hides the quiet ones' harm
     assert [r[-1] for r in rows] == ["yes", "NO", "yes"]
-    assert gains({"reactive": runs["reactive"], "most": runs["most"]}, 0.5) == {}  # no oracle
+    assert (
+        gains({"reactive": runs["reactive"], "most": runs["most"]}, HELD_TWICE) == {}
+    )  # no oracle
 
 
 def test_max_samples_spreads_over_the_split() -> None:
@@ -454,7 +466,7 @@ def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Pat
     w = Walker([scenario()], Protocol(step_s=30 * 60), TWO, "gpu", shipped=shipped_for(folder))
     w.shipped = dataclasses.replace(w.shipped, guard="lookahead")
     with pytest.raises(ValueError, match="needs look-ahead curves"):
-        evaluate(w, [SHIPPED_METHOD], {}, 0.5)
+        evaluate(w, [SHIPPED_METHOD], {}, HELD_TWICE)
 
 
 def test_shipped_choice_is_safe_and_least_j(
@@ -467,12 +479,12 @@ def test_shipped_choice_is_safe_and_least_j(
 
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
-    cands = candidates({1.0: w, 2.0: w}, 0.5, boot=200)
+    cands = candidates({1.0: w, 2.0: w}, HELD_TWICE, boot=200)
     assert len(cands) == sum(len(v) for v in GRID.values()) * len(MARGINS_H)
     assert all(c.guard == "estimate" for c in cands)  # no curves: no look-ahead veto
     # with look-ahead curves (here each step's true start, a stand-in): the whole grid
     ahead = Walker(samples, SMALL, w.profile, "gpu-a100", lookahead=[s.succ_start for s in samples])
-    more = candidates({1.0: ahead}, 0.5, boot=200)
+    more = candidates({1.0: ahead}, HELD_TWICE, boot=200)
     assert len(more) == sum(len(v) for v in GRID.values()) * len(guards(True))
     assert {c.guard for c in more} == {"estimate", "lookahead", "estimate+lookahead", "none"}
     for c in cands:
@@ -502,9 +514,9 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
     many = samples * 4  # the slice's 16 samples: a level needs MIN_N to be judged
     folder = tmp_path / "ls6"
     out = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, many)}, folder=folder,
-                           alpha=0.5)  # fmt: skip
+                           cost_model=HELD_TWICE)  # fmt: skip
     prof = load_profile(LS6)
-    want = select({2.0: Walker(many, SMALL, prof, prof.partition(None).name)}, 0.5).chosen
+    want = select({2.0: Walker(many, SMALL, prof, prof.partition(None).name)}, HELD_TWICE).chosen
     assert out["judged"] and out["file"] == str(folder / "policy.toml")
     got = shipped_for(folder)
     if want is None:
@@ -518,7 +530,7 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
     assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")
     # 16 samples: a level of 5 or more vetoes harmful candidates, but a choice needs 30
     few = choose_and_write("ls6", LS6, setting.split, {2.0: (SMALL, samples)},
-                           folder=tmp_path / "few", alpha=0.5)  # fmt: skip
+                           folder=tmp_path / "few", cost_model=HELD_TWICE)  # fmt: skip
     assert few["file"] is None and "enough samples" in few["reason"]
     assert not (tmp_path / "few" / "policy.toml").exists()
 
@@ -533,7 +545,7 @@ def test_shipped_summary_rows_and_targets() -> None:
 
     def run(intr: np.ndarray) -> Outcomes:
         none = np.zeros(intr.size, np.int64)
-        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none, LIMITS(intr.size))
 
     rng = np.random.default_rng(5)
     gap = np.concatenate([rng.uniform(0, 2 * H, 60), rng.uniform(3 * H, 11 * H, 40)])
@@ -545,7 +557,7 @@ def test_shipped_summary_rows_and_targets() -> None:
         "qbets": run(np.where(low, gap + 0.3 * H, gap - 0.5 * (gap - oracle))),
         "shipped": run(np.where(low, gap, gap - 0.9 * (gap - oracle))),
     }
-    rows = shipped_rows(runs, 0.5, ["reactive", "qbets"], boot=400)
+    rows = shipped_rows(runs, HELD_TWICE, ["reactive", "qbets"], boot=400)
     assert set(rows) == {"all", "low", "medium"}
     low_row, med = rows["low"], rows["medium"]
     assert low_row.best_baseline == "reactive" and low_row.shipped.harm.value == 0
@@ -553,7 +565,7 @@ def test_shipped_summary_rows_and_targets() -> None:
     assert med.best_baseline == "qbets" and med.shipped.share == pytest.approx(0.9)
     assert med.against_best.hi < 0 and med.meets
     worse = {**runs, "shipped": run(np.where(low, gap + 0.3 * H, gap))}
-    assert [r.meets for r in shipped_rows(worse, 0.5, ["qbets"], boot=400).values()] == [
+    assert [r.meets for r in shipped_rows(worse, HELD_TWICE, ["qbets"], boot=400).values()] == [
         False, False, False
     ]  # fmt: skip
     text = render_shipped(rows)
@@ -571,20 +583,20 @@ def test_report_of_a_minutes_long_log_reads_in_minutes() -> None:
 
     def run(intr: np.ndarray) -> Outcomes:
         none = np.zeros(intr.size, np.int64)
-        return Outcomes(none, intr, np.zeros(intr.size), intr, none)
+        return Outcomes(none, intr, np.zeros(intr.size), intr, none, LIMITS(intr.size))
 
     gap = np.linspace(120.0, 480.0, 40)  # 2 to 8 minutes: reactive's mean J is 5 min
     runs = {"reactive": run(gap), "oracle": run(gap * 0.1), "shipped": run(gap * 0.5)}
-    tab = table(runs, 0.5, boot=200)
+    tab = table(runs, HELD_TWICE, boot=200)
     unit = table_unit(tab)
     assert unit.name == "min"
     text = render(tab, unit=unit)
     assert "J min" in text and "p90 intr min" in text and " h " not in text
     reactive = next(ln for ln in text.splitlines() if ln.startswith("reactive"))
     assert reactive.split()[1] == "5.00"
-    gained = render_gains(gains(runs, 0.5, boot=200), unit)
+    gained = render_gains(gains(runs, HELD_TWICE, boot=200), unit)
     assert "method - reactive, min" in gained and "+3 min above 0" in gained
-    shipped = render_shipped(shipped_rows(runs, 0.5, ["reactive"], boot=200), unit)
+    shipped = render_shipped(shipped_rows(runs, HELD_TWICE, ["reactive"], boot=200), unit)
     assert "mean J, min" in shipped and "5.00" in shipped
 
 
@@ -601,21 +613,23 @@ def test_the_choice_judges_harm_on_levels_too_small_to_report(
 
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
-    res = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(0.5)}
+    res = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(HELD_TWICE)}
     counts = level_counts(res)
     assert SELECT_MIN_N == 5 < MIN_N and sum(counts.values()) < MIN_N
     small = {lv for lv, n in counts.items() if n >= SELECT_MIN_N}
     assert small  # 16 samples: some level holds at least 6
-    assert set(gains(res, 0.5, boot=100)) == {"all"}  # too few for a report
-    for c in candidates({1.0: w}, 0.5, boot=100):
+    assert set(gains(res, HELD_TWICE, boot=100)) == {"all"}  # too few for a report
+    for c in candidates({1.0: w}, HELD_TWICE, boot=100):
         assert set(c.levels[1.0]) == {"all"} | small  # but judged by the choice
-    assert not select({1.0: w}, 0.5, boot=100).judged  # too few to choose on, though
+    assert not select({1.0: w}, HELD_TWICE, boot=100).judged  # too few to choose on, though
     many = Walker(samples * 8, SMALL, w.profile, "gpu-a100")  # its largest level: 48 or more
-    assert select({1.0: many}, 0.5, boot=100).judged
+    assert select({1.0: many}, HELD_TWICE, boot=100).judged
     # samples a census added at a denser spacing veto, but do not make a choice possible
     n = len(w.samples)
-    assert not select({1.0: many}, 0.5, boot=100, added={1.0: 7 * n}).judged
-    assert select({1.0: many}, 0.5, boot=100, added={1.0: 2 * n}).judged  # 6 x 16: 30 or more
+    assert not select({1.0: many}, HELD_TWICE, boot=100, added={1.0: 7 * n}).judged
+    assert select(
+        {1.0: many}, HELD_TWICE, boot=100, added={1.0: 2 * n}
+    ).judged  # 6 x 16: 30 or more
 
 
 def test_a_candidate_is_safe_only_without_measurable_harm_on_the_tuning_month() -> None:

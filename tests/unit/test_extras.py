@@ -95,13 +95,11 @@ def test_base_install_runs_the_demo_with_the_shipped_xgboost_model() -> None:
 
 def test_base_install_asked_for_an_agent_names_the_rl_extra() -> None:
     code, out, _ = base_install(*DEMO, "--policy", "dqn")
-    assert code == 1, out
+    assert code == 2, out  # refused with the option, before any replay
     assert "Traceback" not in out
     assert (
-        "Error: the dqn policy (" in out
-        and "needs Mirage's 'rl' extra (torch is not installed): "
-        "pip install 'mirage-provisioner[rl]'"
-        in out
+        "Invalid value for --policy: 'dqn' needs Mirage's 'rl' extra (torch is not installed): "
+        "pip install 'mirage-provisioner[rl]'" in out
     ), out
 
 

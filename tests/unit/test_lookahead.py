@@ -10,6 +10,7 @@ import pytest
 
 from mirage.evaluate.lookahead import TrueRunTimes
 from mirage.policy.base import DecisionContext, PendingTransition
+from mirage.policy.cost import HELD_TWICE
 from mirage.policy.lookahead import (
     LookaheadPolicy,
     Request,
@@ -267,10 +268,10 @@ def test_harness_lookahead_rule_tuning_and_selection() -> None:
     w = Walker([s], Protocol(step_s=30 * 60), TWO, "gpu", lookahead=[curve])
     assert w.curve_rule(LOOKAHEAD, 0.0).step.tolist() == [1]
     assert w.curve_rule(LOOKAHEAD, 30 * H).step.tolist() == [0]  # 20 h + 30 h >= 48 h
-    tuned = tune(w, [LOOKAHEAD, "reactive"], alpha=0.5)
-    res = evaluate(w, [LOOKAHEAD], tuned.params, 0.5)
-    assert res[LOOKAHEAD].cost(0.5).tolist() == [0.0]
-    chosen, scores = select(w, ["reactive", LOOKAHEAD], tuned.params, alpha=0.5)
+    tuned = tune(w, [LOOKAHEAD, "reactive"], cost_model=HELD_TWICE)
+    res = evaluate(w, [LOOKAHEAD], tuned.params, HELD_TWICE)
+    assert res[LOOKAHEAD].cost(HELD_TWICE).tolist() == [0.0]
+    chosen, scores = select(w, ["reactive", LOOKAHEAD], tuned.params, cost_model=HELD_TWICE)
     assert (chosen, scores["reactive"]) == (LOOKAHEAD, 12.0)
     with pytest.raises(ValueError, match="curves"):
         Walker([s], Protocol(step_s=30 * 60), TWO, "gpu").curve_rule(LOOKAHEAD, 0.0)

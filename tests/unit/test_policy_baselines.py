@@ -14,7 +14,7 @@ from mirage.policy.baselines import (
     SlurmEstimate,
     binomial_upper_index,
 )
-from mirage.policy.cost import Transition
+from mirage.policy.cost import HELD_TWICE, CostModel, Transition
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -39,17 +39,20 @@ def ctx(
 
 
 @pytest.mark.parametrize(
-    ("succ", "intr", "ovl", "gap", "cost"),
+    ("succ", "intr", "ovl", "gap", "held_twice"),
     [
         (48 * H, 0, 0, 0, 0.0),  # seamless
         (50 * H, 2 * H, 0, 2 * H, 2.0 * H),  # late by 2 h
-        (44 * H, 0, 4 * H, -4 * H, 2.0 * H),  # 4 h early: overlap at alpha 0.5
+        (44 * H, 0, 4 * H, -4 * H, 2.0 * H),  # 4 h early: overlap at SC'23's 0.5
     ],
 )
-def test_cost_hand_cases(succ: int, intr: int, ovl: int, gap: int, cost: float) -> None:
+def test_cost_hand_cases(succ: int, intr: int, ovl: int, gap: int, held_twice: float) -> None:
     t = Transition(pred_start=0, pred_time_limit=48 * H, pred_end=48 * H, succ_start=succ)
-    assert (t.interruption, t.overlap, t.gap, t.cost()) == (intr, ovl, gap, cost)
-    assert t.cost(alpha=1.0) == intr + ovl
+    assert (t.interruption, t.overlap, t.gap, t.cost(HELD_TWICE)) == (intr, ovl, gap, held_twice)
+    assert t.cost(CostModel(hands_off=False, held_twice_weight=1.0)) == intr + ovl
+    # a job that hands off: an early start costs h plus its share of one more segment
+    early = 0.0 if ovl == 0 else 10 + ovl * (600 + 3600) / (48 * H - 600)
+    assert t.cost() == pytest.approx(intr + early)
 
 
 def test_cost_early_end_predecessor() -> None:

@@ -12,14 +12,17 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from mirage.cli import main
-from mirage.daemon.config import Config, PolicySection
+from mirage.daemon.config import Config, ConfigError, PolicySection
 from mirage.demo.run import (
+    SHIPPED_POLICY,
     DemoSpec,
+    daemon_config,
     load_jobs,
     render,
     replay_to,
     run_demo,
 )
+from mirage.policy.cost import DEFAULT_COST
 from mirage.profile.schema import load_profile
 from mirage.sim.backend import SimSlurmClient
 from mirage.sim.calibrate import with_settings
@@ -73,7 +76,14 @@ def check_demo(out: dict[str, Any], chains: int, segments: int) -> None:
     for r in out["transitions"]:
         for v in (r["policy"], r["reactive"]):
             if v is not None:
-                assert v["cost"] == v["interruption"] + out["alpha"] * v["overlap"]
+                limit = out["setup"]["time_limit_s"]
+                want = DEFAULT_COST.of(v["interruption"], v["overlap"], limit)
+                assert v["cost"] == pytest.approx(want)
+    for c in out["chains"]:  # the per-chain table: both runs, every chain
+        for side in ("policy", "reactive"):
+            v = c[side]
+            assert v["segments"] == out["runs"][side]["chains"][c["chain"]]["segments_run"]
+            assert v["completion_s"] > 0 and v["beyond_gpu_h"] >= 0
 
 
 def test_cli_demo_on_busy_replay(cli_run: tuple[dict[str, Any], str]) -> None:
@@ -86,7 +96,7 @@ def test_cli_demo_on_busy_replay(cli_run: tuple[dict[str, Any], str]) -> None:
     assert setup["queue_at_start"]["pending"] <= 5
     assert max(r["reactive"]["interruption"] for r in out["transitions"]) > 3600
     # not a terminal: plain progress lines for both runs, on stderr (stdout is the JSON)
-    assert "fixed-lead (lead 15m): simulated" in progress
+    assert "fixed-lead (lead 15m), guard estimate 24 h: simulated" in progress
     assert "reactive: simulated" in progress and "COMPLETED" in progress
 
 
@@ -199,3 +209,37 @@ def test_cli_demo_with_a_trained_policy(tmp_path: Path) -> None:
     at = args.index("--config") + 1
     missing = CliRunner().invoke(main, [*args[:at], str(empty), *args[at + 1 :], "--policy", "dqn"])
     assert missing.exit_code == 1 and "metadata.json" in missing.output  # a clear error
+
+
+def test_the_demos_daemon_configuration_keeps_every_other_policy_key() -> None:
+    """The trial: the demo rebuilt [policy] field by field and dropped
+    guard_lookahead_margin_s, coverage_window, coverage_min and partitions. Every key the
+    demo does not set itself is now the user's, through the daemon's own loader."""
+    import dataclasses
+
+    demo_sets = {"default", "lead_s", "fallback", "models_dir", "cluster"}
+    changed = {
+        "guard": "estimate+lookahead", "guard_margin_s": 7200, "guard_lookahead_margin_s": 1800,
+        "qbets_quantile": 0.8, "average_factor": 1.5, "lookahead_margin_s": 600,
+        "lookahead_runtime": "mean", "lookahead_draws": 2, "coverage_window": 7,
+        "coverage_min": 0.3, "partitions": {"gpu-a100": "reactive"},
+    }  # fmt: skip
+    keys = {f.name for f in dataclasses.fields(PolicySection)}
+    assert keys == demo_sets | set(changed), "a new [policy] key: add it here"
+    base = Config(policy=PolicySection(**changed))  # type: ignore[arg-type]
+    spec = dataclasses.replace(idle_spec(), models_dir=str(REPO / "models"), model_cluster="ls6")
+    for policy in ("fixed-lead", "qbets"):
+        got = daemon_config(base, spec, policy).policy
+        for key, value in changed.items():
+            assert getattr(got, key) == value, key
+    assert daemon_config(base, spec, "xgb").policy.default == "xgb"
+    shipped = daemon_config(base, spec, SHIPPED_POLICY).policy  # what ships, not the user's
+    assert (shipped.default, shipped.guard) == (PolicySection().default, PolicySection().guard)
+    with pytest.raises(ConfigError, match="unknown policy 'nope'"):
+        daemon_config(base, spec, "nope")
+
+
+def test_demo_policy_names_what_the_daemon_accepts(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["demo", "--trace", TRACE, "--profile", PROFILE,
+                                    "--nodes", "70", "--policy", "nope"])  # fmt: skip
+    assert res.exit_code == 2 and "unknown policy 'nope'; valid: reactive" in res.output
