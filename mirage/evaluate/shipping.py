@@ -127,11 +127,13 @@ def guarded(
 
 def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
     """The guard settings of the grid, (estimate margin, look-ahead margin) in hours (None:
-    that veto off): every estimate margin alone; with look-ahead curves also the look-ahead
-    alone, each of its margins beside some estimate margins, and no guard at all."""
-    out: list[tuple[float | None, float | None]] = [(m, None) for m in MARGINS_H]
+    that veto off): no guard at all, every estimate margin alone; with look-ahead curves
+    also the look-ahead alone and each of its margins beside some estimate margins. (No
+    guard was tried only beside the look-ahead while an early start was charged half its
+    overlap; under the handoff's cost it is a candidate on every cluster.)"""
+    out: list[tuple[float | None, float | None]] = [(None, None)]
+    out += [(m, None) for m in MARGINS_H]
     if lookahead:
-        out.append((None, None))
         out += [(m, la) for la in LOOKAHEAD_MARGINS_H for m in (None, *WITH_LOOKAHEAD_H)]
     return out
 

@@ -480,8 +480,9 @@ def test_shipped_choice_is_safe_and_least_j(
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
     cands = candidates({1.0: w, 2.0: w}, HELD_TWICE, boot=200)
-    assert len(cands) == sum(len(v) for v in GRID.values()) * len(MARGINS_H)
-    assert all(c.guard == "estimate" for c in cands)  # no curves: no look-ahead veto
+    assert len(cands) == sum(len(v) for v in GRID.values()) * (len(MARGINS_H) + 1)
+    # no curves: no look-ahead veto; no guard is a candidate everywhere (the handoff's cost)
+    assert {c.guard for c in cands} == {"estimate", "none"}
     # with look-ahead curves (here each step's true start, a stand-in): the whole grid
     ahead = Walker(samples, SMALL, w.profile, "gpu-a100", lookahead=[s.succ_start for s in samples])
     more = candidates({1.0: ahead}, HELD_TWICE, boot=200)
