@@ -618,6 +618,12 @@ def render(out: dict[str, Any], console: Any) -> None:
         highlight=False,
     )
     console.print(chain_table(out), highlight=False)
+    console.print(
+        "segs = segments run; done in = registration to the last segment's end; idle = the "
+        "chain's interruptions; GPU-h+ = GPU-hours beyond the training (each segment's "
+        "restart R, and the time two segments ran at once)",
+        highlight=False,
+    )
     console.print(verdict(out), highlight=False)
     stated = out["runs"]["policy"].get("stated_intervals") or {}
     if stated:
@@ -640,12 +646,12 @@ def chain_table(out: dict[str, Any]) -> Any:
     the training."""
     from rich.table import Table
 
-    pol = out["setup"]["label"]
-    table = Table(title=f"Per chain: {pol} vs reactive")
+    label, pol = out["setup"]["label"], out["setup"]["policy"]
+    table = Table(title=f"Per chain: {label} vs reactive")
     table.add_column("chain")
     for side in (pol, "reactive"):
-        for m in ("segments", "completion", "idle", "handoffs", "GPU-h beyond"):
-            table.add_column(f"{side}\n{m}" if m == "segments" else m, justify="right")
+        for m in ("segs", "done in", "idle", "handoffs", "GPU-h+"):
+            table.add_column(f"{side}\n{m}" if m == "segs" else m, justify="right")
     for r in out["chains"]:
         table.add_row(r["chain"], *_chain_cells_of(r["policy"]), *_chain_cells_of(r["reactive"]))
     return table
