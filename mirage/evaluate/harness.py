@@ -62,11 +62,6 @@ class Outcomes:
         """Allocation time per sample beyond the training (s, per GPU of the chain)."""
         return cost_model.beyond_training_arrays(self.overlap, self.limit)
 
-    @property
-    def handoffs(self) -> int:
-        """Transitions whose successor started early (a handoff, for a job that hands off)."""
-        return int((self.overlap > 0).sum())
-
     def take(self, keep: Sequence[int]) -> Outcomes:
         """These samples only (indices, in the order given)."""
         idx = np.asarray(keep, dtype=np.int64)

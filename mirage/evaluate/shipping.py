@@ -128,9 +128,9 @@ def guarded(
 def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
     """The guard settings of the grid, (estimate margin, look-ahead margin) in hours (None:
     that veto off): no guard at all, every estimate margin alone; with look-ahead curves
-    also the look-ahead alone and each of its margins beside some estimate margins. (No
-    guard was tried only beside the look-ahead while an early start was charged half its
-    overlap; under the handoff's cost it is a candidate on every cluster.)"""
+    also the look-ahead alone and each of its margins beside some estimate margins. No
+    guard is a candidate everywhere: an early start of a job that hands off costs little
+    (:mod:`mirage.policy.cost`), so an unguarded policy may well be the best."""
     out: list[tuple[float | None, float | None]] = [(None, None)]
     out += [(m, None) for m in MARGINS_H]
     if lookahead:

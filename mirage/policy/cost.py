@@ -61,10 +61,15 @@ class CostModel:
 
     def early_weight(self, limit_s: float) -> float:
         """Cost per second early, for a predecessor of limit ``limit_s``."""
+        return float(self._early_weights(limit_s))
+
+    def _early_weights(self, limit_s: float | np.ndarray) -> np.ndarray:
+        """:meth:`early_weight` of many limits at once."""
         if not self.hands_off:
-            return self.held_twice_weight
-        useful = max(float(limit_s) - self.restart_s, 60.0)
-        return (self.restart_s + self.extra_idle_s) / useful
+            return np.asarray(self.held_twice_weight)
+        useful = np.maximum(np.asarray(limit_s, dtype=np.float64) - self.restart_s, 60.0)
+        out: np.ndarray = (self.restart_s + self.extra_idle_s) / useful
+        return out
 
     def early_step(self) -> float:
         """What any early start costs at once (the handoff window), whatever g."""
@@ -81,8 +86,7 @@ class CostModel:
     ) -> np.ndarray:
         """J of many transitions (seconds; ``limit_s`` one for all or one each)."""
         ov = np.asarray(overlap, dtype=np.float64)
-        limits = np.broadcast_to(np.asarray(limit_s, dtype=np.float64), ov.shape)
-        weight = np.array([self.early_weight(x) for x in limits.ravel()]).reshape(ov.shape)
+        weight = self._early_weights(limit_s)
         out: np.ndarray = np.asarray(interruption, dtype=np.float64) + np.where(
             ov > 0, self.early_step() + weight * ov, 0.0
         )

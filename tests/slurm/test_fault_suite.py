@@ -1,4 +1,4 @@
-"""The fault suite (issue 49, item 7): the trial's faults replayed on the real test cluster
+"""The fault suite: the trial's faults replayed on the real test cluster
 against one real ``mirage daemon`` process, with two users' chains of the example job
 (train.sbatch, train.py, mirage_handoff.py, as shipped) mid-flight throughout.
 

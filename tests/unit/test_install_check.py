@@ -1,4 +1,4 @@
-"""The root daemon's check that users can run the installed mirage (issue 49, item 8): a
+"""The root daemon's check that users can run the installed mirage: a
 venv on an interpreter under a 0700 home is named, with what to change."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``mirage status``'s predicted start, said as what it is (issue 49, item 10): the trial
+"""``mirage status``'s predicted start, said as what it is: the trial
 saw predictions shown in the past, for successors that had already started."""
 
 from __future__ import annotations
