@@ -27,7 +27,7 @@ $(STAMP): setup.cfg pyproject.toml
 demo: venv
 	$(BIN)/mirage demo --trace traces/ls6-a100-slice.log.gz \
 	  --profile models/ls6/profile.toml --nodes 70 --chains 4 --segments 3 \
-	  --time-limit 2:00:00 --policy xgb
+	  --time-limit 2:00:00 --policy shipped
 
 lint: venv
 	$(BIN)/ruff check mirage tests scripts experiments

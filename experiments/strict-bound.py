@@ -54,7 +54,11 @@ def walk_test(c: Candidate, test: dict[float, Walker], boot: int) -> None:
             "reactive": w.run(factory("reactive", None)),
             "oracle": w.oracle(cost_model),
             "x": guarded(
-                w, inner_submits(w, c.method, c.constant), _h(c.margin_h), _h(c.lookahead_h)
+                w,
+                inner_submits(w, c.method, c.constant),
+                None,
+                _h(c.lookahead_h),
+                margin_fraction=c.margin,
             ),
         }
         for level, g in gains(res, cost_model, boot=boot).items():

@@ -180,8 +180,9 @@ def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
         "choice": guarded(
             walker,
             inner_submits(walker, c.method, c.constant),
-            None if c.margin_h is None else c.margin_h * HOUR,
+            None,
             None if c.lookahead_h is None else c.lookahead_h * HOUR,
+            margin_fraction=c.margin,
         ),
     }
     print(f"test split, load {load:g}: {len(walker.samples)} samples")

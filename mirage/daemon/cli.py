@@ -608,9 +608,10 @@ def guard_text(pcfg: PolicySection) -> str:
 
     if pcfg.default == "reactive":
         return ""
-    est = pcfg.guard_margin_s / 3600 if pcfg.guard in ESTIMATE_GUARDS else None
+    on = pcfg.guard in ESTIMATE_GUARDS
+    est = pcfg.guard_margin_s / 3600 if on and pcfg.guard_margin_s is not None else None
     ahead = pcfg.guard_lookahead_margin_s / 3600 if pcfg.guard in LOOKAHEAD_GUARDS else None
-    return vetoes_text(est, ahead)
+    return vetoes_text(est, ahead, estimate_fraction=pcfg.guard_margin_fraction if on else None)
 
 
 def _start_places(start: dict[str, Any]) -> str:

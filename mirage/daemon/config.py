@@ -42,14 +42,17 @@ never silently falls back to a default. Durations are seconds (``_s``).
                                    # "dqn", "pg"; the default, with the guard, is the measured
                                    # shipped configuration (docs/evaluation.md)
     guard = "estimate"             # "estimate": no pre-submission Slurm's own estimate starts
-                                   # before the planned end + guard_margin_s (and such a pending
+                                   # before the planned end + its margin (and such a pending
                                    # one is revoked); "lookahead": none the look-ahead's simulated
                                    # start puts before the end + guard_lookahead_margin_s (needs
                                    # the profile); "estimate+lookahead": either; "none": the
                                    # policy alone
-    guard_margin_s = 86400         # the estimate veto's margin (24 h)
+    guard_margin_fraction = 0.166667 # the estimate veto's margin, as a share of the successor's
+                                   # time limit (1/6: 8 h of a 48 h segment, 20 min of 2 h)
+    # guard_margin_s = 28800       # or a fixed margin in seconds (may be negative); when set,
+                                   # it replaces guard_margin_fraction
     guard_lookahead_margin_s = 0   # the look-ahead veto's margin (may be negative)
-    qbets_quantile = 0.9           # qbets: the quantile of the last day's waits bounded (95%)
+    qbets_quantile = 0.95          # qbets: the quantile of the last day's waits bounded (95%)
     average_factor = 1.5           # running-average: predicted wait = factor x the mean wait
     lead_s = 900                   # fixed-lead: submit this long before the planned end
     lookahead_margin_s = 0         # lookahead: submit once simulated start + margin >= the end
@@ -153,7 +156,8 @@ class SlurmSection:
 class PolicySection:
     default: str = SHIPPED.policy
     guard: str = "estimate"
-    guard_margin_s: int = field(default=SHIPPED.guard_margin_s, metadata={"signed": True})
+    guard_margin_fraction: float = SHIPPED.guard_margin_fraction
+    guard_margin_s: int | None = field(default=SHIPPED.guard_margin_s, metadata={"signed": True})
     guard_lookahead_margin_s: int = field(
         default=SHIPPED.guard_lookahead_margin_s, metadata={"signed": True}
     )
@@ -196,6 +200,8 @@ class LogSection:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: ``guard_margin_fraction`` beyond this many time limits would never let a successor in.
+MAX_MARGIN_FRACTION = 4.0
 
 
 @dataclass(frozen=True)
@@ -292,7 +298,7 @@ def _check_durations(cfg: Config, source: str) -> None:
         section = getattr(cfg, name)
         for f in fields(section):
             value = getattr(section, f.name)
-            if f.name.endswith("_s") and abs(value) > MAX_DURATION_S:
+            if f.name.endswith("_s") and value is not None and abs(value) > MAX_DURATION_S:
                 raise ConfigError(f"{source} [{name}]: {f.name} = {value} s is more than a year")
 
 
@@ -360,6 +366,12 @@ def _check_constants(p: PolicySection, source: str) -> None:
         raise ConfigError(f"{source} [policy]: qbets_quantile must lie strictly between 0 and 1")
     if p.average_factor <= 0:
         raise ConfigError(f"{source} [policy]: average_factor must be positive")
+    if not -1.0 <= p.guard_margin_fraction <= MAX_MARGIN_FRACTION:
+        raise ConfigError(
+            f"{source} [policy]: guard_margin_fraction must lie between -1 and "
+            f"{MAX_MARGIN_FRACTION:g} (a share of the successor's time limit), "
+            f"got {p.guard_margin_fraction:g}"
+        )
 
 
 def _check_policy(p: PolicySection, source: str) -> None:

@@ -71,7 +71,13 @@ def guarded(policy: Policy, name: str, cfg: PolicySection) -> Policy:
     """``policy`` behind the guard ``[policy] guard``; reactive needs none."""
     if name == "reactive":
         return policy
-    return guard_policy(policy, cfg.guard, cfg.guard_margin_s, cfg.guard_lookahead_margin_s)
+    return guard_policy(
+        policy,
+        cfg.guard,
+        cfg.guard_margin_s,
+        cfg.guard_lookahead_margin_s,
+        margin_fraction=cfg.guard_margin_fraction,
+    )
 
 
 def uses_lookahead_guard(name: str, cfg: PolicySection) -> bool:

@@ -239,7 +239,9 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     built by the daemon's own loader: every other key of ``[policy]`` stays the user's
     (for ``shipped``: the shipped defaults), validated as ``mirage daemon`` validates its
     file (:class:`~mirage.daemon.config.ConfigError`)."""
-    data = dataclasses.asdict(base)
+    # a key left unset (None, e.g. guard_margin_s) is one TOML cannot hold: left out
+    data = {name: {k: v for k, v in section.items() if v is not None}
+            for name, section in dataclasses.asdict(base).items()}  # fmt: skip
     ours = {"lead_s": spec.lead_s, "fallback": "reactive", "models_dir": spec.models_dir,
             "cluster": spec.model_cluster}  # fmt: skip
     if policy == SHIPPED_POLICY:

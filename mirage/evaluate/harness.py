@@ -27,7 +27,7 @@ from mirage.policy.base import (
 )
 from mirage.policy.baselines import FixedLead, Qbets, Reactive, RunningAverage, SlurmEstimate
 from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
-from mirage.policy.guard import LOOKAHEAD_GUARDS, SHIPPED, Shipped, guard_policy
+from mirage.policy.guard import LOOKAHEAD_GUARDS, SHIPPED, Shipped, shipped_guard
 from mirage.profile.schema import ClusterProfile
 from mirage.slurm.types import QueueSnapshot, StartEstimate, SubmitRequest
 
@@ -389,9 +389,7 @@ def shipped_policy(shipped: Shipped = SHIPPED) -> Policy:
                         average_factor=shipped.average_factor)  # fmt: skip
     if shipped.policy == "reactive":
         return inner
-    return guard_policy(
-        inner, shipped.guard, shipped.guard_margin_s, shipped.guard_lookahead_margin_s
-    )
+    return shipped_guard(inner, shipped)
 
 
 def factory(method: str, param: float | None) -> PolicyFactory:

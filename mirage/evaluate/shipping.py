@@ -8,7 +8,8 @@ level on the tuning split.
 
 The candidates are the wait-statistic baselines (``qbets``, ``running-average``) with
 each constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no constant),
-behind the estimate guard with each margin of :data:`MARGINS_H`; where the tuning samples
+behind the estimate guard with each margin of :data:`MARGIN_FRACTIONS` (shares of the
+successor's time limit, as the daemon's ``guard_margin_fraction``); where the tuning samples
 have look-ahead curves (``mirage train`` records them), also behind the look-ahead veto
 (margins :data:`LOOKAHEAD_MARGINS_H`) alone or beside the estimate veto, and with no guard
 (:func:`guards`). A candidate is *safe* when, at every load given and every level there
@@ -58,11 +59,14 @@ GRID: dict[str, tuple[float, ...]] = {
     # pre-submits into quiet queues (it harms ls6's at every margin up to 16 h)
     "slurm-estimate": (0.0,),
 }
-#: Slurm's --test-only date counts every pending job ahead as whole nodes for its whole
-#: limit (mirage.sim.testonly), so on a quiet queue it can lie a day or more past a start
-#: that comes early: margins reach 48 h (with that estimate no margin up to 16 h was safe
-#: on ls6's tuning month).
-MARGINS_H = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 36.0, 48.0)
+#: The estimate veto's margins, as shares of the successor's time limit. Slurm's
+#: --test-only date counts every pending job ahead as whole nodes for its whole limit
+#: (mirage.sim.testonly), so on a quiet queue it can lie a day or more past a start that
+#: comes early: margins reach one whole limit (on ls6's 48 h segments these are 0, 1, 2,
+#: 4, 8, 12, 16, 24, 36 and 48 h, the hours the grid tried before it was relative). A
+#: share, not hours: what an early start costs a job that hands off is the segment it
+#: shortens (mirage.policy.cost), so the tolerance scales with the segment.
+MARGIN_FRACTIONS = (0.0, 1 / 48, 1 / 24, 1 / 12, 1 / 6, 1 / 4, 1 / 3, 1 / 2, 3 / 4, 1.0)
 #: The look-ahead veto's margins (h): its start is a simulation with predicted run times,
 #: neither late nor early by construction, so they lie around 0 (experiments/
 #: lookahead-guard.py walked these on ls6 and Theta).
@@ -80,8 +84,9 @@ SAFE_BOUND_H = 0.0
 #: a 2 h spacing; judged, they rule out the choice that harmed March's quiet days. ls6's,
 #: Theta's and HPC2N's choices are the same at 5 as at 30.
 SELECT_MIN_N = 5
-#: The estimate margins tried beside the look-ahead veto (either vetoes; None: none).
-WITH_LOOKAHEAD_H = (8.0, 24.0, 48.0)
+#: The estimate margins (shares of the limit) tried beside the look-ahead veto (either
+#: vetoes).
+WITH_LOOKAHEAD = (1 / 6, 1 / 2, 1.0)
 
 
 def inner_submits(walker: Walker, method: str, constant: float) -> list[np.ndarray]:
@@ -102,10 +107,13 @@ def guarded(
     submits: Sequence[np.ndarray],
     margin_s: float | None,
     lookahead_margin_s: float | None = None,
+    *,
+    margin_fraction: float | None = None,
 ) -> Outcomes:
     """The outcomes of ``submits`` behind the guard: a step is vetoed (and a pending
     pre-submission revoked) where Slurm's recorded estimate is before the planned end plus
-    ``margin_s``, or the recorded look-ahead start before it plus ``lookahead_margin_s``
+    the margin (``margin_s``, or where that is None ``margin_fraction`` of the sample's
+    time limit), or the recorded look-ahead start before it plus ``lookahead_margin_s``
     (None: that veto is off; :class:`mirage.policy.guard.Guard`)."""
     curves = walker.curves.get(LOOKAHEAD)
     if lookahead_margin_s is not None and curves is None:
@@ -113,9 +121,12 @@ def guarded(
     steps, revoked = [], []
     for i, (s, submit) in enumerate(zip(walker.samples, submits, strict=True)):
         early = np.zeros(len(s.steps) - 1, bool)
-        if margin_s is not None:
+        margin = margin_s
+        if margin is None and margin_fraction is not None:
+            margin = round(margin_fraction * s.time_limit)  # as Guard.margin_for
+        if margin is not None:
             est = s.estimate[:-1]
-            early |= (est >= 0) & (est < s.planned_end + margin_s)
+            early |= (est >= 0) & (est < s.planned_end + margin)
         if lookahead_margin_s is not None and curves is not None:
             ahead = curves[i][:-1]
             early |= (ahead >= 0) & (ahead < s.planned_end + lookahead_margin_s)
@@ -126,15 +137,16 @@ def guarded(
 
 
 def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
-    """The guard settings of the grid, (estimate margin, look-ahead margin) in hours (None:
-    that veto off): no guard at all, every estimate margin alone; with look-ahead curves
+    """The guard settings of the grid, (estimate margin as a share of the limit, look-ahead
+    margin in hours) (None: that veto off): no guard at all, every estimate margin alone;
+    with look-ahead curves
     also the look-ahead alone and each of its margins beside some estimate margins. No
     guard is a candidate everywhere: an early start of a job that hands off costs little
     (:mod:`mirage.policy.cost`), so an unguarded policy may well be the best."""
     out: list[tuple[float | None, float | None]] = [(None, None)]
-    out += [(m, None) for m in MARGINS_H]
+    out += [(m, None) for m in MARGIN_FRACTIONS]
     if lookahead:
-        out += [(m, la) for la in LOOKAHEAD_MARGINS_H for m in (None, *WITH_LOOKAHEAD_H)]
+        out += [(m, la) for la in LOOKAHEAD_MARGINS_H for m in (None, *WITH_LOOKAHEAD)]
     return out
 
 
@@ -142,7 +154,7 @@ def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
 class Candidate:
     method: str
     constant: float
-    margin_h: float | None  # the estimate veto's margin (None: no estimate veto)
+    margin: float | None  # the estimate veto's margin, a share of the limit (None: no veto)
     lookahead_h: float | None = None  # the look-ahead veto's margin (None: none)
     levels: dict[float, dict[str, Gain]] = field(default_factory=dict)  # load -> level ->
     mean_j_h: dict[float, float] = field(default_factory=dict)  # load -> mean J, all samples
@@ -160,18 +172,18 @@ class Candidate:
     @property
     def guard(self) -> str:
         """The ``[policy] guard`` that runs it."""
-        return guard_kind(self.margin_h is not None, self.lookahead_h is not None)
+        return guard_kind(self.margin is not None, self.lookahead_h is not None)
 
     def label(self) -> str:
-        """E.g. "qbets 0.9, guard: estimate 24 h"."""
+        """E.g. "qbets 0.9, guard: estimate 1/6 of the limit"."""
         what = (
             self.method if self.method == "slurm-estimate" else f"{self.method} {self.constant:g}"
         )
-        return f"{what}, guard: {vetoes_text(self.margin_h, self.lookahead_h)}"
+        return f"{what}, guard: {vetoes_text(None, self.lookahead_h, estimate_fraction=self.margin)}"
 
     def as_dict(self) -> dict[str, object]:
         return {"policy": self.method, "constant": self.constant, "guard": self.guard,
-                "guard_margin_h": self.margin_h, "guard_lookahead_margin_h": self.lookahead_h,
+                "guard_margin_fraction": self.margin, "guard_lookahead_margin_h": self.lookahead_h,
                 "safe": self.safe, "mean_J_h": {f"{k:g}": v for k, v in self.mean_j_h.items()},
                 "levels": {f"{ld:g}": {lv: g.as_dict() for lv, g in per.items()}
                            for ld, per in self.levels.items()}}  # fmt: skip
@@ -191,7 +203,7 @@ def candidates(
                 submits = inner_submits(w, method, c)
                 for m, la in grid:
                     cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
-                    res = {**base, "x": guarded(w, submits, _s(m), _s(la))}
+                    res = {**base, "x": guarded(w, submits, None, _s(la), margin_fraction=m)}
                     judged = gains(res, cost_model, boot=boot, min_n=SELECT_MIN_N)
                     cand.levels[load] = {lv: g.methods["x"] for lv, g in judged.items()}
                     cand.mean_j_h[load] = float(res["x"].cost(cost_model).mean()) / HOUR
@@ -258,8 +270,8 @@ def policy_toml(c: Candidate | None) -> str:
     elif c.method == "running-average":
         lines.append(f"average_factor = {float(c.constant)!r}")
     lines.append(f'guard = "{c.guard}"')
-    if c.margin_h is not None:
-        lines.append(f"guard_margin_s = {round(c.margin_h * HOUR)}")
+    if c.margin is not None:
+        lines.append(f"guard_margin_fraction = {round(c.margin, 6)!r}")
     if c.lookahead_h is not None:
         lines.append(f"guard_lookahead_margin_s = {round(c.lookahead_h * HOUR)}")
     return "\n".join(lines)

@@ -92,7 +92,7 @@ def summary(choice: Choice) -> dict[str, Any]:
         "policy": c.method,
         "constant": c.constant,
         "guard": c.guard,
-        "guard_margin_s": None if c.margin_h is None else round(c.margin_h * HOUR),
+        "guard_margin_fraction": c.margin,
         "guard_lookahead_margin_s": None if c.lookahead_h is None else round(c.lookahead_h * HOUR),
         "label": c.label(),
         "tune_mean_J_h": {f"{k:g}": round(v, 3) for k, v in c.mean_j_h.items()},

@@ -8,7 +8,12 @@ submission (`mirage evaluate` shows it per level).
 
 The guard wraps a policy. Before a successor is pre-submitted it asks Slurm's own start
 estimate for it (``sbatch --test-only``); when the estimate puts the start earlier than
-``margin_s`` after the predecessor's planned end, the submission waits. Slurm 22.05's
+the margin after the predecessor's planned end, the submission waits. The margin is a
+fraction of the successor's time limit (``guard_margin_fraction``), or a fixed number of
+seconds where one is set (``guard_margin_s``, which then wins): what an early start costs
+a job that hands off is the segment it shortens, a share of that limit
+(:mod:`mirage.policy.cost`), so a guard tuned on 48 h segments holds the same share of a
+2 h one, not 8 h of it (which would hold back every pre-submission). Slurm 22.05's
 estimate is where the running jobs, run to their limits, leave room for it, plus the
 "area" of every pending job ahead as if each filled whole nodes for its whole limit
 (:mod:`mirage.sim.testonly`): it runs late, never early, except for jobs of higher
@@ -61,9 +66,12 @@ class Shipped:
     """The default policy: ``policy`` with its constant, behind the guard ``guard``."""
 
     policy: str = "qbets"
-    qbets_quantile: float = 0.9
+    qbets_quantile: float = 0.95
     average_factor: float = 1.5
-    guard_margin_s: int = 24 * HOUR
+    # the estimate veto's margin: this share of the successor's time limit, unless
+    # guard_margin_s (seconds, signed) is set
+    guard_margin_fraction: float = 1 / 6
+    guard_margin_s: int | None = field(default=None, metadata={"signed": True})
     guard: str = "estimate"
     # negative: veto only a start that long before the end (the selection grid's -2 h);
     # the daemon's [policy] key is signed too
@@ -89,6 +97,7 @@ FILE_KEYS = {
     "default": "policy",
     "qbets_quantile": "qbets_quantile",
     "average_factor": "average_factor",
+    "guard_margin_fraction": "guard_margin_fraction",
     "guard_margin_s": "guard_margin_s",
     "guard": "guard",
     "guard_lookahead_margin_s": "guard_lookahead_margin_s",
@@ -120,7 +129,9 @@ def shipped_for(folder: Path) -> Shipped:
 
     named = {FILE_KEYS[k]: v for k, v in cluster_policy(folder).items()}
     try:
-        out = build(Shipped, {**asdict(SHIPPED), **named}, str(folder / POLICY_FILE))
+        # a default of None (guard_margin_s: unset) is what TOML cannot write: left out
+        base = {k: v for k, v in asdict(SHIPPED).items() if v is not None}
+        out = build(Shipped, {**base, **named}, str(folder / POLICY_FILE))
     except SchemaError as exc:
         raise PolicyFileError(str(exc)) from exc
     if out.guard not in GUARDS:
@@ -149,18 +160,42 @@ def _veto(source: str, start: int, planned_end: int, margin_s: int | None) -> st
     return f"guard: {source} starts it {where}; the guard pre-submits only when it is {need}"
 
 
-def guard_policy(inner: Policy, kind: str, margin_s: int, lookahead_margin_s: int = 0) -> Policy:
-    """``inner`` behind the guard ``kind`` (:data:`GUARDS`; "none": ``inner`` itself)."""
+def guard_policy(
+    inner: Policy,
+    kind: str,
+    margin_s: int | None,
+    lookahead_margin_s: int = 0,
+    *,
+    margin_fraction: float | None = None,
+) -> Policy:
+    """``inner`` behind the guard ``kind`` (:data:`GUARDS`; "none": ``inner`` itself). The
+    estimate veto's margin: ``margin_s`` seconds where it is not None, else
+    ``margin_fraction`` of each successor's time limit."""
     if kind == "none":
         return inner
     if kind not in GUARDS:
         raise ValueError(f"unknown guard {kind!r}; valid: {', '.join(GUARDS)}")
+    if kind in ESTIMATE_GUARDS and margin_s is None and margin_fraction is None:
+        raise ValueError(f"the {kind} guard needs a margin (seconds or a fraction of the limit)")
     if kind == "estimate":
-        return EstimateGuard(inner, margin_s)
+        return EstimateGuard(inner, margin_s, fraction=margin_fraction)
+    on = kind in ESTIMATE_GUARDS
     return Guard(
         inner,
-        estimate_margin_s=margin_s if kind in ESTIMATE_GUARDS else None,
+        estimate_margin_s=margin_s if on else None,
+        estimate_margin_fraction=margin_fraction if on else None,
         lookahead_margin_s=lookahead_margin_s if kind in LOOKAHEAD_GUARDS else None,
+    )
+
+
+def shipped_guard(inner: Policy, shipped: Shipped) -> Policy:
+    """``inner`` behind the guard of ``shipped`` (the daemon's [policy] or a cluster's)."""
+    return guard_policy(
+        inner,
+        shipped.guard,
+        shipped.guard_margin_s,
+        shipped.guard_lookahead_margin_s,
+        margin_fraction=shipped.guard_margin_fraction,
     )
 
 
@@ -171,13 +206,32 @@ def guard_kind(estimate: bool, lookahead: bool) -> str:
     )
 
 
-def vetoes_text(estimate_h: float | None, lookahead_h: float | None) -> str:
+def vetoes_text(
+    estimate_h: float | None, lookahead_h: float | None, *, estimate_fraction: float | None = None
+) -> str:
     """A guard's vetoes as logs and reports show them: "estimate 24 h or look-ahead +2 h",
-    "none" (None: that veto is off)."""
-    out = [] if estimate_h is None else [f"estimate {_hours(estimate_h)}"]
+    "estimate 1/6 of the limit", "none" (None: that veto is off; a margin in hours wins
+    over a fraction of the limit, as in the daemon)."""
+    out = []
+    if estimate_h is not None:
+        out.append(f"estimate {_hours(estimate_h)}")
+    elif estimate_fraction is not None:
+        out.append(f"estimate {fraction_text(estimate_fraction)}")
     if lookahead_h is not None:
         out.append(f"look-ahead {_hours(lookahead_h, signed=True)}")
     return " or ".join(out) or "none"
+
+
+def fraction_text(f: float) -> str:
+    """A margin that is a share of the limit as people read it: "1/6 of the limit",
+    "0 h" (the planned end itself), "1 limit", "0.3 of the limit"."""
+    if f == 0:
+        return "0 h"
+    for den in (1, 2, 3, 4, 6, 8, 12, 16, 24, 48):
+        num = f * den
+        if abs(num - round(num)) < 1e-6:
+            return f"{round(num)}/{den} of the limit" if den > 1 else f"{round(num)} limit"
+    return f"{f:.3g} of the limit"
 
 
 def _hours(h: float, *, signed: bool = False) -> str:
@@ -192,9 +246,10 @@ class Guard(Policy):
     """``inner``'s decisions, less the pre-submissions a veto says start too early; pending
     ones it revokes under the same condition.
 
-    The vetoes: Slurm's estimate before ``planned_end + estimate_margin_s``, and the
-    look-ahead's simulated start before ``planned_end + lookahead_margin_s`` (None: that
-    veto is off). Either one vetoes. The look-ahead start is the recorded one where the
+    The vetoes: Slurm's estimate before ``planned_end`` plus the estimate margin
+    (``estimate_margin_s`` where it is not None, else ``estimate_margin_fraction`` of the
+    successor's time limit; both None: that veto is off), and the look-ahead's simulated
+    start before ``planned_end + lookahead_margin_s`` (None: that veto is off). Either one vetoes. The look-ahead start is the recorded one where the
     context carries it (``ctx.lookahead_start``: the evaluation harness), else simulated
     from the context's snapshot and profile with the run times :meth:`observe` learns.
     """
@@ -203,13 +258,17 @@ class Guard(Policy):
         self,
         inner: Policy,
         *,
-        estimate_margin_s: int | None = SHIPPED.guard_margin_s,
+        estimate_margin_s: int | None = None,
+        estimate_margin_fraction: float | None = SHIPPED.guard_margin_fraction,
         lookahead_margin_s: int | None = None,
     ) -> None:
         from mirage.policy.lookahead import RunTimes
 
         self.inner = inner
         self.estimate_margin_s = estimate_margin_s
+        self.estimate_margin_fraction = None if estimate_margin_s is not None else (
+            estimate_margin_fraction
+        )
         self.lookahead_margin_s = lookahead_margin_s
         self.runtimes = RunTimes()
         self.name = inner.name
@@ -223,8 +282,20 @@ class Guard(Policy):
 
     @property
     def margin_s(self) -> int | None:
-        """The estimate veto's margin (None: no estimate veto)."""
+        """The estimate veto's margin in seconds where it is fixed (None: a fraction of the
+        limit, or no estimate veto)."""
         return self.estimate_margin_s
+
+    @property
+    def estimates(self) -> bool:
+        """Whether the estimate veto is on."""
+        return self.estimate_margin_s is not None or self.estimate_margin_fraction is not None
+
+    def margin_for(self, p: PendingTransition) -> int:
+        """The estimate veto's margin for ``p`` (seconds)."""
+        if self.estimate_margin_s is not None:
+            return self.estimate_margin_s
+        return round((self.estimate_margin_fraction or 0.0) * p.succ_time_limit)
 
     def observe(self, ctx: DecisionContext) -> None:
         self.inner.observe(ctx)
@@ -244,7 +315,7 @@ class Guard(Policy):
         """Whether Slurm's estimate (if any) has the successor start too early, and it.
         ``seen``: the estimates already asked this step (one per request shape: each is an
         ``sbatch --test-only`` from the daemon's per-cycle budget)."""
-        if ctx.estimate_start is None or self.estimate_margin_s is None:
+        if ctx.estimate_start is None or not self.estimates:
             return False, None
         shape = (p.partition, p.succ_nodes, p.succ_gpus, p.succ_time_limit)
         if shape not in seen:
@@ -252,7 +323,7 @@ class Guard(Policy):
         start = seen[shape]
         if start is None:
             return False, None
-        return start < p.planned_end + self.estimate_margin_s, start
+        return start < p.planned_end + self.margin_for(p), start
 
     def lookahead(
         self, ctx: DecisionContext, pending: Sequence[PendingTransition]
@@ -304,7 +375,7 @@ class Guard(Policy):
         for p, la in zip(pending, ahead, strict=True):
             early, start = self.early(ctx, p, seen)
             if early and start is not None:
-                out.append(_veto("Slurm's estimate", start, p.planned_end, self.estimate_margin_s))
+                out.append(_veto("Slurm's estimate", start, p.planned_end, self.margin_for(p)))
             elif la == UNJUDGED:
                 out.append("guard: no look-ahead for this partition; waits" if unjudged else "")
             elif la is not None and la < p.planned_end + (self.lookahead_margin_s or 0):
@@ -332,7 +403,14 @@ class Guard(Policy):
 
 
 class EstimateGuard(Guard):
-    """The estimate veto alone, with ``margin_s``."""
+    """The estimate veto alone: ``margin_s`` seconds, or (None) ``fraction`` of each
+    successor's time limit."""
 
-    def __init__(self, inner: Policy, margin_s: int = SHIPPED.guard_margin_s) -> None:
-        super().__init__(inner, estimate_margin_s=margin_s)
+    def __init__(
+        self,
+        inner: Policy,
+        margin_s: int | None = None,
+        *,
+        fraction: float | None = SHIPPED.guard_margin_fraction,
+    ) -> None:
+        super().__init__(inner, estimate_margin_s=margin_s, estimate_margin_fraction=fraction)

@@ -62,7 +62,7 @@ def test_default_verbosity_says_the_start_line_only(
     assert len(started) == 1, caplog.text
     line = started[0]
     assert line.startswith(
-        f"mirage {__version__} started: policy qbets [guard: estimate 24 h], socket "
+        f"mirage {__version__} started: policy qbets [guard: estimate 1/6 of the limit], socket "
     )
     assert f"socket {tmp_path / 'no-daemon.sock'}, metrics off, database sqlite:///" in line
     assert ", models none, lease holder " in line  # a baseline and no cluster: no models
@@ -85,7 +85,8 @@ def test_start_line_names_the_guard() -> None:
     from mirage.daemon.config import PolicySection
 
     p = PolicySection()
-    assert guard_text(p) == "estimate 24 h"
+    assert guard_text(p) == "estimate 1/6 of the limit"
+    assert guard_text(dataclasses.replace(p, guard_margin_s=24 * 3600)) == "estimate 24 h"
     la = dataclasses.replace(p, guard="lookahead", guard_lookahead_margin_s=7200)
     assert guard_text(la) == "look-ahead +2 h"
     both = dataclasses.replace(la, guard="estimate+lookahead", guard_margin_s=8 * 3600)

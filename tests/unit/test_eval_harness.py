@@ -339,7 +339,8 @@ def test_shipped_is_the_daemons_default_policy() -> None:
     for p in (daemon, measured):
         assert isinstance(p, Guard) and isinstance(p.inner, Qbets)
     assert isinstance(daemon, Guard) and isinstance(measured, Guard)
-    assert daemon.margin_s == measured.margin_s == 24 * H
+    assert daemon.margin_s is measured.margin_s is None  # a share of the limit:
+    assert daemon.estimate_margin_fraction == measured.estimate_margin_fraction == 1 / 6
     assert daemon.lookahead_margin_s is measured.lookahead_margin_s is None
     assert daemon.inner.quantile == measured.inner.quantile  # type: ignore[attr-defined]
 
@@ -443,7 +444,8 @@ def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Pat
     (folder / "profile.toml").write_bytes(Path(LS6).read_bytes())
     for cand, guard in ((Candidate("qbets", 0.9, None, 2.0), "lookahead"),
                         (Candidate("qbets", 0.9, None, -2.0), "lookahead"),
-                        (Candidate("running-average", 1.0, 24.0, 0.0), "estimate+lookahead"),
+                        (Candidate("running-average", 1.0, 1 / 2, 0.0), "estimate+lookahead"),
+                        (Candidate("qbets", 0.95, 1 / 6, None), "estimate"),
                         (Candidate("qbets", 0.5, None, None), "none")):  # fmt: skip
         (folder / "policy.toml").write_text(policy_toml(cand) + "\n")
         got = shipped_for(folder)
@@ -458,9 +460,14 @@ def test_shipped_lookahead_choice_reads_back_as_the_daemon_runs_it(tmp_path: Pat
             continue
         assert isinstance(daemon, Guard) and isinstance(measured, Guard)
         la = None if cand.lookahead_h is None else round(cand.lookahead_h * H)
-        est = None if cand.margin_h is None else round(cand.margin_h * H)
         assert daemon.lookahead_margin_s == measured.lookahead_margin_s == la
-        assert daemon.margin_s == measured.margin_s == est
+        # the margin is the cluster's share of the limit, in both, never a fixed one
+        assert daemon.margin_s is None and measured.margin_s is None
+        if cand.margin is None:
+            assert not daemon.estimates and not measured.estimates
+        else:
+            frac = daemon.estimate_margin_fraction
+            assert frac == measured.estimate_margin_fraction == pytest.approx(cand.margin, abs=1e-6)
     with pytest.raises(ConfigError, match="guard 'lookahead' needs models_dir and cluster"):
         config_from_dict({"policy": {"guard": "lookahead"}}, "t")
     w = Walker([scenario()], Protocol(step_s=30 * 60), TWO, "gpu", shipped=shipped_for(folder))
@@ -475,12 +482,19 @@ def test_shipped_choice_is_safe_and_least_j(
     """The grid on a tuning split: every candidate measured at each load, the choice the
     safe one of least summed J, and "safe" exactly no upper bound above SAFE_BOUND_H at
     every level that counts."""
-    from mirage.evaluate.shipping import GRID, MARGINS_H, SAFE_BOUND_H, candidates, choose, guards
+    from mirage.evaluate.shipping import (
+        GRID,
+        MARGIN_FRACTIONS,
+        SAFE_BOUND_H,
+        candidates,
+        choose,
+        guards,
+    )
 
     _, samples, _ = slice_samples
     w = Walker(samples, SMALL, ClusterProfile("x", (Partition("gpu-a100", 1, 1),)), "gpu-a100")
     cands = candidates({1.0: w, 2.0: w}, HELD_TWICE, boot=200)
-    assert len(cands) == sum(len(v) for v in GRID.values()) * (len(MARGINS_H) + 1)
+    assert len(cands) == sum(len(v) for v in GRID.values()) * (len(MARGIN_FRACTIONS) + 1)
     # no curves: no look-ahead veto; no guard is a candidate everywhere (the handoff's cost)
     assert {c.guard for c in cands} == {"estimate", "none"}
     # with look-ahead curves (here each step's true start, a stand-in): the whole grid
@@ -524,8 +538,9 @@ def test_train_s_shipped_choice_is_written_as_the_daemon_reads_it(
         assert out["policy"] == got.policy == "reactive"
     else:
         assert (out["policy"], got.policy) == (want.method, want.method)
-        assert want.margin_h is not None and got.guard == want.guard == "estimate"
-        assert got.guard_margin_s == round(want.margin_h * H)
+        assert want.margin is not None and got.guard == want.guard == "estimate"
+        assert got.guard_margin_s is None  # a share of the limit, not hours
+        assert got.guard_margin_fraction == round(want.margin, 6)
         assert out["tune_mean_J_h"] == {"2": round(want.mean_j_h[2.0], 3)}
     text = (folder / "policy.toml").read_text()
     assert text.startswith("# Chosen by mirage train on ls6's tuning split, 2022-11-06 to")

@@ -18,9 +18,11 @@ H = 3600
 PROFILE = ClusterProfile("t", (Partition("gpu", 8, 1000, nodes=4, gpus_per_node=2),))
 
 
-def pending(chain: str = "c", start: int = 0, nodes: int = 1) -> PendingTransition:
-    return PendingTransition(chain, "1", pred_start=start, pred_time_limit=48 * H,
-                             succ_nodes=nodes, succ_gpus=2 * nodes, succ_time_limit=48 * H,
+def pending(
+    chain: str = "c", start: int = 0, nodes: int = 1, limit: int = 48 * H
+) -> PendingTransition:
+    return PendingTransition(chain, "1", pred_start=start, pred_time_limit=limit,
+                             succ_nodes=nodes, succ_gpus=2 * nodes, succ_time_limit=limit,
                              partition="gpu")  # fmt: skip
 
 
@@ -66,6 +68,32 @@ def test_guard_vetoes_what_slurm_expects_to_start_early(est_h: float | None, sub
     assert guard.revoke(ctx(38 * H, est), [pending()]) == [not submits]
 
 
+@pytest.mark.parametrize(
+    ("limit_h", "after_end_min", "submits"),
+    [
+        (48, 7 * 60, False),  # 7 h after a 48 h segment's end: inside its 8 h (1/6)
+        (48, 8 * 60, True),
+        (2, 15, False),  # a 2 h segment: the same share is 20 min, not 8 h
+        (2, 20, True),
+    ],
+)
+def test_shipped_margin_is_a_share_of_the_segment_limit(
+    limit_h: int, after_end_min: int, submits: bool
+) -> None:
+    """The shipped guard holds the same share of every segment: an 8 h margin would hold
+    back every pre-submission of a 2 h chain, whose early starts cost a twelfth as much."""
+    p = pending(limit=limit_h * H)
+    est = Estimates(p.planned_end + after_end_min * 60)
+    guard = guard_policy(Always(), "estimate", None, margin_fraction=SHIPPED.guard_margin_fraction)
+    assert SHIPPED.guard_margin_s is None and SHIPPED.guard_margin_fraction == pytest.approx(1 / 6)
+    assert guard.decide(ctx(p.planned_end - H // 2, est), [p])[0].submit is submits
+    # a fixed margin, where one is set, wins over the share (the daemon's guard_margin_s)
+    fixed = guard_policy(Always(), "estimate", 0, margin_fraction=SHIPPED.guard_margin_fraction)
+    assert fixed.decide(ctx(p.planned_end - H // 2, est), [p])[0].submit
+    with pytest.raises(ValueError, match="needs a margin"):
+        guard_policy(Always(), "estimate", None)
+
+
 def test_guard_never_adds_a_submission() -> None:
     guard = EstimateGuard(FixedLead(H), margin_s=2 * H)
     est = Estimates(100 * H)  # a deep queue: the guard would let anything go
@@ -85,7 +113,7 @@ def test_guard_keeps_the_inner_policys_capabilities() -> None:
     guard = EstimateGuard(Qbets(0.75))
     assert guard.name == "qbets" and guard.revocable
     assert guard.warmup_s == 24 * H and guard.needs_queue
-    assert guard.margin_s == SHIPPED.guard_margin_s
+    assert guard.margin_s is None and guard.estimate_margin_fraction == SHIPPED.guard_margin_fraction
 
 
 def job(job_id: str, start: int | None, eligible: int | None, *, partition: str = "gpu",
