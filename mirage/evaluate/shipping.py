@@ -179,7 +179,9 @@ class Candidate:
         what = (
             self.method if self.method == "slurm-estimate" else f"{self.method} {self.constant:g}"
         )
-        return f"{what}, guard: {vetoes_text(None, self.lookahead_h, estimate_fraction=self.margin)}"
+        return (
+            f"{what}, guard: {vetoes_text(None, self.lookahead_h, estimate_fraction=self.margin)}"
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {"policy": self.method, "constant": self.constant, "guard": self.guard,

@@ -249,9 +249,10 @@ class Guard(Policy):
     The vetoes: Slurm's estimate before ``planned_end`` plus the estimate margin
     (``estimate_margin_s`` where it is not None, else ``estimate_margin_fraction`` of the
     successor's time limit; both None: that veto is off), and the look-ahead's simulated
-    start before ``planned_end + lookahead_margin_s`` (None: that veto is off). Either one vetoes. The look-ahead start is the recorded one where the
-    context carries it (``ctx.lookahead_start``: the evaluation harness), else simulated
-    from the context's snapshot and profile with the run times :meth:`observe` learns.
+    start before ``planned_end + lookahead_margin_s`` (None: that veto is off). Either one
+    vetoes. The look-ahead start is the recorded one where the context carries it
+    (``ctx.lookahead_start``: the evaluation harness), else simulated from the context's
+    snapshot and profile with the run times :meth:`observe` learns.
     """
 
     def __init__(
@@ -266,8 +267,8 @@ class Guard(Policy):
 
         self.inner = inner
         self.estimate_margin_s = estimate_margin_s
-        self.estimate_margin_fraction = None if estimate_margin_s is not None else (
-            estimate_margin_fraction
+        self.estimate_margin_fraction = (
+            None if estimate_margin_s is not None else (estimate_margin_fraction)
         )
         self.lookahead_margin_s = lookahead_margin_s
         self.runtimes = RunTimes()

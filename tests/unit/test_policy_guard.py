@@ -113,7 +113,9 @@ def test_guard_keeps_the_inner_policys_capabilities() -> None:
     guard = EstimateGuard(Qbets(0.75))
     assert guard.name == "qbets" and guard.revocable
     assert guard.warmup_s == 24 * H and guard.needs_queue
-    assert guard.margin_s is None and guard.estimate_margin_fraction == SHIPPED.guard_margin_fraction
+    assert (
+        guard.margin_s is None and guard.estimate_margin_fraction == SHIPPED.guard_margin_fraction
+    )
 
 
 def job(job_id: str, start: int | None, eligible: int | None, *, partition: str = "gpu",
