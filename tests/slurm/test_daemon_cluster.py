@@ -125,9 +125,11 @@ def test_chain_with_handoff_on_real_slurm(tmp_path: Path, jobdir: Path) -> None:
 
 def test_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path) -> None:
     """The shipped estimate guard on real Slurm: the fixed lead would pre-submit 40 s
-    early, but `sbatch --test-only` (run by the daemon with its stub script) says the idle
-    cluster would start the successor at once, so it goes in when the predecessor ends:
-    no overlap, no handoff, the chain completes."""
+    before the predecessor's planned end, but `sbatch --test-only` (run by the daemon with
+    its stub script) says the idle cluster would start the successor at once, so it waits
+    until that start lies the margin (1/6 of the 1-minute limit: 10 s) after the planned
+    end. slurmctld enforces limits on its own timer, so the predecessor may still run then:
+    the successor may go in before its end and take over, never before its planned end."""
     store = Store.open(f"sqlite:///{tmp_path / 'mirage.sqlite'}")
     cfg = Config(
         daemon=DaemonSection(poll_interval_s=5, lease_ttl_s=60, backoff_max_s=60,
@@ -136,11 +138,18 @@ def test_guard_holds_back_on_the_idle_real_cluster(tmp_path: Path, jobdir: Path)
         policy=PolicySection(default="fixed-lead", lead_s=40),  # guard: the default
     )  # fmt: skip
     assert cfg.policy.guard == "estimate" and cfg.daemon.test_only_per_cycle > 0
+    assert cfg.policy.guard_margin_s is None  # the margin: a share of the limit
+    margin = round(cfg.policy.guard_margin_fraction * 60)
     client = CliSlurmClient(timeout=60.0)
-    _, segs, kinds, d = run_one_chain(store, jobdir, cfg, client, "guarded")
-    assert len(segs) == 2 and not segs[1].presubmitted and "handoff" not in kinds
-    assert segs[0].end is not None and segs[1].start is not None
-    assert segs[1].start >= segs[0].end  # no overlap: it waited for the end
+    _, segs, _, d = run_one_chain(store, jobdir, cfg, client, "guarded")
+    assert len(segs) == 2 and segs[0].start is not None and segs[1].start is not None
+    planned_end = segs[0].start + 60
+    # the fixed lead alone would have submitted it at planned_end - 40; where the
+    # predecessor ended first, it went in at that end
+    at, end = segs[1].submitted_at, segs[0].end
+    after_end = not segs[1].presubmitted and end is not None and at >= end
+    assert at >= planned_end + margin or after_end, (at, planned_end, end)
+    assert segs[1].start >= planned_end
     assert d.metrics.value("mirage_test_only_total") >= 1  # Slurm was asked
 
 

@@ -96,7 +96,7 @@ def test_cli_demo_on_busy_replay(cli_run: tuple[dict[str, Any], str]) -> None:
     assert setup["queue_at_start"]["pending"] <= 5
     assert max(r["reactive"]["interruption"] for r in out["transitions"]) > 3600
     # not a terminal: plain progress lines for both runs, on stderr (stdout is the JSON)
-    assert "fixed-lead (lead 15m), guard estimate 24 h: simulated" in progress
+    assert "fixed-lead (lead 15m), guard estimate 1/6 of the limit: simulated" in progress
     assert "reactive: simulated" in progress and "COMPLETED" in progress
 
 
@@ -219,7 +219,8 @@ def test_the_demos_daemon_configuration_keeps_every_other_policy_key() -> None:
 
     demo_sets = {"default", "lead_s", "fallback", "models_dir", "cluster"}
     changed = {
-        "guard": "estimate+lookahead", "guard_margin_s": 7200, "guard_lookahead_margin_s": 1800,
+        "guard": "estimate+lookahead", "guard_margin_s": 7200, "guard_margin_fraction": 0.25,
+        "guard_lookahead_margin_s": 1800,
         "qbets_quantile": 0.8, "average_factor": 1.5, "lookahead_margin_s": 600,
         "lookahead_runtime": "mean", "lookahead_draws": 2, "coverage_window": 7,
         "coverage_min": 0.3, "partitions": {"gpu-a100": "reactive"},
