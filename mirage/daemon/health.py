@@ -39,7 +39,7 @@ class StartInfo:
     metrics: str = ""  # "127.0.0.1:9750", "" when off
     database: str = ""  # password hidden
     models_dir: str = ""
-    guard: str = ""  # the default policy's guard: "estimate 24 h", "look-ahead +2 h", "none"
+    guard: str = ""  # the default policy's guard: "estimate 1/6 of the limit", "none"
     install: str = ""  # a root daemon: why users cannot run this install ("" when they can)
 
 

@@ -580,8 +580,8 @@ def run_demo(spec: DemoSpec, base: Config, console: Any) -> dict[str, Any]:
 
 
 def run_label(spec: DemoSpec, base: Config) -> str:
-    """The policy run, as the tables name it: "shipped (qbets, estimate 24 h)",
-    "fixed-lead (lead 15m)", "xgb"."""
+    """The policy run, as the tables name it: "shipped: qbets, guard estimate 1/6 of the
+    limit", "fixed-lead (lead 15m)", "xgb"."""
     from mirage.daemon.cli import guard_text
 
     cfg = daemon_config(base, spec, spec.policy)
