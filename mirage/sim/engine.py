@@ -984,6 +984,14 @@ class Simulation:
         elif st.is_active:
             self._finish(i, JobState.CANCELLED)
 
+    def complete(self, job_id: str) -> None:
+        """A running job exits 0 now, before its limit (a what-if the trace does not hold:
+        a chain's segment that hands over or finishes its training)."""
+        i = self._index(job_id)
+        if self.state[i] is not RUNNING:
+            raise SimError(f"job {job_id} is not running: it cannot complete now")
+        self._finish(i, JobState.COMPLETED)
+
     def set_hold(self, job_id: str, held: bool) -> None:
         i = self._index(job_id)
         if self.state[i] in (None, PENDING) and self.held[i] != held:

@@ -1,0 +1,327 @@
+"""The whole-chain check: does the per-transition cost predict what whole chains bear?
+
+``mirage.policy.cost`` charges each transition its idle time and, for an early start, the
+handoff window plus that start's share of one more segment (restart R and one more
+transition's idle I). That is a forecast of a chain's completion. This module measures
+the completion itself: chains of a fixed amount of training are registered at staggered
+instants of a replay, the real daemon (``Daemon.cycle``) runs them with a policy in the
+loop, and the simulated jobs do what a chain-ready job does:
+
+- a segment trains from ``max(its start, its predecessor's end) + R`` (it resumes from
+  the checkpoint its predecessor wrote when it exited) until it ends;
+- when a successor starts while its predecessor runs, the predecessor checkpoints and
+  exits ``h`` later (COMPLETED, without the completion marker: the chain goes on);
+- the segment in which the training reaches its total exits at that instant, and the
+  chain's completion marker is there (the daemon's marker check says so): the chain ends.
+
+So a chain whose successors start early needs more segments, and the check sees what
+they cost. Per chain: the completion delay ``D = end - registration - W`` (W the training
+time), made of the first wait, the restarts and the idle transitions. The per-transition
+figure's forecast of the same, for chains whose training fills ``n0`` segments without
+early starts: ``first wait + n0 x R + (n0 - 1) x mean J``, with J charged at the run's own
+mean idle time per transition for I (what the cost's derivation means by I). The
+comparison: the mean of ``D - first wait`` against that forecast's, and the difference
+between two policies (shipped - reactive) against the difference of their forecasts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import getpass
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from mirage.daemon.config import Config
+from mirage.daemon.core import Daemon
+from mirage.daemon.ledger import register_chain
+from mirage.daemon.revoke import REVOKED
+from mirage.daemon.store import Chain, Segment, Store
+from mirage.demo.run import DemoSpec, HandoffSimClient, daemon_config, demo_chain
+from mirage.learn.artifacts import POLICIES as LEARNED
+from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
+from mirage.profile.schema import ClusterProfile
+from mirage.sim import Simulation
+from mirage.sim.errors import SimError
+from mirage.sim.views import JobView
+from mirage.sim.workload import JobSpec
+from mirage.slurm.types import JobState
+
+HOUR = 3600
+MARKER = "training.done"  # the chains' completion marker (never a file: the check's own)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """Chains of ``segments`` segments' worth of training, one registered at each of
+    ``starts``, on the replay of ``jobs`` on ``profile``."""
+
+    profile: ClusterProfile
+    jobs: tuple[JobSpec, ...]
+    starts: tuple[int, ...]
+    segments: int = 3  # n0: the segments the training fills with no early start
+    time_limit_s: int = 48 * HOUR
+    poll_interval_s: int = 300
+    cost: CostModel = DEFAULT_COST
+    max_sim_s: int = 40 * 86400  # after the last registration
+    models_dir: str = ""
+    model_cluster: str = ""
+
+    @property
+    def work_s(self) -> float:
+        """W: each of the n0 segments trains its limit less the restart."""
+        return self.segments * (self.time_limit_s - self.cost.restart_s)
+
+
+@dataclass
+class ChainRun:
+    """One chain's run: its jobs' views (started ones, in order) and when it ended."""
+
+    name: str
+    registered: int
+    views: list[JobView]
+    end: int | None  # the training's end (None: it did not finish within the run)
+
+
+def _trained(views: Sequence[JobView], now: int, restart_s: float) -> tuple[float, float | None]:
+    """The training done by ``now`` in these segments (started, in order of start, none
+    beside another), and where the last one still runs, the instant it began training."""
+    total, prev_end, begin = 0.0, None, None
+    for v in views:
+        assert v.start is not None
+        begin = max(v.start, prev_end if prev_end is not None else v.start) + restart_s
+        running = v.state is JobState.RUNNING
+        total += max(0.0, (now if running else (v.end or now)) - begin)
+        prev_end = v.end
+    last_runs = bool(views) and views[-1].state is JobState.RUNNING
+    return total, begin if last_runs else None
+
+
+class ChainJobs(HandoffSimClient):
+    """The simulator as the check's chains see it: the chain-ready job's handoff ``h``
+    after its successor starts, and the segment that completes the training exits then."""
+
+    def __init__(self, sim: Simulation, *, user: str, spec: CheckSpec, store: Store) -> None:
+        super().__init__(sim, user=user)
+        self.spec = spec
+        self.store = store
+        self.done: dict[str, int] = {}  # chain id -> the training's end
+
+    def job_ids(self) -> dict[str, list[str]]:
+        """Each chain's jobs, in segment order (revoked pre-submissions left out)."""
+        out: dict[str, list[str]] = {}
+        with self.store.sessions() as s:
+            for g in s.scalars(select(Segment).order_by(Segment.chain_id, Segment.index)):
+                if g.outcome != REVOKED:
+                    out.setdefault(g.chain_id, []).append(g.job_id)
+        return out
+
+    def views(self, ids: Sequence[str]) -> list[JobView]:
+        vs = [self.sim.view(j) for j in ids]
+        return sorted((v for v in vs if v.start is not None), key=lambda v: v.start or 0)
+
+    def _next_event(self, chains: dict[str, list[str]]) -> tuple[int, str, str] | None:
+        """The earliest training end among the chains' running segments: (instant, chain
+        id, job id); a chain in its handoff window waits for it to close."""
+        best = None
+        for cid, ids in chains.items():
+            vs = self.views(ids)
+            if cid in self.done or not vs or vs[-1].state is not JobState.RUNNING:
+                continue
+            if len(vs) >= 2 and vs[-2].state is JobState.RUNNING:
+                continue
+            trained, begin = _trained(vs, self.sim.now, self.spec.cost.restart_s)
+            if begin is None:
+                continue
+            at = math.ceil(max(begin, self.sim.now) + max(0.0, self.spec.work_s - trained))
+            if best is None or at < best[0]:
+                best = (at, cid, vs[-1].job_id)
+        return best
+
+    def _pairs(self, chains: dict[str, list[str]]) -> dict[str, int]:
+        """Predecessors running beside their started successor, and when each exits (the
+        successor's start plus the handoff window)."""
+        out = {}
+        for ids in chains.values():
+            vs = [v for v in self.views(ids) if v.state is JobState.RUNNING]
+            for pred in vs[:-1]:
+                out[pred.job_id] = (vs[-1].start or 0) + int(self.spec.cost.handoff_s)
+        return out
+
+    def advance_to(self, t: int) -> None:
+        """Run to ``t``, stopping where a handoff window closes or a training ends."""
+        chains = self.job_ids()
+        alive = (None, JobState.PENDING, JobState.RUNNING)
+        live = {j for ids in chains.values() for j in ids if self.sim.view(j).state in alive}
+        live_chains = {cid: [j for j in ids if j in live] for cid, ids in chains.items()}
+
+        def paired(sim: Simulation) -> bool:
+            return any(
+                sum(1 for j in ids if sim.view(j).state is JobState.RUNNING) >= 2
+                for ids in live_chains.values()
+            )
+
+        while True:
+            nxt = self._next_event(chains)
+            until = t if nxt is None else min(t, nxt[0])
+            pairs = self._pairs(chains)
+            if pairs:
+                exit_at = min(pairs.values())
+                if exit_at <= until:
+                    self.sim.run_until(max(self.sim.now, exit_at))
+                    for job, at in pairs.items():
+                        if at <= self.sim.now:
+                            self._exit(job)
+                    continue
+                self.sim.run_until(until)
+            elif self.sim.run_until_event(paired, until):
+                continue
+            if nxt is not None and nxt[0] <= self.sim.now:
+                self.sim.run_until(nxt[0])
+                self.done[nxt[1]] = nxt[0]
+                self._exit(nxt[2])
+                continue
+            if self.sim.now >= t:
+                return
+            self.sim.run_until(t)
+
+    def _exit(self, job_id: str) -> None:
+        """The job checkpoints and exits 0 now."""
+        with contextlib.suppress(SimError):  # already over
+            self.sim.complete(job_id)
+
+    def marker(self, chain: Chain) -> bool | None:
+        """The daemon's completion-marker check: the training has reached its total."""
+        return chain.id in self.done
+
+
+def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
+               base: Config | None = None,
+               progress: Callable[[str], None] = lambda _: None) -> list[ChainRun]:  # fmt: skip
+    """The chains of ``spec`` run by the daemon with ``policy`` on a fork of ``warm``;
+    ``base``: the daemon's configuration otherwise (its poll interval is the spec's)."""
+    sim = warm.fork()
+    owner = getpass.getuser()
+    store = Store.open(f"sqlite:///{workdir / f'chains-{policy}.sqlite'}")
+    client = ChainJobs(sim, user=owner, spec=spec, store=store)
+    demo = DemoSpec(profile=spec.profile, jobs=spec.jobs, chains=len(spec.starts),
+                    time_limit_s=spec.time_limit_s, policy=policy, models_dir=spec.models_dir,
+                    model_cluster=spec.model_cluster)  # fmt: skip
+    base = base or Config()
+    daemon_section = dataclasses.replace(
+        base.daemon, poll_interval_s=spec.poll_interval_s,
+        lease_ttl_s=3 * spec.poll_interval_s, backoff_max_s=3 * spec.poll_interval_s,
+    )  # fmt: skip
+    cfg = daemon_config(dataclasses.replace(base, daemon=daemon_section), demo, policy)
+    learned = cfg.policy.default in LEARNED
+    daemon = Daemon(store, client, config=cfg, profile=None if learned else spec.profile,
+                    marker_check=client.marker)  # fmt: skip
+    names, registered = {}, {}
+    t, k, ended = spec.starts[0], 0, 0
+    last = spec.starts[-1] + spec.max_sim_s
+    while t <= last and ended < len(spec.starts):
+        while k < len(spec.starts) and spec.starts[k] <= t:
+            chain = demo_chain(demo, k + 1, owner)
+            chain.name, chain.segments_target, chain.until_file = f"chain-{k + 1}", None, MARKER
+            register_chain(store, chain, t, first_intent=False)
+            names[chain.id], registered[chain.id] = chain.name, t
+            k += 1
+        client.advance_to(t)
+        report = daemon.cycle(t)
+        ended += len(report.ended)
+        if report.ended:
+            progress(f"{policy}: {ended} of {len(spec.starts)} chains done")
+        t += spec.poll_interval_s
+    runs = [
+        ChainRun(names[cid], registered[cid], client.views(ids), client.done.get(cid))
+        for cid, ids in client.job_ids().items()
+    ]
+    store.engine.dispose()
+    return sorted(runs, key=lambda r: r.registered)
+
+
+def transitions(run: ChainRun) -> list[Transition]:
+    """The chain's transitions k -> k+1, as the cost reads them."""
+    out = []
+    for a, b in zip(run.views, run.views[1:], strict=False):
+        if a.start is None or a.end is None or b.start is None or a.time_limit is None:
+            continue
+        out.append(Transition(a.start, a.time_limit, a.end, b.start))
+    return out
+
+
+def summarise(spec: CheckSpec, runs: Sequence[ChainRun]) -> dict[str, Any]:
+    """A policy's chains: what they bore, and what the per-transition cost forecast."""
+    done = [r for r in runs if r.end is not None and r.views]
+    trans = [t for r in done for t in transitions(r)]
+    idle = statistics.fmean(t.interruption for t in trans) if trans else 0.0
+    own = dataclasses.replace(spec.cost, extra_idle_s=idle)
+    first = [(r.views[0].start or 0) - r.registered for r in done]
+    delay = [(r.end or 0) - r.registered - spec.work_s for r in done]
+    beyond = [sum((v.end or 0) - (v.start or 0) for v in r.views) - spec.work_s for r in done]
+    n0 = spec.segments
+    mean_j = statistics.fmean(t.cost(own) for t in trans) if trans else 0.0
+    mean_j_default = statistics.fmean(t.cost(spec.cost) for t in trans) if trans else 0.0
+    actual = statistics.fmean(d - f for d, f in zip(delay, first, strict=True)) if done else 0.0
+    forecast = n0 * spec.cost.restart_s + (n0 - 1) * mean_j
+    return {
+        "chains": len(runs),
+        "finished": len(done),
+        "segments": statistics.fmean(len(r.views) for r in done) if done else 0.0,
+        "transitions": len(trans),
+        "handoffs": sum(1 for t in trans if t.overlap > 0),
+        "mean_idle_s": idle,
+        "mean_J_s": mean_j,
+        "mean_J_default_I_s": mean_j_default,
+        "mean_first_wait_s": statistics.fmean(first) if done else 0.0,
+        "mean_delay_s": statistics.fmean(delay) if done else 0.0,
+        "actual_s": actual,  # mean completion delay less the first wait
+        "forecast_s": forecast,  # n0 R + (n0 - 1) mean J
+        "error": (forecast - actual) / actual if actual else 0.0,
+        "mean_beyond_s": statistics.fmean(beyond) if done else 0.0,
+    }
+
+
+def compare(policy: dict[str, Any], reactive: dict[str, Any]) -> dict[str, float]:
+    """The policy's gain over reactive submission: measured on the chains, and forecast by
+    the per-transition cost."""
+    actual = reactive["actual_s"] - policy["actual_s"]
+    forecast = reactive["forecast_s"] - policy["forecast_s"]
+    return {
+        "gain_s": actual,
+        "forecast_gain_s": forecast,
+        "error": (forecast - actual) / actual if actual else 0.0,
+    }
+
+
+def run_check(spec: CheckSpec, policies: Sequence[str] = ("shipped", "reactive"), *,
+              base: Config | None = None,
+              progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
+    """Every policy on the same registrations of the same warm replay (``base``: the
+    daemon's configuration but for the policy and the poll interval)."""
+    warm = Simulation(spec.profile, start_time=min(j.submit for j in spec.jobs))
+    warm.add_jobs(spec.jobs)
+    warm.run_until(spec.starts[0])
+    out: dict[str, Any] = {"policies": {}, "work_s": spec.work_s, "segments": spec.segments,
+                           "time_limit_s": spec.time_limit_s,
+                           "cost": spec.cost.describe()}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="mirage-chains-") as tmp:
+        for name in policies:
+            began = time.perf_counter()
+            runs = run_policy(spec, warm, name, workdir=Path(tmp), base=base, progress=progress)
+            summary = summarise(spec, runs)
+            summary["wall_s"] = round(time.perf_counter() - began, 1)
+            out["policies"][name] = summary
+    if "reactive" in out["policies"]:
+        for name, s in out["policies"].items():
+            if name != "reactive":
+                s["against_reactive"] = compare(s, out["policies"]["reactive"])
+    return out

@@ -1,0 +1,99 @@
+"""The whole-chain check (mirage.demo.wholechain): chains of a fixed amount of training run
+by the real daemon on the bundled ls6 slice, their jobs doing what a chain-ready job does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirage.daemon.config import Config, PolicySection
+from mirage.demo.run import load_jobs
+from mirage.demo.wholechain import CheckSpec, _trained, run_check, run_policy, transitions
+from mirage.profile.schema import load_profile
+from mirage.sim import Simulation
+from mirage.sim.calibrate import with_settings
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = str(REPO / "traces" / "ls6-a100-slice.log.gz")
+PROFILE = str(REPO / "models" / "ls6" / "profile.toml")
+HOUR = 3600
+
+
+def spec_on(nodes: int, starts_h: tuple[float, ...], segments: int = 2) -> CheckSpec:
+    profile = with_settings(load_profile(PROFILE), nodes)
+    jobs = load_jobs(TRACE, None, profile)
+    first = min(j.submit for j in jobs)
+    starts = tuple(first + round((48 + h) * HOUR) for h in starts_h)
+    return CheckSpec(profile=profile, jobs=jobs, starts=starts, segments=segments,
+                     time_limit_s=2 * HOUR, poll_interval_s=60,
+                     models_dir=str(REPO / "models"), model_cluster="ls6")  # fmt: skip
+
+
+def warm(spec: CheckSpec) -> Simulation:
+    sim = Simulation(spec.profile, start_time=min(j.submit for j in spec.jobs))
+    sim.add_jobs(spec.jobs)
+    sim.run_until(spec.starts[0])
+    return sim
+
+
+def test_early_successors_hand_over_and_the_training_is_done_in_more_segments(
+    tmp_path: Path,
+) -> None:
+    """On a cluster large enough that every successor starts at once, a 15-minute lead with
+    no guard starts each successor early: its predecessor exits the handoff window after
+    (10 s), the cut-short segments leave training over, and the chain runs one segment
+    more than its two. The training done is exactly the chains' total, and the completion
+    delay is the first wait, the restarts and nothing else."""
+    spec = spec_on(400, (0.0, 1.0))
+    base = Config(policy=PolicySection(guard="none"))
+    runs = run_policy(spec, warm(spec), "fixed-lead", workdir=tmp_path, base=base)
+    assert len(runs) == 2
+    h, r = spec.cost.handoff_s, spec.cost.restart_s
+    for run in runs:
+        assert run.end is not None
+        assert len(run.views) == spec.segments + 1  # one more: the early starts cut 2 x 15 min
+        trans = transitions(run)
+        assert trans and all(t.overlap > 0 and t.interruption == 0 for t in trans)
+        for t in trans:
+            assert t.pred_end == t.succ_start + h  # the handoff window, exactly
+        done, _ = _trained(run.views, run.end, r)
+        assert done == pytest.approx(spec.work_s, abs=1)
+        first_wait = (run.views[0].start or 0) - run.registered
+        delay = run.end - run.registered - spec.work_s
+        assert delay == pytest.approx(first_wait + len(run.views) * r, abs=1)
+
+
+def test_reactive_chains_cost_what_their_transitions_say() -> None:
+    """Reactive submission starts nothing early: the forecast from its transitions (n0
+    restarts and the idle times) is the chains' own completion delay, to the second, and
+    the check runs both policies on the same registrations."""
+    spec = spec_on(70, (0.0, 3.0))
+    out = run_check(spec, ("reactive", "fixed-lead"))
+    react = out["policies"]["reactive"]
+    assert react["finished"] == 2 and react["handoffs"] == 0 and react["segments"] == 2
+    assert react["forecast_s"] == pytest.approx(react["actual_s"], abs=1)
+    lead = out["policies"]["fixed-lead"]
+    assert lead["finished"] == 2 and lead["transitions"] >= 2
+    gain = lead["against_reactive"]
+    assert gain["gain_s"] == pytest.approx(react["actual_s"] - lead["actual_s"])
+
+
+def test_a_running_job_completes_before_its_limit() -> None:
+    """Simulation.complete: the job exits 0 now (its later end event is stale), and a job
+    that is not running cannot."""
+    from mirage.sim.errors import SimError
+    from mirage.slurm.types import JobState
+
+    spec = spec_on(400, (0.0,))
+    sim = warm(spec)
+    while not sim.running_jobs():
+        sim.run_until(sim.now + HOUR)
+    running = sim.running_jobs()[0]
+    sim.complete(running.job_id)
+    v = sim.view(running.job_id)
+    assert v.state is JobState.COMPLETED and v.end == sim.now
+    sim.run_until(sim.now + 3 * 86400)
+    assert sim.view(running.job_id).end == v.end
+    with pytest.raises(SimError, match="not running"):
+        sim.complete(running.job_id)
