@@ -15,7 +15,9 @@ never silently falls back to a default. Durations are seconds (``_s``).
     sacct_overlap_s = 300          # each sacct window starts this long before the last poll
     max_submits_per_cycle = 50     # sbatch calls per cycle, at most
     max_rejections = 3             # sbatch refusals of one chain in a row before it FAILs
-    handoff = true                 # signal the predecessor when its successor starts
+    handoff = true                 # signal the predecessor when its successor starts; false:
+                                   # jobs cannot hand off ([policy] keys left out take
+                                   # SHIPPED_HELD_TWICE, J charges 0.5 x overlap)
     handoff_signal = "USR1"        # the signal (scancel --batch --signal=…)
     revoke = true                  # cancel a pending pre-submission a policy finds far too early
     run_as_owner = "auto"          # "auto" (when root), "always", "never" (per-user daemon)
@@ -240,6 +242,7 @@ def config_from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             nested: dict[str, Any] = {}
             if name == "policy" and isinstance(table, dict):
                 table = _with_cluster_policy(table, source)
+                table = _with_held_twice(table, data.get("daemon", {}))
             if name == "policy" and isinstance(table, dict) and "partitions" in table:
                 nested["partitions"] = _str_table(table["partitions"], f"{source} [policy]")
             built[name] = build(cls, table, f"{source} [{name}]", nested=nested)
@@ -269,6 +272,24 @@ def _with_cluster_policy(table: dict[str, Any], source: str) -> dict[str, Any]:
     if taken:
         log.info("[policy] %s from %s", ", ".join(f"{k} = {v!r}" for k, v in taken.items()),
                  folder / POLICY_FILE)  # fmt: skip
+    return {**taken, **table}
+
+
+def _with_held_twice(table: dict[str, Any], daemon: Any) -> dict[str, Any]:
+    """``[policy]`` for jobs that cannot hand off (``[daemon] handoff = false``): the keys
+    it (and the cluster's own file) leaves out take the choice made under the cost such
+    jobs bear (mirage.policy.guard.SHIPPED_HELD_TWICE), not the one for jobs that hand off."""
+    from dataclasses import asdict
+
+    from mirage.policy.guard import FILE_KEYS, SHIPPED_HELD_TWICE
+
+    if not isinstance(daemon, dict) or daemon.get("handoff", True) is not False:
+        return table
+    held = asdict(SHIPPED_HELD_TWICE)
+    taken = {k: held[f] for k, f in FILE_KEYS.items() if k not in table and held[f] is not None}
+    if taken:
+        log.info("[policy] %s: the default for jobs that cannot hand off ([daemon] handoff "
+                 "= false)", ", ".join(f"{k} = {v!r}" for k, v in taken.items()))  # fmt: skip
     return {**taken, **table}
 
 

@@ -21,6 +21,7 @@ from mirage.daemon.config import DaemonSection
 from mirage.daemon.metrics import DaemonMetrics
 from mirage.daemon.outcomes import CycleReport
 from mirage.daemon.store import Chain, event_row
+from mirage.policy.cost import DEFAULT_COST, HELD_TWICE, CostModel
 from mirage.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,12 @@ class StepContext:
     clients: ActionClients
     marker_check: MarkerCheck = local_marker_check
     fault: str = ""  # the armed MIRAGE_FAULT point, "" when none
+
+    @property
+    def cost(self) -> CostModel:
+        """The cost of record for this daemon's transitions: with ``[daemon] handoff`` off
+        an early successor waits beside its predecessor (held twice, SC'23's J)."""
+        return DEFAULT_COST if self.cfg.handoff else HELD_TWICE
 
     def fault_point(self, point: str) -> None:
         """kill -9 here when MIRAGE_FAULT names this point (see FAULT_POINTS)."""

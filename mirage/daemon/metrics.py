@@ -128,6 +128,13 @@ class DaemonMetrics:
             registry=r,
             buckets=DURATION_BUCKETS,
         )
+        self.transition_cost = Histogram(
+            "mirage_transition_cost_seconds",
+            "J of a transition (mirage.policy.cost): its idle time, and for an early start "
+            "the handoff window and its share of one more segment (held twice without handoff)",
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
         self.handoff_window = Histogram(
             "mirage_handoff_window_seconds",
             "A segment's end minus its successor's start, when positive: both allocations "

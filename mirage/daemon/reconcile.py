@@ -180,6 +180,8 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
         t = Transition(pred.start, pred.time_limit_s or 0, pred.end, seg.start)
         ctx.metrics.interruption.observe(t.interruption)
         ctx.metrics.overlap.observe(t.overlap)
+        cost = t.cost(ctx.cost)
+        ctx.metrics.transition_cost.observe(cost)
         # both segments ran at once: signalled by the successor's helper, the daemon or
         # Slurm's own warning, every such window is measured (the handoff's real cost)
         window = max(0, pred.end - seg.start)
@@ -205,7 +207,7 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
                 handoff_window=window,
                 signalled_by_daemon=pred.signalled_at is not None,
                 gap=t.gap,
-                cost=t.cost(),
+                cost=cost,
                 prediction_error=error,
                 interval=where,
                 presubmitted=seg.presubmitted,

@@ -79,6 +79,11 @@ class Shipped:
 
 
 SHIPPED = Shipped()
+#: The default for jobs that cannot hand off (``[daemon] handoff = false``): an early
+#: successor then waits beside its predecessor, SC'23's J (interruption + 0.5 x overlap).
+#: The choice under that cost on ls6's tuning month (2026-11-29, scripts/select_shipped.py,
+#: Slurm 22.05's estimate; docs/evaluation.md): QBETS 0.9 behind a 24 h estimate margin.
+SHIPPED_HELD_TWICE = Shipped(qbets_quantile=0.9, guard_margin_s=24 * HOUR)
 #: ``[policy] guard``: Slurm's estimate, the look-ahead, either of them, or none.
 GUARDS = ("estimate", "lookahead", "estimate+lookahead", "none")
 #: The guards with the estimate veto, and those with the look-ahead veto (which need the

@@ -525,3 +525,26 @@ def test_guard_lets_a_presubmission_go_when_slurm_expects_a_wait(tmp_path: Path)
 
 def test_token_counter_on_empty_sim() -> None:
     assert make_sim().tokens() == {}
+
+
+def test_a_transition_costs_what_the_jobs_handoff_makes_it(tmp_path: Path) -> None:
+    """Each transition's J (its event and mirage_transition_cost_seconds) is the cost of
+    record: a successor 600 s early on a 1-hour limit costs h + 600 x (R + I) / (L - R)
+    when jobs hand off, and SC'23's 0.5 x 600 with [daemon] handoff = false."""
+    from mirage.policy.cost import DEFAULT_COST, HELD_TWICE
+
+    costs = {}
+    for handoff in (True, False):
+        store, sim = make_store(tmp_path, f"handoff-{handoff}.sqlite"), make_sim()
+        sim.handoff_exits = True
+        make_chain(store, segments=2, limit=3600)
+        d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600, handoff=handoff))
+        run_cycles([d], sim, 0, 3 * 3600)
+        (t,) = events(store, "transition")
+        model = DEFAULT_COST if handoff else HELD_TWICE
+        want = model.of(t.data["interruption"], t.data["overlap"], 3600)
+        assert t.data["overlap"] == 600 and t.data["cost"] == want
+        assert d.metrics.value("mirage_transition_cost_seconds_sum") == want
+        costs[handoff] = want
+    # on a 1-hour segment 10 minutes early is a fifth of a segment to run again
+    assert costs == {False: 300, True: 10 + 600 * (600 + 3600) / (3600 - 600)}

@@ -189,3 +189,17 @@ def test_the_example_configuration_describes_the_shipped_cluster_files() -> None
         assert f"{hours:+g} h" == margin, (cluster, hours)
     assert "qbets at 0.9 behind the look-ahead guard at a\n# margin of -2 h" in example
     assert "theta/policy.toml: the same at +2 h" in example
+
+
+def test_jobs_that_cannot_hand_off_take_the_held_twice_default() -> None:
+    """[daemon] handoff = false: the [policy] keys left out take the choice made for jobs
+    whose early successor waits beside its predecessor; keys set stay the admin's."""
+    from mirage.policy.guard import SHIPPED_HELD_TWICE
+
+    held = config_from_dict({"daemon": {"handoff": False}}).policy
+    assert (held.qbets_quantile, held.guard_margin_s) == (0.9, 86400)
+    assert held.default == SHIPPED_HELD_TWICE.policy and held.guard == "estimate"
+    own = config_from_dict({"daemon": {"handoff": False}, "policy": {"qbets_quantile": 0.8}})
+    assert own.policy.qbets_quantile == 0.8 and own.policy.guard_margin_s == 86400
+    hands_off = config_from_dict({}).policy
+    assert (hands_off.qbets_quantile, hands_off.guard_margin_s) == (0.95, None)
