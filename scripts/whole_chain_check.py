@@ -69,6 +69,13 @@ def table(results: list[dict[str, Any]]) -> str:
             if g:
                 lines.append(f"| {r['load']:g} | {name} | {_h(g['gain_s'])} "
                              f"| {_h(g['forecast_gain_s'])} | {g['error']:+.1%} |")  # fmt: skip
+    lines += ["", "| load | policy | other jobs | their mean wait h | p90 wait h | utilisation |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results:
+        for name, s in r["policies"].items():
+            o = s["others"]
+            lines.append(f"| {r['load']:g} | {name} | {o['jobs']} | {_h(o['mean_wait_s'])} "
+                         f"| {_h(o['p90_wait_s'])} | {o['utilisation']:.1%} |")  # fmt: skip
     return "\n".join(lines)
 
 

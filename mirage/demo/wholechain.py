@@ -56,6 +56,8 @@ from mirage.sim.workload import JobSpec
 from mirage.slurm.types import JobState
 
 HOUR = 3600
+#: The others' jobs of the window are counted once this long past it (most have started).
+OTHERS_SETTLE_S = 3 * 86400
 MARKER = "training.done"  # the chains' completion marker (never a file: the check's own)
 
 
@@ -205,9 +207,11 @@ class ChainJobs(HandoffSimClient):
 
 def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
                base: Config | None = None,
-               progress: Callable[[str], None] = lambda _: None) -> list[ChainRun]:  # fmt: skip
-    """The chains of ``spec`` run by the daemon with ``policy`` on a fork of ``warm``;
-    ``base``: the daemon's configuration otherwise (its poll interval is the spec's)."""
+               progress: Callable[[str], None] = lambda _: None,
+               ) -> tuple[list[ChainRun], dict[str, float]]:  # fmt: skip
+    """The chains of ``spec`` run by the daemon with ``policy`` on a fork of ``warm``, and
+    what the rest of the cluster saw meanwhile (:func:`others`); ``base``: the daemon's
+    configuration otherwise (its poll interval is the spec's)."""
     sim = warm.fork()
     owner = getpass.getuser()
     store = Store.open(f"sqlite:///{workdir / f'chains-{policy}.sqlite'}")
@@ -245,7 +249,33 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
         for cid, ids in client.job_ids().items()
     ]
     store.engine.dispose()
-    return sorted(runs, key=lambda r: r.registered)
+    mine = {j for ids in client.job_ids().values() for j in ids}
+    # the others over one window for every policy: the registrations and n0 limits after
+    window_end = spec.starts[-1] + spec.segments * spec.time_limit_s
+    sim.run_until(max(t, window_end) + OTHERS_SETTLE_S)
+    return sorted(runs, key=lambda r: r.registered), others(sim, mine, spec.starts[0], window_end)
+
+
+def others(sim: Simulation, mine: set[str], t0: int, t1: int) -> dict[str, float]:
+    """The other jobs submitted in ``[t0, t1)`` that have started: their mean and
+    90th-percentile wait (submit to start); and the busy share of the nodes over
+    ``[t0, t1)``, all jobs."""
+    waits, busy = [], 0
+    for v in sim.all_jobs():
+        if v.start is None:
+            continue
+        if v.job_id not in mine and t0 <= v.spec.submit < t1:
+            waits.append(v.start - v.spec.submit)
+        end = v.end if v.end is not None else t1
+        busy += max(0, min(end, t1) - max(v.start, t0)) * v.spec.nodes
+    waits.sort()
+    p90 = waits[min(len(waits) - 1, int(0.9 * len(waits)))] if waits else 0
+    return {
+        "jobs": len(waits),
+        "mean_wait_s": statistics.fmean(waits) if waits else 0.0,
+        "p90_wait_s": float(p90),
+        "utilisation": busy / max(1, (t1 - t0) * sim.total_nodes),
+    }
 
 
 def transitions(run: ChainRun) -> list[Transition]:
@@ -316,8 +346,10 @@ def run_check(spec: CheckSpec, policies: Sequence[str] = ("shipped", "reactive")
     with tempfile.TemporaryDirectory(prefix="mirage-chains-") as tmp:
         for name in policies:
             began = time.perf_counter()
-            runs = run_policy(spec, warm, name, workdir=Path(tmp), base=base, progress=progress)
+            runs, rest = run_policy(spec, warm, name, workdir=Path(tmp), base=base,
+                                    progress=progress)  # fmt: skip
             summary = summarise(spec, runs)
+            summary["others"] = rest
             summary["wall_s"] = round(time.perf_counter() - began, 1)
             out["policies"][name] = summary
     if "reactive" in out["policies"]:

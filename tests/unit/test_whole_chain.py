@@ -3,12 +3,13 @@ by the real daemon on the bundled ls6 slice, their jobs doing what a chain-ready
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from mirage.daemon.config import Config, PolicySection
-from mirage.demo.run import load_jobs
+from mirage.demo.run import DemoSpec, busiest_start, load_jobs
 from mirage.demo.wholechain import CheckSpec, _trained, run_check, run_policy, transitions
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
@@ -20,11 +21,18 @@ PROFILE = str(REPO / "models" / "ls6" / "profile.toml")
 HOUR = 3600
 
 
+@functools.cache
+def busy_hour() -> int:
+    """The demo's instant on the slice: an empty queue, a busy one to come."""
+    profile = with_settings(load_profile(PROFILE), 70)
+    jobs = load_jobs(TRACE, None, profile)
+    return busiest_start(DemoSpec(profile=profile, jobs=jobs, segments=2, time_limit_s=2 * HOUR))
+
+
 def spec_on(nodes: int, starts_h: tuple[float, ...], segments: int = 2) -> CheckSpec:
     profile = with_settings(load_profile(PROFILE), nodes)
     jobs = load_jobs(TRACE, None, profile)
-    first = min(j.submit for j in jobs)
-    starts = tuple(first + round((48 + h) * HOUR) for h in starts_h)
+    starts = tuple(busy_hour() + round(h * HOUR) for h in starts_h)
     return CheckSpec(profile=profile, jobs=jobs, starts=starts, segments=segments,
                      time_limit_s=2 * HOUR, poll_interval_s=60,
                      models_dir=str(REPO / "models"), model_cluster="ls6")  # fmt: skip
@@ -47,7 +55,8 @@ def test_early_successors_hand_over_and_the_training_is_done_in_more_segments(
     delay is the first wait, the restarts and nothing else."""
     spec = spec_on(400, (0.0, 1.0))
     base = Config(policy=PolicySection(guard="none"))
-    runs = run_policy(spec, warm(spec), "fixed-lead", workdir=tmp_path, base=base)
+    runs, rest = run_policy(spec, warm(spec), "fixed-lead", workdir=tmp_path, base=base)
+    assert rest["jobs"] > 0 and 0 < rest["utilisation"] <= 1
     assert len(runs) == 2
     h, r = spec.cost.handoff_s, spec.cost.restart_s
     for run in runs:
