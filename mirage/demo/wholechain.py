@@ -15,13 +15,16 @@ loop, and the simulated jobs do what a chain-ready job does:
   chain's completion marker is there (the daemon's marker check says so): the chain ends.
 
 So a chain whose successors start early needs more segments, and the check sees what
-they cost. Per chain: the completion delay ``D = end - registration - W`` (W the training
-time), made of the first wait, the restarts and the idle transitions. The per-transition
-figure's forecast of the same, for chains whose training fills ``n0`` segments without
-early starts: ``first wait + n0 x R + (n0 - 1) x mean J``, with J charged at the run's own
-mean idle time per transition for I (what the cost's derivation means by I). The
-comparison: the mean of ``D - first wait`` against that forecast's, and the difference
-between two policies (shipped - reactive) against the difference of their forecasts.
+they cost. Chain k's training W is n0 - 1 segments and a share (k + 0.5) / N of one more
+(:meth:`CheckSpec.work_s`): chains of every length, as users have. Per chain: the
+completion delay ``D = end - registration - W``, made of the first wait, the restarts and
+the idle transitions. The per-transition figure's forecast of the same: ``first wait +
+n0 x R + the J of its first n0 - 1 transitions``, those its training has without early
+starts, J charged at their mean idle time for I (what the cost's derivation means by I).
+The comparison: the mean of ``D - first wait`` against the forecast's, and the
+difference between two policies (shipped - reactive) against the difference of their
+forecasts. The other jobs' waits and the utilisation over one window are given beside
+them (:func:`others`).
 """
 
 from __future__ import annotations
@@ -77,10 +80,14 @@ class CheckSpec:
     models_dir: str = ""
     model_cluster: str = ""
 
-    @property
-    def work_s(self) -> float:
-        """W: each of the n0 segments trains its limit less the restart."""
-        return self.segments * (self.time_limit_s - self.cost.restart_s)
+    def work_s(self, k: int) -> float:
+        """W of the k-th chain (from 0): n0 - 1 whole segments' training (each its limit
+        less the restart) and a share of one more, spread evenly over the chains. A chain
+        whose training ended on a segment boundary would pay a whole extra segment for
+        any early start; over chains of every length it pays g / (L - R) segments on
+        average, the cost's premise."""
+        share = (k + 0.5) / len(self.starts)
+        return (self.segments - 1 + share) * (self.time_limit_s - self.cost.restart_s)
 
 
 @dataclass
@@ -89,6 +96,7 @@ class ChainRun:
 
     name: str
     registered: int
+    work_s: float
     views: list[JobView]
     end: int | None  # the training's end (None: it did not finish within the run)
 
@@ -116,6 +124,7 @@ class ChainJobs(HandoffSimClient):
         self.spec = spec
         self.store = store
         self.done: dict[str, int] = {}  # chain id -> the training's end
+        self.work: dict[str, float] = {}  # chain id -> its training time W
 
     def job_ids(self) -> dict[str, list[str]]:
         """Each chain's jobs, in segment order (revoked pre-submissions left out)."""
@@ -143,7 +152,7 @@ class ChainJobs(HandoffSimClient):
             trained, begin = _trained(vs, self.sim.now, self.spec.cost.restart_s)
             if begin is None:
                 continue
-            at = math.ceil(max(begin, self.sim.now) + max(0.0, self.spec.work_s - trained))
+            at = math.ceil(max(begin, self.sim.now) + max(0.0, self.work[cid] - trained))
             if best is None or at < best[0]:
                 best = (at, cid, vs[-1].job_id)
         return best
@@ -236,6 +245,7 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
             chain = demo_chain(demo, k + 1, owner)
             chain.name, chain.segments_target, chain.until_file = f"chain-{k + 1}", None, MARKER
             register_chain(store, chain, t, first_intent=False)
+            client.work[chain.id] = spec.work_s(k)
             names[chain.id], registered[chain.id] = chain.name, t
             k += 1
         client.advance_to(t)
@@ -245,7 +255,9 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
             progress(f"{policy}: {ended} of {len(spec.starts)} chains done")
         t += spec.poll_interval_s
     runs = [
-        ChainRun(names[cid], registered[cid], client.views(ids), client.done.get(cid))
+        ChainRun(
+            names[cid], registered[cid], client.work[cid], client.views(ids), client.done.get(cid)
+        )
         for cid, ids in client.job_ids().items()
     ]
     store.engine.dispose()
@@ -289,34 +301,52 @@ def transitions(run: ChainRun) -> list[Transition]:
 
 
 def summarise(spec: CheckSpec, runs: Sequence[ChainRun]) -> dict[str, Any]:
-    """A policy's chains: what they bore, and what the per-transition cost forecast."""
+    """A policy's chains: what they bore, and what the per-transition cost forecast.
+
+    The forecast reads a chain's first n0 - 1 transitions only, those its training has
+    without early starts; what early starts add (more segments, their transitions and
+    restarts) is what the cost's early term is there to forecast. Its I is the mean idle
+    time of those transitions, the run's own."""
     done = [r for r in runs if r.end is not None and r.views]
+    n0 = spec.segments
+    nominal = [transitions(r)[: n0 - 1] for r in done]
     trans = [t for r in done for t in transitions(r)]
-    idle = statistics.fmean(t.interruption for t in trans) if trans else 0.0
+    flat = [t for ts in nominal for t in ts]
+    idle = statistics.fmean(t.interruption for t in flat) if flat else 0.0
     own = dataclasses.replace(spec.cost, extra_idle_s=idle)
     first = [(r.views[0].start or 0) - r.registered for r in done]
-    delay = [(r.end or 0) - r.registered - spec.work_s for r in done]
-    beyond = [sum((v.end or 0) - (v.start or 0) for v in r.views) - spec.work_s for r in done]
-    n0 = spec.segments
-    mean_j = statistics.fmean(t.cost(own) for t in trans) if trans else 0.0
-    mean_j_default = statistics.fmean(t.cost(spec.cost) for t in trans) if trans else 0.0
-    actual = statistics.fmean(d - f for d, f in zip(delay, first, strict=True)) if done else 0.0
-    forecast = n0 * spec.cost.restart_s + (n0 - 1) * mean_j
+    delay = [(r.end or 0) - r.registered - r.work_s for r in done]
+    beyond = [sum((v.end or 0) - (v.start or 0) for v in r.views) - r.work_s for r in done]
+    forecasts = [n0 * spec.cost.restart_s + sum(t.cost(own) for t in ts) for ts in nominal]
+
+    def mean(xs: Sequence[float]) -> float:
+        return statistics.fmean(xs) if xs else 0.0
+
+    actual = mean([d - f for d, f in zip(delay, first, strict=True)])
+    forecast = mean(forecasts)
+    per_chain = [
+        {"chain": r.name, "registered": r.registered, "end": r.end, "work_s": r.work_s,
+         "segments": [[v.job_id, v.start, v.end, v.time_limit] for v in r.views],
+         "transitions": [[t.interruption, t.overlap] for t in transitions(r)]}
+        for r in runs
+    ]  # fmt: skip
     return {
         "chains": len(runs),
         "finished": len(done),
-        "segments": statistics.fmean(len(r.views) for r in done) if done else 0.0,
+        "segments": mean([len(r.views) for r in done]),
         "transitions": len(trans),
         "handoffs": sum(1 for t in trans if t.overlap > 0),
-        "mean_idle_s": idle,
-        "mean_J_s": mean_j,
-        "mean_J_default_I_s": mean_j_default,
-        "mean_first_wait_s": statistics.fmean(first) if done else 0.0,
-        "mean_delay_s": statistics.fmean(delay) if done else 0.0,
+        "mean_idle_s": mean([t.interruption for t in trans]),
+        "nominal_idle_s": idle,  # the forecast's I
+        "mean_J_s": mean([t.cost(own) for t in flat]),
+        "mean_J_default_I_s": mean([t.cost(spec.cost) for t in flat]),
+        "mean_first_wait_s": mean(first),
+        "mean_delay_s": mean(delay),
         "actual_s": actual,  # mean completion delay less the first wait
-        "forecast_s": forecast,  # n0 R + (n0 - 1) mean J
+        "forecast_s": forecast,  # n0 R + the J of the first n0 - 1 transitions
         "error": (forecast - actual) / actual if actual else 0.0,
-        "mean_beyond_s": statistics.fmean(beyond) if done else 0.0,
+        "mean_beyond_s": mean(beyond),
+        "per_chain": per_chain,
     }
 
 
@@ -340,7 +370,7 @@ def run_check(spec: CheckSpec, policies: Sequence[str] = ("shipped", "reactive")
     warm = Simulation(spec.profile, start_time=min(j.submit for j in spec.jobs))
     warm.add_jobs(spec.jobs)
     warm.run_until(spec.starts[0])
-    out: dict[str, Any] = {"policies": {}, "work_s": spec.work_s, "segments": spec.segments,
+    out: dict[str, Any] = {"policies": {}, "segments": spec.segments,
                            "time_limit_s": spec.time_limit_s,
                            "cost": spec.cost.describe()}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mirage-chains-") as tmp:

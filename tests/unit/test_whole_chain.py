@@ -50,26 +50,27 @@ def test_early_successors_hand_over_and_the_training_is_done_in_more_segments(
 ) -> None:
     """On a cluster large enough that every successor starts at once, a 15-minute lead with
     no guard starts each successor early: its predecessor exits the handoff window after
-    (10 s), the cut-short segments leave training over, and the chain runs one segment
-    more than its two. The training done is exactly the chains' total, and the completion
-    delay is the first wait, the restarts and nothing else."""
+    (10 s). Chain 1 trains 1.25 segments (W = 1.25 x (2 h - R)), which the first segment
+    cut short and a second one hold; chain 2 trains 1.75, and its two cut-short segments
+    leave it short: a third. The training done is each chain's total, and the completion
+    delay is the first wait and the restarts, nothing else."""
     spec = spec_on(400, (0.0, 1.0))
     base = Config(policy=PolicySection(guard="none"))
     runs, rest = run_policy(spec, warm(spec), "fixed-lead", workdir=tmp_path, base=base)
     assert rest["jobs"] > 0 and 0 < rest["utilisation"] <= 1
-    assert len(runs) == 2
+    assert [r.work_s for r in runs] == [spec.work_s(0), spec.work_s(1)]
+    assert [len(r.views) for r in runs] == [2, 3]
     h, r = spec.cost.handoff_s, spec.cost.restart_s
     for run in runs:
         assert run.end is not None
-        assert len(run.views) == spec.segments + 1  # one more: the early starts cut 2 x 15 min
         trans = transitions(run)
         assert trans and all(t.overlap > 0 and t.interruption == 0 for t in trans)
         for t in trans:
             assert t.pred_end == t.succ_start + h  # the handoff window, exactly
         done, _ = _trained(run.views, run.end, r)
-        assert done == pytest.approx(spec.work_s, abs=1)
+        assert done == pytest.approx(run.work_s, abs=1)
         first_wait = (run.views[0].start or 0) - run.registered
-        delay = run.end - run.registered - spec.work_s
+        delay = run.end - run.registered - run.work_s
         assert delay == pytest.approx(first_wait + len(run.views) * r, abs=1)
 
 
