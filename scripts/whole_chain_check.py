@@ -50,8 +50,9 @@ def _h(s: float) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("| load | policy | chains done | segments | handoffs | idle h/transition | J h, "
-            "first n0-1 (I: their idle) | first wait h | D - first wait h | forecast h | error |")  # fmt: skip
+    head = ("| load | policy | chains done | segments | handoffs | idle h/transition "
+            "| J h, first n0-1 (I: their idle) | first wait h | D - first wait h "
+            "| forecast h | error |")  # fmt: skip
     lines = [head, "|" + "---|" * 11]
     for r in results:
         for name, s in r["policies"].items():
