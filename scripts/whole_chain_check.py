@@ -50,15 +50,15 @@ def _h(s: float) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("| load | policy | chains done | segments | handoffs | idle h/transition "
+    head = ("| load | policy | chains done | segments | handoffs | revoked | idle h/transition "
             "| J h, first n0-1 (I: their idle) | first wait h | D - first wait h "
             "| forecast h | error |")  # fmt: skip
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in results:
         for name, s in r["policies"].items():
             lines.append(
                 f"| {r['load']:g} | {name} | {s['finished']}/{s['chains']} | {s['segments']:.2f} "
-                f"| {s['handoffs']} | {_h(s['mean_idle_s'])} | {_h(s['mean_J_s'])} "
+                f"| {s['handoffs']} | {s['revoked']} | {_h(s['mean_idle_s'])} | {_h(s['mean_J_s'])} "
                 f"| {_h(s['mean_first_wait_s'])} | {_h(s['actual_s'])} | {_h(s['forecast_s'])} "
                 f"| {s['error']:+.1%} |"
             )

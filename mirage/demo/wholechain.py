@@ -98,6 +98,7 @@ class ChainRun:
     registered: int
     work_s: float
     views: list[JobView]
+    revoked: int  # pre-submissions revoked (cancelled while pending, submitted again)
     end: int | None  # the training's end (None: it did not finish within the run)
 
 
@@ -133,6 +134,14 @@ class ChainJobs(HandoffSimClient):
             for g in s.scalars(select(Segment).order_by(Segment.chain_id, Segment.index)):
                 if g.outcome != REVOKED:
                     out.setdefault(g.chain_id, []).append(g.job_id)
+        return out
+
+    def revoked(self) -> dict[str, int]:
+        """Each chain's revoked pre-submissions."""
+        out: dict[str, int] = {}
+        with self.store.sessions() as s:
+            for g in s.scalars(select(Segment).where(Segment.outcome == REVOKED)):
+                out[g.chain_id] = out.get(g.chain_id, 0) + 1
         return out
 
     def views(self, ids: Sequence[str]) -> list[JobView]:
@@ -254,12 +263,12 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
         if report.ended:
             progress(f"{policy}: {ended} of {len(spec.starts)} chains done")
         t += spec.poll_interval_s
+    revoked = client.revoked()
     runs = [
-        ChainRun(
-            names[cid], registered[cid], client.work[cid], client.views(ids), client.done.get(cid)
-        )
+        ChainRun(names[cid], registered[cid], client.work[cid], client.views(ids),
+                 revoked.get(cid, 0), client.done.get(cid))
         for cid, ids in client.job_ids().items()
-    ]
+    ]  # fmt: skip
     store.engine.dispose()
     mine = {j for ids in client.job_ids().values() for j in ids}
     # the others over one window for every policy: the registrations and n0 limits after
@@ -326,6 +335,7 @@ def summarise(spec: CheckSpec, runs: Sequence[ChainRun]) -> dict[str, Any]:
     forecast = mean(forecasts)
     per_chain = [
         {"chain": r.name, "registered": r.registered, "end": r.end, "work_s": r.work_s,
+         "revoked": r.revoked,
          "segments": [[v.job_id, v.start, v.end, v.time_limit] for v in r.views],
          "transitions": [[t.interruption, t.overlap] for t in transitions(r)]}
         for r in runs
@@ -336,6 +346,7 @@ def summarise(spec: CheckSpec, runs: Sequence[ChainRun]) -> dict[str, Any]:
         "segments": mean([len(r.views) for r in done]),
         "transitions": len(trans),
         "handoffs": sum(1 for t in trans if t.overlap > 0),
+        "revoked": sum(r.revoked for r in done),
         "mean_idle_s": mean([t.interruption for t in trans]),
         "nominal_idle_s": idle,  # the forecast's I
         "mean_J_s": mean([t.cost(own) for t in flat]),
