@@ -58,7 +58,8 @@ def table(results: list[dict[str, Any]]) -> str:
         for name, s in r["policies"].items():
             lines.append(
                 f"| {r['load']:g} | {name} | {s['finished']}/{s['chains']} | {s['segments']:.2f} "
-                f"| {s['handoffs']} | {s['revoked']} | {_h(s['mean_idle_s'])} | {_h(s['mean_J_s'])} "
+                f"| {s['handoffs']} | {s['revoked']} | {_h(s['mean_idle_s'])} "
+                f"| {_h(s['mean_J_s'])} "
                 f"| {_h(s['mean_first_wait_s'])} | {_h(s['actual_s'])} | {_h(s['forecast_s'])} "
                 f"| {s['error']:+.1%} |"
             )
