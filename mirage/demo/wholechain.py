@@ -99,6 +99,8 @@ class ChainRun:
     work_s: float
     views: list[JobView]
     revoked: int  # pre-submissions revoked (cancelled while pending, submitted again)
+    # job id -> (submitted at, pre-submitted), as the daemon recorded them
+    submitted: dict[str, tuple[int, bool]]
     end: int | None  # the training's end (None: it did not finish within the run)
 
 
@@ -135,6 +137,11 @@ class ChainJobs(HandoffSimClient):
                 if g.outcome != REVOKED:
                     out.setdefault(g.chain_id, []).append(g.job_id)
         return out
+
+    def submissions(self) -> dict[str, tuple[int, bool]]:
+        """Every segment's submission time and whether it was pre-submitted."""
+        with self.store.sessions() as s:
+            return {g.job_id: (g.submitted_at, g.presubmitted) for g in s.scalars(select(Segment))}
 
     def revoked(self) -> dict[str, int]:
         """Each chain's revoked pre-submissions."""
@@ -263,10 +270,11 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
         if report.ended:
             progress(f"{policy}: {ended} of {len(spec.starts)} chains done")
         t += spec.poll_interval_s
-    revoked = client.revoked()
+    revoked, submitted = client.revoked(), client.submissions()
     runs = [
         ChainRun(names[cid], registered[cid], client.work[cid], client.views(ids),
-                 revoked.get(cid, 0), client.done.get(cid))
+                 revoked.get(cid, 0), {j: submitted[j] for j in ids if j in submitted},
+                 client.done.get(cid))
         for cid, ids in client.job_ids().items()
     ]  # fmt: skip
     store.engine.dispose()
@@ -336,7 +344,8 @@ def summarise(spec: CheckSpec, runs: Sequence[ChainRun]) -> dict[str, Any]:
     per_chain = [
         {"chain": r.name, "registered": r.registered, "end": r.end, "work_s": r.work_s,
          "revoked": r.revoked,
-         "segments": [[v.job_id, v.start, v.end, v.time_limit] for v in r.views],
+         "segments": [[v.job_id, v.start, v.end, v.time_limit, *r.submitted.get(v.job_id, ())]
+                      for v in r.views],
          "transitions": [[t.interruption, t.overlap] for t in transitions(r)]}
         for r in runs
     ]  # fmt: skip
