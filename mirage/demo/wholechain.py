@@ -270,15 +270,15 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
         if report.ended:
             progress(f"{policy}: {ended} of {len(spec.starts)} chains done")
         t += spec.poll_interval_s
-    revoked, submitted = client.revoked(), client.submissions()
+    by_chain, revoked, submitted = client.job_ids(), client.revoked(), client.submissions()
+    store.engine.dispose()
     runs = [
         ChainRun(names[cid], registered[cid], client.work[cid], client.views(ids),
                  revoked.get(cid, 0), {j: submitted[j] for j in ids if j in submitted},
                  client.done.get(cid))
-        for cid, ids in client.job_ids().items()
+        for cid, ids in by_chain.items()
     ]  # fmt: skip
-    store.engine.dispose()
-    mine = {j for ids in client.job_ids().values() for j in ids}
+    mine = {j for ids in by_chain.values() for j in ids}
     # the others over one window for every policy: the registrations and n0 limits after
     window_end = spec.starts[-1] + spec.segments * spec.time_limit_s
     sim.run_until(max(t, window_end) + OTHERS_SETTLE_S)

@@ -81,8 +81,8 @@ class Shipped:
 SHIPPED = Shipped()
 #: The default for jobs that cannot hand off (``[daemon] handoff = false``): an early
 #: successor then waits beside its predecessor, SC'23's J (interruption + 0.5 x overlap).
-#: The choice under that cost on ls6's tuning month (2026-11-29, scripts/select_shipped.py,
-#: Slurm 22.05's estimate; docs/evaluation.md): QBETS 0.9 behind a 24 h estimate margin.
+#: The selection rule's choice under that cost on ls6's tuning month, with Slurm 22.05's
+#: estimate (scripts/select_shipped.py; docs/evaluation.md): QBETS 0.9, a 24 h margin.
 SHIPPED_HELD_TWICE = Shipped(qbets_quantile=0.9, guard_margin_s=24 * HOUR)
 #: ``[policy] guard``: Slurm's estimate, the look-ahead, either of them, or none.
 GUARDS = ("estimate", "lookahead", "estimate+lookahead", "none")
