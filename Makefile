@@ -26,8 +26,8 @@ $(STAMP): setup.cfg pyproject.toml
 # table against reactive submission of the same chains on the same replay (~30 s).
 demo: venv
 	$(BIN)/mirage demo --trace traces/ls6-a100-slice.log.gz \
-	  --profile models/ls6/profile.toml --nodes 70 --chains 4 --segments 3 \
-	  --time-limit 2:00:00 --policy shipped
+	  --profile models/ls6/profile.toml --nodes 65 --chains 4 --segments 3 \
+	  --time-limit 24:00:00 --policy shipped
 
 lint: venv
 	$(BIN)/ruff check mirage tests scripts experiments

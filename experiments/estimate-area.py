@@ -11,7 +11,7 @@ guard on r + lam * a, lam in 0..1, margin m) on the tuning split, applies the se
 rule of mirage.evaluate.shipping (the safe candidate of least summed J), and reports the
 choice on the test split.
 
-    .venv/bin/python experiments/estimate-area.py ls6 models/ls6/profile-limits.toml \
+    .venv/bin/python experiments/estimate-area.py ls6 models/ls6/profile.toml \
         1,1.05 4 [--jobs 2]
     .venv/bin/python experiments/estimate-area.py theta - 1 12
 

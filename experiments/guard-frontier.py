@@ -1,6 +1,6 @@
 """How far can the guarded family go on a test split, when it is chosen on that split itself?
 
-    .venv/bin/python experiments/guard-frontier.py ls6 models/ls6/profile-limits.toml 1,1.05,1.13
+    .venv/bin/python experiments/guard-frontier.py ls6 models/ls6/profile.toml 1,1.05,1.13
         [--split test] [--every-h 4] [--step-min 10] [--cache out/probe-cache]
         [--lookahead] [--show qbets:0.9:24]
 

@@ -1,6 +1,6 @@
 """Would a guard on the look-ahead's simulated start be safe where the estimate guard is not?
 
-    .venv/bin/python experiments/lookahead-guard.py ls6 models/ls6/profile-limits.toml 1,1.05,1.13
+    .venv/bin/python experiments/lookahead-guard.py ls6 models/ls6/profile.toml 1,1.05,1.13
         [--both] [--show METHOD:CONSTANT:EST:LA ...] [--every-h 4] [--step-min 10]
         [--cache out/probe-cache] [--record]
 

@@ -90,7 +90,7 @@ def report(prep: Prepared, profile: ClusterProfile, nodes: int, label: str) -> N
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", default=str(LS6))
-    ap.add_argument("--profile", default=str(REPO / "models" / "ls6" / "profile-limits.toml"))
+    ap.add_argument("--profile", default=str(REPO / "models" / "ls6" / "profile.toml"))
     ap.add_argument("--nodes", default="88,79,76")
     args = ap.parse_args()
     df = load_trace(Path(args.trace)).jobs

@@ -7,7 +7,7 @@
 
 Both read the cached probes and look-ahead curves of ls6's three splits (training months
 November 2022 to January 2023, tuning February, test March; `experiments/guard-frontier.py
-ls6 models/ls6/profile-limits.toml 1,1.05 --split train --lookahead` names what is cached)
+ls6 models/ls6/profile.toml 1,1.05 --split train --lookahead` names what is cached)
 on the calibrated profile with the per-user limit, and walk every candidate of the
 selection grid (:mod:`mirage.evaluate.shipping`) once on all of them.
 
@@ -47,7 +47,7 @@ from mirage.policy.cost import HELD_TWICE, CostModel
 from mirage.profile.schema import load_profile
 from mirage.slurm.syntax import parse_when
 
-PROFILE = "models/ls6/profile-limits.toml"
+PROFILE = "models/ls6/profile.toml"
 TZ = "America/Chicago"
 DEFAULT = "qbets 0.9, guard: estimate 24 h"
 MONTHS = ("2022-11-01", "2022-12-01", "2023-01-01", "2023-02-01", "2023-03-01", "2023-04-01")

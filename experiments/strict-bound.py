@@ -1,6 +1,6 @@
 """Hindsight: the shipped rule with a stricter no-harm bound on the tuning split.
 
-    .venv/bin/python experiments/strict-bound.py ls6 models/ls6/profile-limits.toml 1,1.05,1.13
+    .venv/bin/python experiments/strict-bound.py ls6 models/ls6/profile.toml 1,1.05,1.13
         [--trace FILE] [--every-h 4] [--bounds 0.05,0.025,0] [--cache out/probe-cache]
 
 The rule of mirage.evaluate.shipping calls a candidate safe when, at every level of every

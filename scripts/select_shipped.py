@@ -1,14 +1,16 @@
 """Choose the shipped configuration on a cluster's tuning split (mirage.evaluate.shipping).
 
     .venv/bin/python scripts/select_shipped.py --cluster ls6 \
-        --profile models/ls6/profile-limits.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
+        --profile models/ls6/profile.toml --load 1 --load 1.05 --load 1.13 [--jobs 2]
         [--step-min 10] [--every-h 4] [--cached-only] [--measure-test] [--write FOLDER]
-        [--no-lookahead]
+        [--no-lookahead] [--learned models/ls6]
 
 Records (or reads from the probe cache, as `mirage evaluate` does) the tuning split's
 samples and their look-ahead curves at each load, walks every candidate of the grid,
 prints each one's mean J per load and whether it harms any level, and the choice: the safe
-candidate of least summed mean J. The test split is never read. ``--json FILE`` writes
+candidate of least summed mean J. The test split is never read. ``--learned FOLDER``
+adds the trained policies found there (FOLDER/rf, xgb, dqn, pg) as candidates, each behind
+every guard; the queue features they read are recorded on the same samples. ``--json FILE`` writes
 every candidate's figures.
 """
 
@@ -19,9 +21,10 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from mirage.evaluate.harness import HOUR, Walker, factory
+from mirage.evaluate.features import FEATURES
+from mirage.evaluate.harness import HOUR, LEARNED, BatchedPolicy, Walker, factory
 from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, Recorder, is_cached, record_all
@@ -31,10 +34,12 @@ from mirage.evaluate.shipping import (
     Candidate,
     guarded,
     inner_submits,
+    learned_plans,
     policy_toml,
     select,
 )
 from mirage.evaluate.stats import gains
+from mirage.learn.artifacts import ModelError, load_policy
 from mirage.policy.guard import POLICY_FILE
 from mirage.profile.schema import load_profile
 from mirage.trace.readers import load_trace
@@ -59,14 +64,40 @@ def tuning_walker(
     setting = Setting(trace, profile_name, scaled_nodes(part.nodes, load), load, split, protocol)
     times = sample_times(split, protocol, first)
     recs: list[Recorder[Any]] = [PROBES] if args.no_lookahead else [PROBES, LOOKAHEAD_CURVES]
+    if args.learned:
+        recs.append(FEATURES)
     if args.cached_only:  # what a long run has recorded so far (mirage evaluate's option)
         times = [t for t in times if all(is_cached(args.cache, setting, t, r) for r in recs)]
         print(f"{split_name} split, load {load:g}: {len(times)} cached samples (--cached-only)")
     samples = record_all(setting, times, PROBES, cache=args.cache, n_jobs=args.jobs)
-    if args.no_lookahead:
-        return Walker(samples, protocol, profile, part.name)
-    curves = record_all(setting, times, LOOKAHEAD_CURVES, cache=args.cache, n_jobs=args.jobs)
-    return Walker(samples, protocol, profile, part.name, lookahead=[c.start for c in curves])
+    queue = None
+    if args.learned:
+        rows = record_all(setting, times, FEATURES, cache=args.cache, n_jobs=args.jobs)
+        queue = [r.queue for r in rows]
+    ahead = None
+    if not args.no_lookahead:
+        curves = record_all(setting, times, LOOKAHEAD_CURVES, cache=args.cache, n_jobs=args.jobs)
+        ahead = [c.start for c in curves]
+    return Walker(samples, protocol, profile, part.name, queue, lookahead=ahead)
+
+
+def load_learned(folder: str | None) -> dict[str, BatchedPolicy]:
+    """The trained policies in ``folder`` (its rf, xgb, dqn, pg that exist)."""
+    if folder is None:
+        return {}
+    out: dict[str, BatchedPolicy] = {}
+    for name in LEARNED:
+        path = Path(folder) / name
+        if path.is_dir():
+            try:
+                policy, _ = load_policy(path)
+                out[name] = cast(BatchedPolicy, policy)  # every trained policy plans batched
+            except ModelError as exc:
+                sys.exit(str(exc))
+    if not out:
+        sys.exit(f"--learned {folder}: no trained policy there (rf, xgb, dqn, pg)")
+    print(f"trained candidates from {folder}: {', '.join(out)}")
+    return out
 
 
 def main() -> None:
@@ -107,6 +138,13 @@ def main() -> None:
         help="leave the look-ahead veto's candidates out (no look-ahead curves recorded)",
     )
     ap.add_argument(
+        "--learned",
+        default=None,
+        metavar="FOLDER",
+        help="a cluster's models folder (e.g. models/ls6): its trained policies are also "
+        "candidates",
+    )
+    ap.add_argument(
         "--measure-test",
         action="store_true",
         help="after the choice, walk the test split with it and print its no-harm "
@@ -114,8 +152,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     profile_name = args.profile or default_profile(args.cluster)
+    learned = load_learned(args.learned)
     walkers = {ld: tuning_walker(args.cluster, profile_name, ld, args) for ld in args.load}
-    choice = select(walkers, Protocol().cost, boot=args.boot)
+    choice = select(walkers, Protocol().cost, boot=args.boot, learned=learned)
     cands = choice.candidates
     loads = " ".join(f"{ld:g}" for ld in walkers)
     print(f"tuning split, mean J (h) at loads {loads}; harm: a level whose paired 95% "
@@ -139,8 +178,8 @@ def main() -> None:
             print(f"wrote {path}")
         if args.measure_test and best is not None:
             for ld in args.load:
-                measure(best, tuning_walker(args.cluster, profile_name, ld, args, "test"), ld,
-                        args.boot)  # fmt: skip
+                test = tuning_walker(args.cluster, profile_name, ld, args, "test")
+                measure(best, test, ld, args.boot, learned)
     if args.json:
         Path(args.json).write_text(json.dumps([c.as_dict() for c in cands], indent=1))
 
@@ -170,19 +209,26 @@ def provenance(args: argparse.Namespace, c: Candidate | None) -> str:
     )
 
 
-def measure(c: Candidate, walker: Walker, load: float, boot: int) -> None:
+def measure(
+    c: Candidate, walker: Walker, load: float, boot: int, learned: dict[str, BatchedPolicy]
+) -> None:
     """The choice on the test split, per level: reactive's and the oracle's mean J, the
     choice's, its share of the oracle gain and its no-harm interval."""
     cost_model = Protocol().cost
+    if c.method in learned:
+        submits, revokes = learned_plans(walker, learned[c.method])
+    else:
+        submits, revokes = inner_submits(walker, c.method, c.constant), None
     res = {
         "reactive": walker.run(factory("reactive", None)),
         "oracle": walker.oracle(cost_model),
         "choice": guarded(
             walker,
-            inner_submits(walker, c.method, c.constant),
+            submits,
             None,
             None if c.lookahead_h is None else c.lookahead_h * HOUR,
             margin_fraction=c.margin,
+            revokes=revokes,
         ),
     }
     print(f"test split, load {load:g}: {len(walker.samples)} samples")

@@ -29,6 +29,18 @@ null, "state": "running" | "checkpointed", "at": epoch}``.
   then records this job as running. Says on stderr how long it waited: that wait is the
   handoff window (both allocations held, training not yet resumed).
 - ``done DIR``: after the job's last checkpoint, just before it exits.
+- ``resumed``: once training has resumed (the checkpoint loaded, the first step done).
+  From Python, :func:`resumed`; the example training loop calls it after its first step.
+
+What a restart costs, measured. A segment Mirage submits (``MIRAGE_CHAIN_ID`` and
+``MIRAGE_SEGMENT`` set) also records its timing in the chain's directory (the submit
+directory, ``$SLURM_SUBMIT_DIR``): ``<dir>/.mirage/timing-<chain>-<segment>.json``,
+``{"job_id", "chain", "segment", "began", "took_over", "resumed"}`` (epoch seconds):
+when ``start`` was called, when it returned (the handoff window, both allocations held,
+lies between them) and when training resumed. The daemon reads it with the owner's
+rights and charges each chain's transitions with that chain's own restart overhead
+(``resumed - took_over``) once it has one. Writing it never stops a segment: a report
+that cannot be written is said on stderr and the segment trains on.
 
 How long ``start`` waits for its predecessor P:
 
@@ -67,6 +79,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 STATE_FILE = ".mirage-segment.json"
+#: The folder, in the chain's directory, of each segment's timing report.
+REPORT_DIR = ".mirage"
 #: ``job_state`` when squeue could not answer.
 UNKNOWN = "?"
 #: ``start``'s exit codes: the state file stays unreadable; a later segment took over.
@@ -125,6 +139,45 @@ def _write(
     }
     tmp.write_text(json.dumps(rec))
     tmp.replace(directory / STATE_FILE)  # atomic on one filesystem
+
+
+def report_name(chain: str, segment: int) -> str:
+    """The file name of a segment's timing report, in ``<chain dir>/.mirage/``."""
+    return f"timing-{chain}-{segment}.json"
+
+
+def _report(update: "dict[str, object]") -> None:
+    """Merge ``update`` into this segment's timing report (nothing when the job was not
+    submitted by Mirage: no chain, segment or submit directory to file it under)."""
+    chain = os.environ.get("MIRAGE_CHAIN_ID", "")
+    segment = _env_int("MIRAGE_SEGMENT")
+    where = os.environ.get("SLURM_SUBMIT_DIR", "")
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if not (chain and segment is not None and where and job_id):
+        return
+    folder = Path(where) / REPORT_DIR
+    path = folder / report_name(chain, segment)
+    try:
+        folder.mkdir(exist_ok=True)
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            rec = {}
+        if not isinstance(rec, dict) or rec.get("job_id") != job_id:
+            rec = {"job_id": job_id, "chain": chain, "segment": segment}
+        rec.update(update)
+        tmp = folder / f"{path.name}.{job_id}.tmp"
+        tmp.write_text(json.dumps(rec))
+        tmp.replace(path)
+    except OSError as exc:
+        print(f"handoff: cannot write the timing report {path}: {exc}", file=sys.stderr)
+
+
+def resumed() -> int:
+    """Record that this segment's training has resumed (its checkpoint loaded, its first
+    step done): the end of its restart overhead, which the daemon measures from it."""
+    _report({"resumed": round(time.time(), 3)})
+    return 0
 
 
 def _segment_of(rec: "dict[str, object]") -> "int | None":
@@ -285,6 +338,7 @@ def start(
     sleep: "Callable[[float], None]" = time.sleep,
 ) -> int:
     """Wait for the predecessor's last checkpoint, then record this job as running."""
+    began = round(time.time(), 3)
     directory.mkdir(parents=True, exist_ok=True)
     wait = _Wait(
         job_id,
@@ -306,6 +360,7 @@ def start(
     if code != 0:
         return code
     _write(directory, job_id, "running", segment, chain)
+    _report({"began": began, "took_over": round(time.time(), 3)})
     waited = clock() - wait.began
     if wait.pred is not None:
         print(
@@ -340,8 +395,8 @@ def _env_int(name: str) -> "int | None":
 
 def main(argv: "list[str] | None" = None) -> int:
     p = argparse.ArgumentParser(prog="mirage-handoff", description=__doc__.split("\n")[0])
-    p.add_argument("action", choices=["start", "done"])
-    p.add_argument("directory", type=Path)
+    p.add_argument("action", choices=["start", "done", "resumed"])
+    p.add_argument("directory", type=Path, nargs="?", help="the checkpoint directory (start, done)")
     p.add_argument("--job-id", default=os.environ.get("SLURM_JOB_ID", ""))
     p.add_argument(
         "--segment",
@@ -377,6 +432,10 @@ def main(argv: "list[str] | None" = None) -> int:
     args = p.parse_args(argv)
     if not args.job_id:
         p.error("no job id: run inside a Slurm job or pass --job-id")
+    if args.action == "resumed":
+        return resumed()
+    if args.directory is None:
+        p.error(f"{args.action} needs the checkpoint directory")
     if args.action == "done":
         return done(args.directory, args.job_id, args.segment, args.chain)
     return start(

@@ -4,7 +4,9 @@ Used by train.sbatch. On SIGUSR1 (Slurm's warning before the time limit, or Mira
 handoff) it finishes the current step, writes a checkpoint atomically and exits 0. It
 also checkpoints every ``--every`` steps, so a segment killed at its limit loses at most
 that much. When the planned number of steps is done it writes the completion marker
-``DONE`` (the chain's ``--until-file``).
+``DONE`` (the chain's ``--until-file``). After its first step it tells Mirage that
+training has resumed (``mirage_handoff.resumed()``, from the helper beside it), so that
+the daemon measures the chain's restart overhead.
 
 Environment (defaults of the options): ``TRAIN_STEPS`` (``--steps``, 100000 in all),
 ``TRAIN_STEP_S`` (``--step-s``, seconds paused after each step, 0: a test uses it to
@@ -71,6 +73,7 @@ def main() -> int:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
         tmp.replace(ckpt)  # never a half-written checkpoint
 
+    first = True
     while step < args.steps:
         if Signalled.stop:  # also a signal that came before the first step
             save()
@@ -82,6 +85,9 @@ def main() -> int:
         loss.backward()
         opt.step()
         step += 1
+        if first:  # training has resumed: the end of this segment's restart overhead
+            report_resumed()
+            first = False
         if step % args.every == 0:
             save()
         if args.step_s > 0:
@@ -90,6 +96,16 @@ def main() -> int:
     (args.checkpoint_dir / "DONE").write_text(f"{step}\n")
     print(f"training complete at step {step}", flush=True)
     return finish()
+
+
+def report_resumed() -> None:
+    """Tell Mirage when training resumed (mirage_handoff.py, beside this file: the daemon
+    measures each chain's restart overhead from it); without the helper, nothing."""
+    try:
+        import mirage_handoff
+    except ImportError:
+        return
+    mirage_handoff.resumed()
 
 
 def finish() -> int:

@@ -845,7 +845,12 @@ def daemon_cmd(
     (`mirage demo` compares it there against reactive submission).
     """
     from mirage.daemon.core import Daemon
-    from mirage.daemon.identity import action_clients, owner_marker_check, runs_as_owner
+    from mirage.daemon.identity import (
+        action_clients,
+        owner_marker_check,
+        owner_report_read,
+        runs_as_owner,
+    )
     from mirage.daemon.service import open_store, run_service
 
     cfg = config_or_fail(config_path)
@@ -871,6 +876,7 @@ def daemon_cmd(
             config=cfg,
             action_clients=action_clients(cfg),
             marker_check=owner_marker_check(cfg),
+            report_read=owner_report_read(cfg),
             # a root daemon runs each chain's jobs as its owner: root's chains only if asked
             refuse_root_chains=runs_as_owner(cfg) and not cfg.daemon.allow_root_chains,
         )

@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -21,6 +21,7 @@ from mirage.daemon.config import DaemonSection
 from mirage.daemon.metrics import DaemonMetrics
 from mirage.daemon.outcomes import CycleReport
 from mirage.daemon.store import Chain, event_row
+from mirage.daemon.timing import TimingReader
 from mirage.policy.cost import DEFAULT_COST, HELD_TWICE, CostModel
 from mirage.slurm.client import SlurmClient
 
@@ -72,6 +73,8 @@ class StepContext:
     clients: ActionClients
     marker_check: MarkerCheck = local_marker_check
     fault: str = ""  # the armed MIRAGE_FAULT point, "" when none
+    # running segments' timing reports (their restart overhead), as the owner where asked
+    timings: TimingReader = field(default_factory=TimingReader)
 
     @property
     def cost(self) -> CostModel:

@@ -62,6 +62,7 @@ from mirage.daemon.store import (
     event_row,
     new_token,
 )
+from mirage.daemon.timing import ReportRead, TimingReader, local_read
 from mirage.policy.base import Decision, PendingTransition, Policy
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.slurm.client import SlurmClient
@@ -96,6 +97,7 @@ class Daemon:
         metrics: DaemonMetrics | None = None,
         action_clients: ActionClients | None = None,
         marker_check: MarkerCheck | None = None,
+        report_read: ReportRead | None = None,
         refuse_root_chains: bool = False,
     ) -> None:
         self.store = store
@@ -110,6 +112,7 @@ class Daemon:
             clients=action_clients or (lambda _chain: client),
             marker_check=marker_check or local_marker_check,
             fault=fault_from_env(),
+            timings=TimingReader(report_read or local_read),
         )
         self.router = PolicyRouter(self.config, client, self.ctx, profile=profile,
                                    policies=policies)  # fmt: skip
@@ -461,6 +464,7 @@ class Daemon:
                 continue  # cancelled by a revocation: no longer the chain's
             live[seg.chain_id].append(seg)
         reconcile.observe_transitions(self.ctx, s, now)
+        reconcile.read_timings(self.ctx, s, now, chains)
         reconcile.cancel_extras(self.ctx, s, now, extras, report)
         s.commit()  # what holds for every chain is kept whatever one chain does next
 

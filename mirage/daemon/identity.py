@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from mirage.daemon.config import Config
+from mirage.daemon.handoff import REPORT_DIR
 from mirage.daemon.store import Chain
+from mirage.daemon.timing import MAX_REPORT_BYTES, ReportRead, local_read
 from mirage.slurm.cli_backend import CliSlurmClient
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.run import (
@@ -190,17 +192,7 @@ def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
                 return None
             return True
         try:
-            proc = subprocess.run(  # noqa: S603 - fixed argv, the path is one argument
-                ["/usr/bin/test", "-e", path, "-o", "-L", path],
-                capture_output=True,
-                timeout=10,
-                env=dict(MINIMAL_ENV),
-                check=False,
-                user=chain.uid,
-                group=chain.gid,
-                extra_groups=list(chain.groups),
-                cwd="/",
-            )
+            proc = _as_owner(chain, ["/usr/bin/test", "-e", path, "-o", "-L", path])
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("marker check for chain %s failed: %s", chain.id, exc)
             return None
@@ -209,6 +201,45 @@ def owner_marker_check(config: Config) -> Callable[[Chain], bool | None]:
         return None
 
     return check
+
+
+def _as_owner(chain: Chain, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` as the chain's owner (its uid, gid and groups), from ``/``, with the
+    minimal environment and a timeout; OSError or TimeoutExpired when it cannot run."""
+    return subprocess.run(  # noqa: S603 - fixed argv, paths are single arguments
+        argv,
+        capture_output=True,
+        timeout=10,
+        env=dict(MINIMAL_ENV),
+        check=False,
+        user=chain.uid,
+        group=chain.gid,
+        extra_groups=list(chain.groups),
+        cwd="/",
+    )
+
+
+def owner_read(chain: Chain, name: str) -> str | None:
+    """A timing report read as the chain's owner: ``find`` lists it only when it is a
+    regular file (``-P``: no link followed, the ``.mirage`` folder's own included) of at
+    most 4 KiB (``-size -5k`` rounds up to KiB), and ``cat`` prints it."""
+    folder = str(Path(chain.chdir) / REPORT_DIR)
+    argv = ["/usr/bin/find", "-P", folder, "-maxdepth", "1", "-name", name, "-type", "f",
+            "-size", "-5k", "-exec", "/usr/bin/cat", "{}", "+"]  # fmt: skip
+    try:
+        proc = _as_owner(chain, argv)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("timing report of chain %s: %s", chain.id, exc)
+        return None
+    if proc.returncode != 0 or not proc.stdout:
+        return None
+    return proc.stdout[:MAX_REPORT_BYTES].decode("utf-8", "replace")
+
+
+def owner_report_read(config: Config) -> ReportRead:
+    """Segments' timing reports (mirage.daemon.timing), read with the owner's rights where
+    the daemon submits as owners, else with its own."""
+    return owner_read if runs_as_owner(config) else local_read
 
 
 #: What a chain's owner must be able to do with its directory, each with the refusal.

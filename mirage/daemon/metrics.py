@@ -28,6 +28,11 @@ DURATION_BUCKETS = (
 #: A second to an hour: a handoff is the predecessor's checkpoint and exit.
 HANDOFF_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
+#: a restart: seconds for a small model, tens of minutes for a large one's checkpoint
+RESTART_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+#: what reading a segment's timing report gave (mirage.daemon.timing)
+TIMING_OUTCOMES = ("read", "unusable")
+
 #: where a pre-submitted successor started against its stated 90% interval
 INTERVAL_OUTCOMES = ("inside", "early", "late")
 
@@ -142,6 +147,22 @@ class DaemonMetrics:
             registry=r,
             buckets=HANDOFF_BUCKETS,
         )
+        self.restart_overhead = Histogram(
+            "mirage_restart_overhead_seconds",
+            "A segment's restart overhead as its job reported it: from its predecessor's "
+            "checkpoint being there to training resumed (the job-side helper's resumed)",
+            registry=r,
+            buckets=RESTART_BUCKETS,
+        )
+        self.timing_reports = Counter(
+            "mirage_timing_reports",
+            "Segments' timing reports read, by outcome: read (a restart overhead measured) "
+            "or unusable (garbled, another job's, times out of order: the chain's note)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in TIMING_OUTCOMES:
+            self.timing_reports.labels(outcome)
         self.prediction_error = Histogram(
             "mirage_prediction_error_seconds",
             "|predicted successor start - actual start|",

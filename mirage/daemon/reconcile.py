@@ -21,7 +21,8 @@ from mirage.daemon.ledger import find_token
 from mirage.daemon.metrics import interval_outcome
 from mirage.daemon.outcomes import CycleReport, SegmentOutcome
 from mirage.daemon.store import Chain, Segment, event_row
-from mirage.policy.cost import Transition
+from mirage.daemon.timing import ReportError, chain_cost
+from mirage.policy.cost import CostModel, Transition
 from mirage.slurm.types import JobState, SlurmError, SlurmJob
 
 log = logging.getLogger(__name__)
@@ -180,13 +181,14 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
         t = Transition(pred.start, pred.time_limit_s or 0, pred.end, seg.start)
         ctx.metrics.interruption.observe(t.interruption)
         ctx.metrics.overlap.observe(t.overlap)
-        cost = t.cost(ctx.cost)
-        ctx.metrics.transition_cost.observe(cost)
         # both segments ran at once: signalled by the successor's helper, the daemon or
         # Slurm's own warning, every such window is measured (the handoff's real cost)
         window = max(0, pred.end - seg.start)
         if window > 0:
             ctx.metrics.handoff_window.observe(window)
+            seg.handoff_s = window
+        cost = t.cost(own_cost(ctx, s, seg.chain_id))
+        ctx.metrics.transition_cost.observe(cost)
         error = None
         if seg.predicted_start is not None:
             error = abs(seg.predicted_start - seg.start)
@@ -211,5 +213,58 @@ def observe_transitions(ctx: StepContext, s: Session, now: int) -> None:
                 prediction_error=error,
                 interval=where,
                 presubmitted=seg.presubmitted,
+            )
+        )
+
+
+def own_cost(ctx: StepContext, s: Session, chain_id: str) -> CostModel:
+    """The cost of record for this chain's transitions: the daemon's, with the chain's own
+    restart overhead and handoff window where they have been measured
+    (:func:`mirage.daemon.timing.chain_cost`)."""
+    rows = s.execute(
+        select(Segment.restart_s, Segment.handoff_s)
+        .where(Segment.chain_id == chain_id)
+        .order_by(Segment.index)
+    ).all()
+    return chain_cost(ctx.cost, [r for r, _ in rows], [h for _, h in rows])
+
+
+def read_timings(ctx: StepContext, s: Session, now: int, chains: Mapping[str, Chain]) -> None:
+    """Read the timing report of each running segment that resumed from a checkpoint and
+    has no restart overhead yet (each at most every RETRY_S): the job's own measure of R.
+    A report that cannot be used is the chain's note, counted, never the cycle's error."""
+    running = s.scalars(
+        select(Segment).where(
+            Segment.finished.is_(False),
+            Segment.index > 0,
+            Segment.job_state == JobState.RUNNING.value,
+            Segment.restart_s.is_(None),
+        )
+    ).all()
+    ctx.timings.forget(seg.id for seg in running)
+    for seg in running:
+        chain = chains.get(seg.chain_id)
+        if chain is None or not ctx.timings.due(seg.id, now):
+            continue
+        try:
+            timing = ctx.timings.timing(chain, seg.index + 1, seg.job_id)
+        except ReportError as exc:
+            ctx.metrics.timing_reports.labels("unusable").inc()
+            log.warning("chain %s, job %s: %s", chain.id, seg.job_id, exc)
+            continue
+        if timing is None or timing.restart_s is None:
+            continue  # no report (a job without the helper), or training not resumed yet
+        seg.restart_s = round(timing.restart_s, 3)
+        ctx.metrics.restart_overhead.observe(timing.restart_s)
+        ctx.metrics.timing_reports.labels("read").inc()
+        s.add(
+            event_row(
+                now,
+                "segment.resumed",
+                chain.id,
+                f"{seg.job_id} resumed training {timing.restart_s:.0f} s after taking over",
+                index=seg.index,
+                restart_s=seg.restart_s,
+                waited_s=round(timing.took_over - timing.began, 3),
             )
         )

@@ -44,6 +44,7 @@ from sqlalchemy import (
     Boolean,
     Engine,
     Enum,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -227,6 +228,10 @@ class Segment(Base):
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # states.Action
     finished: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     transition_recorded: Mapped[bool] = mapped_column(Boolean, default=False)
+    # measured (mirage.daemon.timing): the restart overhead the job reported, and the
+    # window both allocations were held as it took over (its predecessor's end - its start)
+    restart_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    handoff_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Event(Base):

@@ -6,7 +6,7 @@ completion; cached like the probes, ``<cache>/<setting key>/<t>.plans-<tag>.npz`
 summarised by :mod:`.planstats`. E.g.::
 
     from mirage.evaluate.planrun import run_plans
-    ev = run_plans("ls6", profile="models/ls6/profile-limits.toml", loads=[1.0], every_h=24)
+    ev = run_plans("ls6", profile="models/ls6/profile.toml", loads=[1.0], every_h=24)
     ev.report["loads"]["1"]["planned_minus_habitual"]
 """
 

@@ -6,29 +6,29 @@ switches off a provisioner that makes the quiet days worse. So the shipped confi
 setting of least mean J: it is the setting of least mean J among those that harm no load
 level on the tuning split.
 
-The candidates are the wait-statistic baselines (``qbets``, ``running-average``) with
-each constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no constant),
-behind the estimate guard with each margin of :data:`MARGIN_FRACTIONS` (shares of the
-successor's time limit, as the daemon's ``guard_margin_fraction``); where the tuning samples
-have look-ahead curves (``mirage train`` records them), also behind the look-ahead veto
-(margins :data:`LOOKAHEAD_MARGINS_H`) alone or beside the estimate veto, and with no guard
-(:func:`guards`). A candidate is *safe* when, at every load given and every level there
-with at least :data:`SELECT_MIN_N` samples, the paired 95% interval of its J minus
-reactive's ends at or below :data:`SAFE_BOUND_H` (zero): no measurable harm on the tuning
-month, stricter than the +0.05 h mark the test month is held to
-(:data:`mirage.evaluate.stats.NO_HARM_H`), because the quiet weeks of the months after
+The candidates are the wait-statistic baselines (``qbets``, ``running-average``) with each
+constant of :data:`GRID`, and Slurm's estimate (``slurm-estimate``, no constant), behind
+the estimate guard with each margin of :data:`MARGIN_FRACTIONS` (shares of the successor's
+time limit, as the daemon's ``guard_margin_fraction``); where the tuning samples have
+look-ahead curves (``mirage train`` records them), also behind the look-ahead veto (margins
+:data:`LOOKAHEAD_MARGINS_H`) alone or beside the estimate veto, and with no guard
+(:func:`guards`); where trained models are given (``scripts/select_shipped.py --learned``),
+each of them behind every guard of the grid too. A candidate is *safe* when, at every load
+given and every level there with at least :data:`SELECT_MIN_N` samples, the paired 95%
+interval of its J minus reactive's ends at or below :data:`SAFE_BOUND_H` (zero): no
+measurable harm on the tuning month, stricter than the +0.05 h mark the test month is held
+to (:data:`mirage.evaluate.stats.NO_HARM_H`), because the quiet weeks of the months after
 differ from the tuning month's and the grid's hundreds of candidates let some pass by
 chance. :data:`SELECT_MIN_N` is far below the 30 samples a level needs to count in a report
 (:data:`mirage.evaluate.stats.MIN_N`): a report must not claim a level on a handful of
 samples, but the choice must not ignore harm a handful shows. A busy tuning month may hold
 only a few quiet samples (CERIT's February: 6 at a 2 h spacing, none at 12 h), and a choice
-blind to them harmed every quiet day of the month after. The choice is the safe
-candidate of least mean J summed over the loads; none safe: reactive. When no level at
-any load has MIN_N samples, there is no choice: a handful of samples is not enough to
-choose on (:func:`select` says so, and ``mirage train`` then writes no file).
-``mirage train`` runs it on the tuning split it tunes on and writes the choice as the
-cluster's ``policy.toml`` (:mod:`mirage.learn.ship`); ``scripts/select_shipped.py`` runs
-it alone.
+blind to them harmed every quiet day of the month after. The choice is the safe candidate
+of least mean J summed over the loads; none safe: reactive. When no level at any load has
+MIN_N samples, there is no choice: a handful of samples is not enough to choose on
+(:func:`select` says so, and ``mirage train`` then writes no file). ``mirage train`` runs
+it on the tuning split it tunes on and writes the choice as the cluster's ``policy.toml``
+(:mod:`mirage.learn.ship`); ``scripts/select_shipped.py`` runs it alone.
 
 The walk is the daemon's rule on recorded samples: the inner policy's answer at every
 step, the guard's veto and revocation from the estimate and look-ahead start recorded at
@@ -45,7 +45,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, outcomes_at
+from mirage.evaluate.harness import (
+    HOUR,
+    LEARNED,
+    LOOKAHEAD,
+    BatchedPolicy,
+    Outcomes,
+    Walker,
+    factory,
+    outcomes_at,
+)
 from mirage.evaluate.stats import MIN_N, Gain, gains, load_levels
 from mirage.policy.base import revocable_step
 from mirage.policy.cost import CostModel
@@ -109,12 +118,15 @@ def guarded(
     lookahead_margin_s: float | None = None,
     *,
     margin_fraction: float | None = None,
+    revokes: Sequence[np.ndarray] | None = None,
 ) -> Outcomes:
     """The outcomes of ``submits`` behind the guard: a step is vetoed (and a pending
     pre-submission revoked) where Slurm's recorded estimate is before the planned end plus
     the margin (``margin_s``, or where that is None ``margin_fraction`` of the sample's
     time limit), or the recorded look-ahead start before it plus ``lookahead_margin_s``
-    (None: that veto is off; :class:`mirage.policy.guard.Guard`)."""
+    (None: that veto is off; :class:`mirage.policy.guard.Guard`). ``revokes``: per sample,
+    the steps where the inner policy itself revokes (a trained policy's own revocation,
+    :func:`learned_plans`)."""
     curves = walker.curves.get(LOOKAHEAD)
     if lookahead_margin_s is not None and curves is None:
         raise ValueError("the look-ahead veto needs the walker's look-ahead curves")
@@ -130,10 +142,24 @@ def guarded(
         if lookahead_margin_s is not None and curves is not None:
             ahead = curves[i][:-1]
             early |= (ahead >= 0) & (ahead < s.planned_end + lookahead_margin_s)
-        k, n = revocable_step(submit & ~early, early, s.succ_start, s.steps)
+        withdraw = early if revokes is None else early | revokes[i]
+        k, n = revocable_step(submit & ~early, withdraw, s.succ_start, s.steps)
         steps.append(k)
         revoked.append(n)
     return outcomes_at(walker.samples, steps, revoked)
+
+
+def learned_plans(
+    walker: Walker, policy: BatchedPolicy
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per sample, a trained policy's "submit" and "revoke" at every decision step, from
+    the walker's recorded queue features (as :meth:`Walker.run_batched` reads them)."""
+    submits, revokes = [], []
+    for s, x in zip(walker.samples, walker.matrices, strict=True):
+        submit, revoke = policy.plan_for(x, (s.planned_end - s.steps[:-1]) / HOUR)
+        submits.append(np.asarray(submit, bool))
+        revokes.append(np.asarray(revoke, bool))
+    return submits, revokes
 
 
 def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:
@@ -176,9 +202,12 @@ class Candidate:
 
     def label(self) -> str:
         """E.g. "qbets 0.9, guard: estimate 1/6 of the limit"."""
-        what = (
-            self.method if self.method == "slurm-estimate" else f"{self.method} {self.constant:g}"
-        )
+        if self.method in LEARNED:
+            what = f"{self.method} (trained)"
+        elif self.method == "slurm-estimate":
+            what = self.method
+        else:
+            what = f"{self.method} {self.constant:g}"
         return (
             f"{what}, guard: {vetoes_text(None, self.lookahead_h, estimate_fraction=self.margin)}"
         )
@@ -192,23 +221,33 @@ class Candidate:
 
 
 def candidates(
-    walkers: Mapping[float, Walker], cost_model: CostModel, *, boot: int = 2000
+    walkers: Mapping[float, Walker],
+    cost_model: CostModel,
+    *,
+    boot: int = 2000,
+    learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> list[Candidate]:
     """Every candidate of the grid, measured on each load's (tuning) walker; the look-ahead
-    veto's only where every walker has look-ahead curves."""
+    veto's only where every walker has look-ahead curves. ``learned``: trained policies
+    (rf, xgb, dqn, pg) that are candidates too, each behind every guard of the grid (the
+    walkers need their recorded queue features)."""
     out: dict[tuple[str, float, float | None, float | None], Candidate] = {}
     grid = guards(all(LOOKAHEAD in w.curves for w in walkers.values()))
     for load, w in walkers.items():
         base = {"reactive": w.run(factory("reactive", None)), "oracle": w.oracle(cost_model)}
-        for method, constants in GRID.items():
-            for c in constants:
-                submits = inner_submits(w, method, c)
-                for m, la in grid:
-                    cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
-                    res = {**base, "x": guarded(w, submits, None, _s(la), margin_fraction=m)}
-                    judged = gains(res, cost_model, boot=boot, min_n=SELECT_MIN_N)
-                    cand.levels[load] = {lv: g.methods["x"] for lv, g in judged.items()}
-                    cand.mean_j_h[load] = float(res["x"].cost(cost_model).mean()) / HOUR
+        inners: list[tuple[str, float, list[np.ndarray], list[np.ndarray] | None]] = [
+            (method, c, inner_submits(w, method, c), None)
+            for method, constants in GRID.items()
+            for c in constants
+        ]
+        inners += [(name, 0.0, *learned_plans(w, p)) for name, p in (learned or {}).items()]
+        for method, c, submits, revokes in inners:
+            for m, la in grid:
+                cand = out.setdefault((method, c, m, la), Candidate(method, c, m, la))
+                x = guarded(w, submits, None, _s(la), margin_fraction=m, revokes=revokes)
+                judged = gains({**base, "x": x}, cost_model, boot=boot, min_n=SELECT_MIN_N)
+                cand.levels[load] = {lv: g.methods["x"] for lv, g in judged.items()}
+                cand.mean_j_h[load] = float(x.cost(cost_model).mean()) / HOUR
     return list(out.values())
 
 
@@ -241,13 +280,15 @@ def select(
     *,
     boot: int = 2000,
     added: Mapping[float, int] | None = None,
+    learned: Mapping[str, BatchedPolicy] | None = None,
 ) -> Choice:
     """Measure the grid on each load's tuning walker and choose (:func:`choose`).
     ``added``: per load, how many of its walker's last samples a census added at a denser
     spacing (:mod:`mirage.evaluate.census`); they veto, but do not count towards the MIN_N
     that makes a choice possible: 30 quiet samples found in three days at 2 h are not a
-    month's evidence."""
-    cands = candidates(walkers, cost_model, boot=boot)
+    month's evidence. ``learned``: trained policies among the candidates
+    (:func:`candidates`)."""
+    cands = candidates(walkers, cost_model, boot=boot, learned=learned)
     # a choice needs one level a report would count (MIN_N) at the split's own spacing;
     # every smaller one of SELECT_MIN_N or more still vetoes the candidates that harm it
     judged = any(_enough(w, (added or {}).get(load, 0)) for load, w in walkers.items())

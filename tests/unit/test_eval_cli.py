@@ -185,7 +185,9 @@ def test_lookahead_runtime_settings_are_cached_apart_and_checked(tmp_path: Path)
     assert bad.exit_code != 0 and "unknown run-time statistic 'avg'" in bad.output
 
 
-def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) -> None:
+def test_default_test_setting_is_the_evaluations_test_split(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
     from mirage.evaluate import inputs as cli
     from mirage.evaluate.protocol import scaled_nodes
 
@@ -201,8 +203,9 @@ def test_default_test_setting_is_the_evaluations_test_split(monkeypatch: Any) ->
     assert split.start <= test.times[0] and test.times[-1] < split.end
     with pytest.raises(SystemExit, match="no nosuch trace"):
         cli.default_test_setting("nosuch", 1.0, 4)
-    # a profile and decision step of the caller's (the experiments' per-user-limit profile)
-    limits = str(REPO / "models" / "ls6" / "profile-limits.toml")
+    # a profile and decision step of the caller's (a copy of the calibrated one, elsewhere)
+    limits = str(tmp_path / "ls6-own.toml")
+    Path(limits).write_bytes((REPO / "models" / "ls6" / "profile.toml").read_bytes())
     tune = cli.default_test_setting("ls6", 1.0, 12, "tune", profile_name=limits, step_min=30)
     assert tune.setting.profile == limits and tune.setting.split.name == "tune"
     assert tune.setting.protocol.step_s == 1800 != test.setting.protocol.step_s

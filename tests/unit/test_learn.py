@@ -203,6 +203,40 @@ def test_walking_decide_equals_the_batched_path(
     assert not never.revocable and not walker.run_batched(never).revoked.any()
 
 
+def test_trained_policies_are_candidates_of_the_shipped_choice(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    """Issue 50: the choice of the shipped configuration walks trained policies too, each
+    behind every guard of the grid. Unguarded, the grid's walk of a trained policy (its own
+    submits and revocations) is the harness's batched walk, step for step; a guard only
+    holds it back; and the file that ships it names the model."""
+    from mirage.evaluate.shipping import candidates, guarded, guards, learned_plans, policy_toml
+    from mirage.policy.cost import DEFAULT_COST
+
+    setting, ds, queue = data
+    samples = generate(setting, [s.t for s in ds.samples])
+    walker = Walker(samples, SMALL, load_profile(LS6), "gpu-a100", [q for q in queue if len(q)])
+    policy = ForecastPolicy(_forest(ds), -2 * H, ACT, revoke_margin_h=0.0)
+    submits, revokes = learned_plans(walker, policy)
+    assert any(r.any() for r in revokes)  # its own revocations are walked
+    fast = walker.run_batched(policy)
+    walked = guarded(walker, submits, None, revokes=revokes)
+    assert walked.step.tolist() == fast.step.tolist()
+    assert walked.revoked.tolist() == fast.revoked.tolist()
+    cands = [c for c in candidates({2.0: walker}, DEFAULT_COST, boot=50, learned={"rf": policy})
+             if c.method == "rf"]  # fmt: skip
+    assert len(cands) == len(guards(False))
+    by_guard = {c.margin: c for c in cands if c.lookahead_h is None}
+    unguarded = float(fast.cost(DEFAULT_COST).mean()) / H
+    assert by_guard[None].mean_j_h[2.0] == pytest.approx(unguarded)
+    wide = guarded(walker, submits, None, margin_fraction=1.0, revokes=revokes)
+    assert (wide.step >= fast.step).all()  # a veto only delays
+    assert by_guard[1.0].label().startswith("rf (trained), guard: ")
+    text = policy_toml(by_guard[1.0])
+    assert 'default = "rf"' in text and 'guard = "estimate"' in text
+    assert "guard_margin_fraction = 1.0" in text
+
+
 def test_quiet_queues_act_on_their_own_quantile(
     data: tuple[Setting, Dataset, list[np.ndarray]],
 ) -> None:
