@@ -21,9 +21,9 @@ $(STAMP): setup.cfg pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The daemon on the simulated backend: 4 chains on a busy replay of the bundled ls6 slice
-# (70 of the calibrated 79 nodes, for a busier queue), a live status view, then the gap
-# table against reactive submission of the same chains on the same replay (~30 s).
+# The daemon on the simulated backend: 4 chains of 24 h segments on a busy replay of the
+# bundled ls6 slice (65 of the calibrated 79 nodes, ls6's per-user limit), a live status
+# view, then the gap table against reactive submission of the same chains (~75 s).
 demo: venv
 	$(BIN)/mirage demo --trace traces/ls6-a100-slice.log.gz \
 	  --profile models/ls6/profile.toml --nodes 65 --chains 4 --segments 3 \
