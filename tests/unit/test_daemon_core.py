@@ -541,10 +541,14 @@ def test_a_transition_costs_what_the_jobs_handoff_makes_it(tmp_path: Path) -> No
         d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600, handoff=handoff))
         run_cycles([d], sim, 0, 3 * 3600)
         (t,) = events(store, "transition")
-        model = DEFAULT_COST if handoff else HELD_TWICE
+        # the chain's own handoff window, measured on this transition, replaces h's default
+        (window,) = [s.handoff_s for s in segments_of(store, t.chain_id) if s.handoff_s]
+        model = replace(DEFAULT_COST, handoff_s=window) if handoff else HELD_TWICE
         want = model.of(t.data["interruption"], t.data["overlap"], 3600)
         assert t.data["overlap"] == 600 and t.data["cost"] == want
         assert d.metrics.value("mirage_transition_cost_seconds_sum") == want
-        costs[handoff] = want
-    # on a 1-hour segment 10 minutes early is a fifth of a segment to run again
-    assert costs == {False: 300, True: 10 + 600 * (600 + 3600) / (3600 - 600)}
+        costs[handoff] = (want, window)
+    # on a 1-hour segment 10 minutes early is a fifth of a segment to run again; the
+    # simulated predecessor hands over at the daemon's next poll, 60 s after the start
+    assert costs[False][0] == 300
+    assert costs[True] == (60 + 600 * (600 + 3600) / (3600 - 600), 60)
