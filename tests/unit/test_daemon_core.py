@@ -537,12 +537,12 @@ def test_a_transition_costs_what_the_jobs_handoff_makes_it(tmp_path: Path) -> No
     for handoff in (True, False):
         store, sim = make_store(tmp_path, f"handoff-{handoff}.sqlite"), make_sim()
         sim.handoff_exits = True
-        make_chain(store, segments=2, limit=3600)
+        chain = make_chain(store, segments=2, limit=3600)
         d = Daemon(store, sim, config=make_config("fixed-lead", lead_s=600, handoff=handoff))
         run_cycles([d], sim, 0, 3 * 3600)
         (t,) = events(store, "transition")
         # the chain's own handoff window, measured on this transition, replaces h's default
-        (window,) = [s.handoff_s for s in segments_of(store, t.chain_id) if s.handoff_s]
+        (window,) = [s.handoff_s for s in segments_of(store, chain.id) if s.handoff_s]
         model = replace(DEFAULT_COST, handoff_s=window) if handoff else HELD_TWICE
         want = model.of(t.data["interruption"], t.data["overlap"], 3600)
         assert t.data["overlap"] == 600 and t.data["cost"] == want
