@@ -54,7 +54,7 @@ from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
 from mirage.profile.schema import ClusterProfile
 from mirage.sim import Simulation
 from mirage.sim.errors import SimError
-from mirage.sim.views import JobView
+from mirage.sim.views import JobView, job_view
 from mirage.sim.workload import JobSpec
 from mirage.slurm.types import JobState
 
@@ -151,13 +151,26 @@ class ChainJobs(HandoffSimClient):
                 out[g.chain_id] = out.get(g.chain_id, 0) + 1
         return out
 
+    def view(self, job_id: str) -> JobView:
+        """The job's times and state. Its pending reason is not read here, so the
+        partitions' top jobs are not ranked for it (``Simulation.view`` ranks every
+        pending job each call: most of a replay with many chains)."""
+        return job_view(self.sim, int(job_id) - self.sim.first_id, set())
+
     def views(self, ids: Sequence[str]) -> list[JobView]:
-        vs = [self.sim.view(j) for j in ids]
+        vs = [self.view(j) for j in ids]
         return sorted((v for v in vs if v.start is not None), key=lambda v: v.start or 0)
 
-    def _next_event(self, chains: dict[str, list[str]]) -> tuple[int, str, str] | None:
-        """The earliest training end among the chains' running segments: (instant, chain
-        id, job id); a chain in its handoff window waits for it to close."""
+    def target(self, chain_id: str, segment: int) -> tuple[float, bool]:
+        """The training done when the chain's ``segment``-th started segment (from 0)
+        exits of itself, and whether the chain's training is then complete: here every
+        segment trains until its limit or the chain's whole training."""
+        return self.work[chain_id], True
+
+    def _next_event(self, chains: dict[str, list[str]]) -> tuple[int, str, str, bool] | None:
+        """The earliest segment exit of its own among the chains' running segments:
+        (instant, chain id, job id, the training done); a chain in its handoff window
+        waits for it to close."""
         best = None
         for cid, ids in chains.items():
             vs = self.views(ids)
@@ -168,9 +181,10 @@ class ChainJobs(HandoffSimClient):
             trained, begin = _trained(vs, self.sim.now, self.spec.cost.restart_s)
             if begin is None:
                 continue
-            at = math.ceil(max(begin, self.sim.now) + max(0.0, self.work[cid] - trained))
+            goal, final = self.target(cid, len(vs) - 1)
+            at = math.ceil(max(begin, self.sim.now) + max(0.0, goal - trained))
             if best is None or at < best[0]:
-                best = (at, cid, vs[-1].job_id)
+                best = (at, cid, vs[-1].job_id, final)
         return best
 
     def _pairs(self, chains: dict[str, list[str]]) -> dict[str, int]:
@@ -187,12 +201,12 @@ class ChainJobs(HandoffSimClient):
         """Run to ``t``, stopping where a handoff window closes or a training ends."""
         chains = self.job_ids()
         alive = (None, JobState.PENDING, JobState.RUNNING)
-        live = {j for ids in chains.values() for j in ids if self.sim.view(j).state in alive}
+        live = {j for ids in chains.values() for j in ids if self.view(j).state in alive}
         live_chains = {cid: [j for j in ids if j in live] for cid, ids in chains.items()}
 
-        def paired(sim: Simulation) -> bool:
+        def paired(_sim: Simulation) -> bool:
             return any(
-                sum(1 for j in ids if sim.view(j).state is JobState.RUNNING) >= 2
+                sum(1 for j in ids if self.view(j).state is JobState.RUNNING) >= 2
                 for ids in live_chains.values()
             )
 
@@ -213,7 +227,8 @@ class ChainJobs(HandoffSimClient):
                 continue
             if nxt is not None and nxt[0] <= self.sim.now:
                 self.sim.run_until(nxt[0])
-                self.done[nxt[1]] = nxt[0]
+                if nxt[3]:
+                    self.done[nxt[1]] = nxt[0]
                 self._exit(nxt[2])
                 continue
             if self.sim.now >= t:
