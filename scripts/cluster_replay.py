@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def one_load(args: argparse.Namespace, load: float) -> dict[str, Any]:
+    from mirage.daemon.config import Config, PolicySection
     from mirage.demo.cluster import ClusterSpec, run_cluster, split_chains
     from mirage.evaluate.inputs import default_test_setting
     from mirage.sim.calibrate import with_settings
@@ -43,11 +44,16 @@ def one_load(args: argparse.Namespace, load: float) -> dict[str, Any]:
     workload = split_chains(table, jobs, window, bound_only=args.limit_bound)
     spec = ClusterSpec(profile=profile, workload=workload, poll_interval_s=args.poll_s,
                        models_dir=str(ROOT / "models"), model_cluster=args.cluster)  # fmt: skip
-    out = run_cluster(spec, args.policies.split(","),
+    base = Config(policy=PolicySection(max_presubmitted_per_user=args.cap))
+    out = run_cluster(spec, args.policies.split(","), base=base,
                       progress=lambda m: print(f"load {load:g}: {m}", file=sys.stderr))  # fmt: skip
     out.update(load=load, nodes=setting.nodes, cluster=args.cluster, split=args.split,
-               limit_bound=args.limit_bound)  # fmt: skip
+               limit_bound=args.limit_bound, cap=args.cap)  # fmt: skip
     return out
+
+
+def _load(r: dict[str, Any]) -> str:
+    return f"{r['load']:g}" + (" (limit-bound chains only)" if r.get("limit_bound") else "")
 
 
 def _h(s: float) -> str:
@@ -66,7 +72,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 if not c or not c["chains"]:
                     continue
                 lines.append(
-                    f"| {r['load']:g} | {name} | {label} {c['chains']} | {c['finished']} "
+                    f"| {_load(r)} | {name} | {label} {c['chains']} | {c['finished']} "
                     f"| {c['segments']} ({c['recorded_segments']}) "
                     f"| {p['made_of']['handoffs'] if key == 'chains' else ''} "
                     f"| {_h(c['idle_s'] / max(1, c['chains']))} | {_h(c['mean_idle_s'])} "
@@ -78,7 +84,7 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         for name, p in r["policies"].items():
             o, m = p["others"], p["made_of"]
-            lines.append(f"| {r['load']:g} | {name} | {o['jobs']} | {_h(o['mean_wait_s'])} "
+            lines.append(f"| {_load(r)} | {name} | {o['jobs']} | {_h(o['mean_wait_s'])} "
                          f"| {_h(o['p90_wait_s'])} | {o['utilisation']:.1%} "
                          f"| {m['ran_node_h']:.0f} | {m['pending_ahead_node_h']:.0f} "
                          f"| {m['freed_node_h']:.0f} |")  # fmt: skip
@@ -90,9 +96,9 @@ def table(results: list[dict[str, Any]]) -> str:
             for name, p in pol.items():
                 if name != "reactive" and base:
                     change = p["others"]["mean_wait_s"] / base - 1
-                    lines.append(f"load {r['load']:g}: the other jobs' mean wait with {name} "
+                    lines.append(f"load {_load(r)}: the other jobs' mean wait with {name} "
                                  f"is {change:+.1%} of reactive's")  # fmt: skip
-        lines.append(f"load {r['load']:g}: {r['chains']} chains managed, "
+        lines.append(f"load {_load(r)}: {r['chains']} chains managed, "
                      f"{r['unmodelled_chains']} left as recorded (limit within R), "
                      f"{r['other_jobs']} other jobs replayed")  # fmt: skip
     return "\n".join(lines)
@@ -100,14 +106,21 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def merged(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Runs of the same loads (a policy each) as one result per load."""
-    by_load: dict[float, dict[str, Any]] = {}
+    by_load: dict[tuple[float, bool], dict[str, Any]] = {}
     for run in runs:
         for r in run:
-            if r["load"] in by_load:
-                by_load[r["load"]]["policies"].update(r["policies"])
+            key = (r["load"], r.get("limit_bound", False))
+            named = {_name(n, r): p for n, p in r["policies"].items()}
+            if key in by_load:
+                by_load[key]["policies"].update(named)
             else:
-                by_load[r["load"]] = r
+                by_load[key] = {**r, "policies": named}
     return [by_load[k] for k in sorted(by_load)]
+
+
+def _name(policy: str, result: dict[str, Any]) -> str:
+    cap = result.get("cap", 0)
+    return f"{policy}, cap {cap}" if cap and policy != "reactive" else policy
 
 
 def main() -> None:
@@ -117,6 +130,8 @@ def main() -> None:
     ap.add_argument("--load", type=float, action="append")
     ap.add_argument("--days", type=float, default=0.0, help="window length (0: the split)")
     ap.add_argument("--poll-s", type=int, default=300)
+    ap.add_argument("--cap", type=int, default=0,
+                    help="[policy] max_presubmitted_per_user (0: no cap)")  # fmt: skip
     ap.add_argument("--limit-bound", action="store_true",
                     help="manage only the chains whose segments ran to their limits")  # fmt: skip
     ap.add_argument("--policies", default="shipped,reactive")

@@ -69,6 +69,9 @@ never silently falls back to a default. Durations are seconds (``_s``).
     models_dir = "/var/lib/mirage/models"  # trained policies: <models_dir>/<cluster>/<policy>/
                                    # (where mirage-recalibrate@ rewrites them; "" = none)
     cluster = ""                   # the cluster's name under models_dir (e.g. "ls6")
+    max_presubmitted_per_user = 0  # a fairness cap: at most this many of one user's
+                                   # pre-submitted successors pending at once; the rest wait
+                                   # for their predecessors' ends (0 = no cap)
 
     [policy.partitions]            # per-partition policy names (override `default`)
     # gpu-a100 = "reactive"
@@ -175,6 +178,7 @@ class PolicySection:
     models_dir: str = "/var/lib/mirage/models"  # where mirage-recalibrate@.service writes
     cluster: str = ""
     partitions: dict[str, str] = field(default_factory=dict)
+    max_presubmitted_per_user: int = 0
 
 
 @dataclass(frozen=True)
@@ -412,6 +416,10 @@ def _check_policy(p: PolicySection, source: str) -> None:
         raise ConfigError(f"{source} [policy]: coverage_window must be at least 1")
     if not 0.0 <= p.coverage_min <= 1.0:
         raise ConfigError(f"{source} [policy]: coverage_min must be 0 (never) to 1")
+    if p.max_presubmitted_per_user < 0:
+        raise ConfigError(
+            f"{source} [policy]: max_presubmitted_per_user must be 0 (no cap) or more"
+        )
     _check_constants(p, source)
     valid = (*POLICY_NAMES, *LEARNED)
     for name in [p.default, p.fallback, *p.partitions.values()]:

@@ -46,6 +46,7 @@ from mirage.daemon.context import (
     StepContext,
     fault_from_env,
     local_marker_check,
+    set_note,
 )
 from mirage.daemon.metrics import FALLBACK_WHYS, DaemonMetrics
 from mirage.daemon.outcomes import CycleReport, Skip, SubmitOutcome, Want
@@ -67,6 +68,7 @@ from mirage.policy.base import Decision, PendingTransition, Policy
 from mirage.profile.schema import ClusterProfile, Partition
 from mirage.slurm.client import SlurmClient
 from mirage.slurm.types import (
+    JobState,
     QueueSnapshot,
     SlurmError,
     SlurmJob,
@@ -311,6 +313,7 @@ class Daemon:
             self.router.test_only_left = self.cfg.test_only_per_cycle
             presubmits = [w for w in wants if w.presubmit]
             chosen = self.router.decide(s, now, snapshot, presubmits, report)
+            chosen = self._capped(s, chosen)
             s.commit()
             wants = [w for w in wants if not w.presubmit] + chosen
             # a slow cycle may have lost the lease: renew before acting, or act on nothing
@@ -516,6 +519,33 @@ class Daemon:
         if chain.state is not ChainState.ACTIVE:
             return want, None
         return want, self.advancer.revocable(s, chain, [g for g in segs if not g.finished], now)
+
+    def _capped(self, s: Session, chosen: list[Want]) -> list[Want]:
+        """The pre-submissions the fairness cap lets through ([policy]
+        max_presubmitted_per_user): each user's pending pre-submitted successors and this
+        cycle's together at most the cap; the rest wait (a note on the chain, counted)."""
+        cap = self.config.policy.max_presubmitted_per_user
+        if cap <= 0 or not chosen:
+            return chosen
+        rows = s.execute(
+            select(Chain.owner, func.count())
+            .join(Segment, Segment.chain_id == Chain.id)
+            .where(Segment.presubmitted, ~Segment.finished,
+                   Segment.job_state == JobState.PENDING.value)
+            .group_by(Chain.owner)
+        ).all()  # fmt: skip
+        pending = {owner: int(n) for owner, n in rows}
+        kept = []
+        for w in chosen:
+            owner = w.chain.owner
+            if pending.get(owner, 0) >= cap:
+                set_note(w.chain, f"{owner} has {cap} pre-submitted successors pending: this "
+                                  "one waits ([policy] max_presubmitted_per_user)")  # fmt: skip
+                self.metrics.presubmissions.labels("capped").inc()
+                continue
+            pending[owner] = pending.get(owner, 0) + 1
+            kept.append(w)
+        return kept
 
     def _act(self, s: Session, now: int, wants: list[Want], report: CycleReport) -> None:
         budget = self.cfg.max_submits_per_cycle

@@ -93,6 +93,10 @@ class Workload:
     unmodelled: int = 0  # chains left as recorded: a limit no longer than the restart R
 
 
+#: A segment that ran to its limit trains until this long before it (the chain-ready job
+#: checkpoints and exits on its warning signal), so that its exit is its own, never the
+#: limit's kill in the same second, which would leave a second to train in one more.
+EXIT_BEFORE_S = 60
 #: A segment "ran to its limit" when it ran at least this share of it (ls6 records a
 #: timed-out job's run a few seconds past or short of its limit).
 BOUND_SHARE = 0.95
@@ -130,8 +134,8 @@ def split_chains(table: pd.DataFrame, jobs: Sequence[JobSpec], window: tuple[int
             continue
         chains.append(TraceChain(
             name=f"trace-{specs[0].trace_id}", user=specs[0].user, registered=specs[0].submit,
-            chunks=tuple(float(max(0, min(s.run, s.time_limit or s.run) - cost.restart_s))
-                         for s in specs),
+            chunks=tuple(float(max(0, min(s.run, (s.time_limit or s.run) - EXIT_BEFORE_S)
+                                   - cost.restart_s)) for s in specs),
             shape=specs[0], time_limit_s=max(limits), segments=len(specs), bound=bound,
         ))  # fmt: skip
         mine.update(m for m in members if m is not None)

@@ -244,8 +244,9 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
             for name, section in dataclasses.asdict(base).items()}  # fmt: skip
     ours = {"lead_s": spec.lead_s, "fallback": "reactive", "models_dir": spec.models_dir,
             "cluster": spec.model_cluster}  # fmt: skip
-    if policy == SHIPPED_POLICY:
-        data["policy"] = ours
+    if policy == SHIPPED_POLICY:  # the shipped constants, under the admin's fairness cap
+        cap = base.policy.max_presubmitted_per_user
+        data["policy"] = {**ours, "max_presubmitted_per_user": cap}
     else:
         data["policy"].update(ours, default=policy)
     data["daemon"]["max_submits_per_cycle"] = max(base.daemon.max_submits_per_cycle, spec.chains)

@@ -115,18 +115,19 @@ def test_reactive_chains_train_what_they_recorded_as_their_owner(tmp_path: Path)
 
 def test_an_early_successor_queues_ahead_and_its_handoff_frees_nodes() -> None:
     """A 30-minute lead with no guard on an idle cluster: the successor of the slice's one
-    short chain that needs two segments (1.5 h limit, 6,000 s of training) is
-    pre-submitted, starts at once, and its predecessor hands over 10 s later: node-hours
-    freed before its limit, and no idle time (reactive's idle is 0 or a poll here)."""
+    short chain with a whole segment's work (1.5 h limit, 4,740 s trained in its second
+    segment) is pre-submitted, starts at once, and its predecessor hands over 10 s later:
+    node-hours freed before its limit, one more segment for what it cut short."""
     wl, _ = slice_workload(400)
     spec = on(400, tuple(c for c in wl.chains if c.name == "trace-545783"))
     base = Config(policy=PolicySection(guard="none", lead_s=1800))
     out = run_cluster(spec, ("fixed-lead", "reactive"), base=base)
     early, react = out["policies"]["fixed-lead"], out["policies"]["reactive"]
     assert early["made_of"]["handoffs"] > 0 and early["made_of"]["freed_node_h"] > 0
-    assert early["chains"]["mean_idle_s"] == 0 <= react["chains"]["mean_idle_s"]
+    # its first segment trained 1,140 s and exited before any lead: both wait a poll there
+    assert early["chains"]["idle_s"] == react["chains"]["idle_s"] == 60
     assert early["chains"]["finished"] == react["chains"]["finished"] == 1
-    assert early["made_of"]["segments"] >= react["made_of"]["segments"] == 2
+    assert early["made_of"]["segments"] == 3 and react["made_of"]["segments"] == 2
     assert out["chains"] == 1 and set(early["others"]) == {
         "jobs",
         "mean_wait_s",

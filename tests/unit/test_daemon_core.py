@@ -552,3 +552,26 @@ def test_a_transition_costs_what_the_jobs_handoff_makes_it(tmp_path: Path) -> No
     # simulated predecessor hands over at the daemon's next poll, 60 s after the start
     assert costs[False][0] == 300
     assert costs[True] == (60 + 600 * (600 + 3600) / (3600 - 600), 60)
+
+
+def test_the_fairness_cap_holds_a_users_presubmissions_beyond_it(tmp_path: Path) -> None:
+    """Four of alice's chains fill the 4-node cluster; at 3000 s each wants its successor
+    (a 600 s lead). With ``max_presubmitted_per_user = 2`` two go in and stay pending (no
+    node is free), the other two wait with a note, counted; no cap, all four go in."""
+
+    def pending_presubmitted(cap: int, where: Path) -> tuple[int, Store, Daemon, list[str]]:
+        where.mkdir()
+        store, sim = make_store(where), make_sim(4)
+        chains = [make_chain(store, segments=2, limit=3600, name=f"c{k}") for k in range(4)]
+        cfg = make_config("fixed-lead", lead_s=600)
+        cfg = replace(cfg, policy=replace(cfg.policy, max_presubmitted_per_user=cap))
+        d = Daemon(store, sim, config=cfg)
+        run_cycles([d], sim, 0, 3060)
+        n = sum(1 for c in chains for g in segments_of(store, c.id) if g.presubmitted)
+        return n, store, d, [chain_state(store, c.id).note or "" for c in chains]
+
+    n, _, d, reasons = pending_presubmitted(2, tmp_path / "capped")
+    assert n == 2
+    assert sum("max_presubmitted_per_user" in r for r in reasons) == 2
+    assert d.metrics.presubmissions.labels("capped")._value.get() >= 2
+    assert pending_presubmitted(0, tmp_path / "free")[0] == 4
