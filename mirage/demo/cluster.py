@@ -47,7 +47,7 @@ from mirage.daemon.ledger import register_chain
 from mirage.daemon.revoke import REVOKED
 from mirage.daemon.store import Chain, ChainState, Segment, Store
 from mirage.demo.run import DemoSpec, HandoffSimClient, daemon_config, demo_chain
-from mirage.demo.wholechain import MARKER, ChainJobs, CheckSpec, others, transitions
+from mirage.demo.wholechain import MARKER, ChainJobs, CheckSpec, others, view_transitions
 from mirage.learn.artifacts import POLICIES as LEARNED
 from mirage.policy.cost import DEFAULT_COST, CostModel
 from mirage.profile.schema import ClusterProfile
@@ -363,7 +363,7 @@ def chains_bore(run: PolicyRun, *, bound: bool | None = None) -> dict[str, float
     The per-transition cost (J) is not given: it reads a start before the predecessor's
     limit as early, and most of a trace's segments end before their limits."""
     chains = [r for r in run.chains if bound is None or r[0].bound == bound]
-    trans = [t for _, views, _ in chains for t in _transitions(views)]
+    trans = [t for _, views, _ in chains for t in view_transitions(views)]
     done = [(tc, v, end) for tc, v, end in chains if end is not None and v]
     delay = [end - tc.registered - tc.work_s for tc, _, end in done if end is not None]
 
@@ -387,7 +387,7 @@ def per_chain(run: PolicyRun) -> list[dict[str, Any]]:
     """Each chain's figures, for pairing policies chain by chain."""
     out = []
     for tc, views, end in run.chains:
-        trans = _transitions(views)
+        trans = view_transitions(views)
         out.append({
             "chain": tc.name, "bound": tc.bound, "limit_s": tc.time_limit_s,
             "recorded_segments": tc.segments, "segments": len(views),
@@ -395,12 +395,6 @@ def per_chain(run: PolicyRun) -> list[dict[str, Any]]:
             "delay_s": None if end is None else end - tc.registered - tc.work_s,
         })  # fmt: skip
     return out
-
-
-def _transitions(views: list[JobView]) -> list[Any]:
-    from mirage.demo.wholechain import ChainRun
-
-    return transitions(ChainRun("", 0, 0.0, views, 0, {}, None))
 
 
 def run_cluster(spec: ClusterSpec, policies: Sequence[str] = ("shipped", "reactive"), *,

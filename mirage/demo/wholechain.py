@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import getpass
+import itertools
 import math
 import statistics
 import tempfile
@@ -324,8 +325,13 @@ def others(sim: Simulation, mine: set[str], t0: int, t1: int) -> dict[str, float
 
 def transitions(run: ChainRun) -> list[Transition]:
     """The chain's transitions k -> k+1, as the cost reads them."""
+    return view_transitions(run.views)
+
+
+def view_transitions(views: Sequence[JobView]) -> list[Transition]:
+    """The transitions between these started segments (in order of start)."""
     out = []
-    for a, b in zip(run.views, run.views[1:], strict=False):
+    for a, b in itertools.pairwise(views):
         if a.start is None or a.end is None or b.start is None or a.time_limit is None:
             continue
         out.append(Transition(a.start, a.time_limit, a.end, b.start))
