@@ -44,11 +44,14 @@ def one_load(args: argparse.Namespace, load: float) -> dict[str, Any]:
     workload = split_chains(table, jobs, window, bound_only=args.limit_bound)
     spec = ClusterSpec(profile=profile, workload=workload, poll_interval_s=args.poll_s,
                        models_dir=str(ROOT / "models"), model_cluster=args.cluster)  # fmt: skip
-    base = Config(policy=PolicySection(max_presubmitted_per_user=args.cap))
+    rules = PolicySection(max_presubmitted_per_user=args.cap,
+                          presubmit_only_limit_bound=not args.every_chain)  # fmt: skip
+    base = Config(policy=rules)
     out = run_cluster(spec, args.policies.split(","), base=base,
                       progress=lambda m: print(f"load {load:g}: {m}", file=sys.stderr))  # fmt: skip
     out.update(load=load, nodes=setting.nodes, cluster=args.cluster, split=args.split,
-               limit_bound=args.limit_bound, cap=args.cap)  # fmt: skip
+               limit_bound=args.limit_bound, cap=args.cap,
+               early_end_rule=not args.every_chain)  # fmt: skip
     return out
 
 
@@ -119,8 +122,12 @@ def merged(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def _name(policy: str, result: dict[str, Any]) -> str:
+    if policy == "reactive":
+        return policy
     cap = result.get("cap", 0)
-    return f"{policy}, cap {cap}" if cap and policy != "reactive" else policy
+    name = f"{policy}, cap {cap}" if cap else policy
+    # runs recorded before the rule existed had none
+    return name if result.get("early_end_rule", False) else f"{name}, every chain"
 
 
 def main() -> None:
@@ -134,6 +141,9 @@ def main() -> None:
                     help="[policy] max_presubmitted_per_user (0: no cap)")  # fmt: skip
     ap.add_argument("--limit-bound", action="store_true",
                     help="manage only the chains whose segments ran to their limits")  # fmt: skip
+    ap.add_argument("--every-chain", action="store_true",
+                    help="[policy] presubmit_only_limit_bound = false: pre-submit for chains "
+                         "whose segments end early too")  # fmt: skip
     ap.add_argument("--policies", default="shipped,reactive")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path)

@@ -23,6 +23,7 @@ from mirage.daemon.planning import Planner
 from mirage.daemon.routing import PolicyRouter
 from mirage.daemon.states import Action, is_ended, segment_action
 from mirage.daemon.store import Chain, ChainState, Event, Segment, event_row
+from mirage.fmt import duration
 from mirage.policy.base import PendingTransition
 from mirage.slurm.types import JobState, SlurmError
 
@@ -41,6 +42,7 @@ class Advancer:
         # [plan] replan: a planned chain's next segment planned again (replan.py)
         self.planner: Planner | None = None
         self.replan_min_gain_s = 0  # [plan] replan_min_gain_s
+        self.limit_bound_only = True  # [policy] presubmit_only_limit_bound
 
     def advance(
         self,
@@ -59,27 +61,35 @@ class Advancer:
             marker = None
             if chain.until_file and is_ended(state):
                 marker = self.ctx.marker_check(chain)
+            by_mirage = (
+                cur.signalled_at is not None
+                or cur.cancelled_by_mirage
+                # a crash may have cut the handoff after its durable intent: the job may
+                # have had the signal, so its end is the handoff's
+                or (
+                    state in (JobState.CANCELLED, JobState.FAILED)
+                    and self._handoff_intent(s, cur) is not None
+                )
+            )
             verdict = segment_action(
                 state,
                 cur.reason,
                 until_file=bool(chain.until_file),
                 marker=marker,
-                by_mirage=(
-                    cur.signalled_at is not None
-                    or cur.cancelled_by_mirage
-                    # a crash may have cut the handoff after its durable intent: the
-                    # job may have had the signal, so its end is the handoff's
-                    or (
-                        state in (JobState.CANCELLED, JobState.FAILED)
-                        and self._handoff_intent(s, cur) is not None
-                    )
-                ),
+                by_mirage=by_mirage,
             )
             if verdict.action is Action.WAIT:
                 self._maybe_handoff(s, chain, segs, now, report)
                 break
             cur.finished = True
             cur.outcome = SegmentOutcome(verdict.action.value)
+            succ = segs[1] if len(segs) > 1 else None
+            handed_over = (  # the successor's own helper may signal before the daemon does
+                succ is not None and succ.start is not None and cur.end is not None
+                and succ.start < cur.end
+            )  # fmt: skip
+            if not (by_mirage or handed_over):
+                record_early_end(chain, cur, state)
             if cur.start is not None and cur.end is not None:
                 chain.trained_s += max(0, cur.end - cur.start)
             chain.updated_at = now
@@ -142,6 +152,10 @@ class Advancer:
                 f"segment {pred.index + 1} of {chain.segments_target} is the last: "
                 "no successor to pre-submit",
             )
+            return None
+        if self.limit_bound_only and ends_early(chain):
+            set_note(chain, early_end_note(chain))
+            self.ctx.metrics.presubmissions.labels("early_end").inc()
             return None
         pending = self.transition(chain, pred, limit, self.router.resolve_partition(chain))
         return Want(chain, chain.next_index, limit, presubmit=True, pending=pending)
@@ -332,6 +346,55 @@ class Advancer:
             if g.revoke_at is not None and g.job_state == pending and g is segs[0]:
                 revoke.keep(self.ctx, s, chain, g, now)
         return None
+
+
+#: A segment "ends early" when it ends on its own more than this share of its limit, and
+#: more than EARLY_END_MIN_S, before the limit: beyond what a checkpoint taken on Slurm's
+#: own warning signal (--signal=B:USR1@300, docs/users/chain-ready-job.md) or a poll
+#: interval explains.
+EARLY_END_FRACTION = 0.1
+EARLY_END_MIN_S = 600
+
+
+def record_early_end(chain: Chain, seg: Segment, state: JobState | None) -> None:
+    """Keep how long before its limit a segment that ended on its own ended.
+
+    Only COMPLETED and TIMEOUT count: a handoff's end is Mirage's doing, a node failure or
+    a preemption the cluster's, a failure the job's; none says how long the chain's
+    segments run.
+    """
+    if state not in (JobState.COMPLETED, JobState.TIMEOUT):
+        return
+    if seg.start is None or seg.end is None:
+        return
+    limit = seg.time_limit_s or chain.time_limit_s
+    ran = max(0, seg.end - seg.start)
+    chain.early_end_s = 0 if state is JobState.TIMEOUT else max(0, limit - ran)
+
+
+def ends_early(chain: Chain) -> bool:
+    """Whether the chain's last segment that ended on its own ended well before its limit.
+
+    Pre-submission aims a successor's start at its predecessor's limit. A chain whose
+    segments end hours before their limits (a resubmission after a crash, a fixed number
+    of steps per job) would have its successor start early and cut its predecessor short:
+    more segments, more restarts, and its successors pending ahead of other users' jobs,
+    for idle time the chain would not have had. Such a chain's successors go in as its
+    segments end, until one runs to its limit again.
+    """
+    early = chain.early_end_s
+    if early is None:
+        return False
+    return early > max(EARLY_END_FRACTION * chain.time_limit_s, EARLY_END_MIN_S)
+
+
+def early_end_note(chain: Chain) -> str:
+    early = chain.early_end_s or 0
+    return (
+        f"its last segment ended on its own {duration(early, minutes=True)} before its limit: the "
+        "successor goes in when this segment ends, not before "
+        "([policy] presubmit_only_limit_bound)"
+    )
 
 
 def segments_done(chain: Chain) -> bool:

@@ -72,6 +72,10 @@ never silently falls back to a default. Durations are seconds (``_s``).
     max_presubmitted_per_user = 0  # a fairness cap: at most this many of one user's
                                    # pre-submitted successors pending at once; the rest wait
                                    # for their predecessors' ends (0 = no cap)
+    presubmit_only_limit_bound = true  # a chain whose last segment ended on its own
+                                   # well before its limit (by >10% of it and >10 min) gets
+                                   # its successor when that segment ends, until one runs to
+                                   # its limit again (false = pre-submit for every chain)
 
     [policy.partitions]            # per-partition policy names (override `default`)
     # gpu-a100 = "reactive"
@@ -179,6 +183,7 @@ class PolicySection:
     cluster: str = ""
     partitions: dict[str, str] = field(default_factory=dict)
     max_presubmitted_per_user: int = 0
+    presubmit_only_limit_bound: bool = True
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ class Daemon:
         self.router = PolicyRouter(self.config, client, self.ctx, profile=profile,
                                    policies=policies)  # fmt: skip
         self.advancer = Advancer(self.ctx, self.router)
+        self.advancer.limit_bound_only = self.config.policy.presubmit_only_limit_bound
         # `mirage plan` on the socket plans on this daemon's last poll (planning.py)
         self.planner = Planner(client, self._plan_profile, self._plan_forecaster,
                                plan_calibration(self.config.policy))  # fmt: skip

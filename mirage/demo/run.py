@@ -234,6 +234,11 @@ class View(Protocol):
 SHIPPED_POLICY = "shipped"
 
 
+#: ``[policy]`` keys that say which pre-submissions an admin allows, not how a policy
+#: decides: kept from the user's configuration even for ``shipped``.
+ADMIN_RULES = ("max_presubmitted_per_user", "presubmit_only_limit_bound")
+
+
 def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     """The user's configuration, with the demo's policy (the database is the demo's),
     built by the daemon's own loader: every other key of ``[policy]`` stays the user's
@@ -244,9 +249,9 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
             for name, section in dataclasses.asdict(base).items()}  # fmt: skip
     ours = {"lead_s": spec.lead_s, "fallback": "reactive", "models_dir": spec.models_dir,
             "cluster": spec.model_cluster}  # fmt: skip
-    if policy == SHIPPED_POLICY:  # the shipped constants, under the admin's fairness cap
-        cap = base.policy.max_presubmitted_per_user
-        data["policy"] = {**ours, "max_presubmitted_per_user": cap}
+    if policy == SHIPPED_POLICY:  # the shipped constants, under the admin's fairness rules
+        fair = {k: data["policy"][k] for k in ADMIN_RULES}
+        data["policy"] = {**ours, **fair}
     else:
         data["policy"].update(ours, default=policy)
     data["daemon"]["max_submits_per_cycle"] = max(base.daemon.max_submits_per_cycle, spec.chains)

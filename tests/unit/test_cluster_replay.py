@@ -117,10 +117,16 @@ def test_an_early_successor_queues_ahead_and_its_handoff_frees_nodes() -> None:
     """A 30-minute lead with no guard on an idle cluster: the successor of the slice's one
     short chain with a whole segment's work (1.5 h limit, 4,740 s trained in its second
     segment) is pre-submitted, starts at once, and its predecessor hands over 10 s later:
-    node-hours freed before its limit, one more segment for what it cut short."""
+    node-hours freed before its limit, one more segment for what it cut short. That is with
+    ``presubmit_only_limit_bound`` off: with it on (the default), the first segment's early
+    end holds the successor back, and the chain runs as reactive's."""
     wl, _ = slice_workload(400)
     spec = on(400, tuple(c for c in wl.chains if c.name == "trace-545783"))
-    base = Config(policy=PolicySection(guard="none", lead_s=1800))
+    ruled = Config(policy=PolicySection(guard="none", lead_s=1800))
+    held = run_cluster(spec, ("fixed-lead",), base=ruled)["policies"]["fixed-lead"]
+    assert held["made_of"]["handoffs"] == 0 and held["made_of"]["segments"] == 2
+    base = Config(policy=PolicySection(guard="none", lead_s=1800,
+                                       presubmit_only_limit_bound=False))  # fmt: skip
     out = run_cluster(spec, ("fixed-lead", "reactive"), base=base)
     early, react = out["policies"]["fixed-lead"], out["policies"]["reactive"]
     assert early["made_of"]["handoffs"] > 0 and early["made_of"]["freed_node_h"] > 0

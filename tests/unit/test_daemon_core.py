@@ -575,3 +575,42 @@ def test_the_fairness_cap_holds_a_users_presubmissions_beyond_it(tmp_path: Path)
     assert sum("max_presubmitted_per_user" in r for r in reasons) == 2
     assert d.metrics.presubmissions.labels("capped")._value.get() >= 2
     assert pending_presubmitted(0, tmp_path / "free")[0] == 4
+
+
+def test_a_chain_whose_segments_end_early_gets_its_successor_when_they_end(
+    tmp_path: Path,
+) -> None:
+    """One node, one chain of 3 segments of 3600 s, a fixed lead of 3000 s (pre-submit 600 s
+    into a segment). Each job ends on its own at 2700 s, 900 s before its limit (more than
+    10% of it and than 10 minutes). Segment 1 is pre-submitted: nothing has ended yet.
+    Segment 2 is not: segment 0 ended early, so it goes in when segment 1 ends, with a note
+    and a count. With the rule off it is pre-submitted; jobs that run to their limits
+    (TIMEOUT) are pre-submitted for throughout."""
+
+    def run(where: Path, *, rule: bool, run_s: int | None) -> tuple[list[Segment], Daemon, str]:
+        where.mkdir()
+        store, sim = make_store(where), make_sim(1)
+        sim.runtime = lambda _request: run_s
+        chain = make_chain(store, segments=3, limit=3600)
+        cfg = make_config("fixed-lead", lead_s=3000)
+        cfg = replace(cfg, policy=replace(cfg.policy, presubmit_only_limit_bound=rule))
+        d = Daemon(store, sim, config=cfg)
+        run_cycles([d], sim, 0, 3400)
+        note = chain_state(store, chain.id).note
+        run_cycles([d], sim, 3460, 4 * 3600)
+        assert chain_state(store, chain.id).state is ChainState.COMPLETED
+        return segments_of(store, chain.id), d, note
+
+    segs, d, note = run(tmp_path / "early", rule=True, run_s=2700)
+    assert [g.presubmitted for g in segs] == [False, True, False]
+    assert segs[0].end == 2700 and segs[1].start == 2700
+    assert segs[2].submitted_at >= segs[1].end  # type: ignore[operator]
+    assert "15m before its limit" in note and "presubmit_only_limit_bound" in note
+    assert chain_state(d.store, segs[0].chain_id).early_end_s == 900
+    assert d.metrics.presubmissions.labels("early_end")._value.get() >= 1
+    segs, d, _ = run(tmp_path / "off", rule=False, run_s=2700)
+    assert [g.presubmitted for g in segs] == [False, True, True]
+    assert d.metrics.presubmissions.labels("early_end")._value.get() == 0
+    segs, d, _ = run(tmp_path / "to-limit", rule=True, run_s=None)
+    assert [g.presubmitted for g in segs] == [False, True, True]
+    assert chain_state(d.store, segs[0].chain_id).early_end_s == 0

@@ -25,7 +25,7 @@ def test_migrations_create_exactly_the_models(tmp_path: Path) -> None:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0008"
     migrate(engine)  # idempotent at every start
     migrate(engine, "base", downgrade=True)  # and reversible
     assert inspect(engine).get_table_names() == ["alembic_version"]

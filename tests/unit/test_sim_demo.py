@@ -224,7 +224,7 @@ def test_the_demos_daemon_configuration_keeps_every_other_policy_key() -> None:
         "qbets_quantile": 0.8, "average_factor": 1.5, "lookahead_margin_s": 600,
         "lookahead_runtime": "mean", "lookahead_draws": 2, "coverage_window": 7,
         "coverage_min": 0.3, "partitions": {"gpu-a100": "reactive"},
-        "max_presubmitted_per_user": 3,
+        "max_presubmitted_per_user": 3, "presubmit_only_limit_bound": False,
     }  # fmt: skip
     keys = {f.name for f in dataclasses.fields(PolicySection)}
     assert keys == demo_sets | set(changed), "a new [policy] key: add it here"
@@ -238,6 +238,7 @@ def test_the_demos_daemon_configuration_keeps_every_other_policy_key() -> None:
     shipped = daemon_config(base, spec, SHIPPED_POLICY).policy  # what ships, not the user's
     assert (shipped.default, shipped.guard) == (PolicySection().default, PolicySection().guard)
     assert shipped.max_presubmitted_per_user == 3  # the admin's fairness cap, not a constant
+    assert shipped.presubmit_only_limit_bound is False  # the admin's rule too
     with pytest.raises(ConfigError, match="unknown policy 'nope'"):
         daemon_config(base, spec, "nope")
 
