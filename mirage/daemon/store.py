@@ -26,17 +26,20 @@ created and upgraded by Alembic (``mirage/daemon/migrations``), ``upgrade head``
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import os
+import random
 import re
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -68,12 +71,48 @@ log = logging.getLogger(__name__)
 TOKEN_PREFIX = "mg"
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Set only inside :func:`seeded_ids` (a simulated run): ids from a seeded generator.
+_SEEDED: ContextVar[random.Random | None] = ContextVar("mirage_seeded_ids", default=None)
+
+
+def _hex(nbytes: int) -> str:
+    seeded = _SEEDED.get()
+    return seeded.randbytes(nbytes).hex() if seeded is not None else secrets.token_hex(nbytes)
+
+
+@contextmanager
+def seeded_ids(seed: int) -> Iterator[None]:
+    """Chain ids and tokens from a generator seeded with ``seed`` while inside: for
+    simulated runs (the demo, the replays), whose daemon orders a cycle's submissions, and
+    so the simulator's job ids and ties, by them. A run is then reproducible to the job.
+    Never for a real daemon: two daemons on one database would draw the same ids."""
+    token = _SEEDED.set(random.Random(seed))
+    try:
+        yield
+    finally:
+        _SEEDED.reset(token)
+
+
+def reproducible(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run under :func:`seeded_ids` (seed 0): a simulated run's entry point."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with seeded_ids(0):
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def new_token() -> str:
-    return TOKEN_PREFIX + secrets.token_hex(8)
+    return TOKEN_PREFIX + _hex(8)
 
 
 def new_chain_id() -> str:
-    return "c" + secrets.token_hex(5)
+    return "c" + _hex(5)
 
 
 class ChainState(enum.Enum):

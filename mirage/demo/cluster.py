@@ -45,7 +45,7 @@ from mirage.daemon.config import Config
 from mirage.daemon.core import Daemon
 from mirage.daemon.ledger import register_chain
 from mirage.daemon.revoke import REVOKED
-from mirage.daemon.store import Chain, ChainState, Segment, Store
+from mirage.daemon.store import Chain, ChainState, Segment, Store, reproducible
 from mirage.demo.run import DemoSpec, HandoffSimClient, daemon_config, demo_chain
 from mirage.demo.wholechain import MARKER, ChainJobs, CheckSpec, others, view_transitions
 from mirage.learn.artifacts import POLICIES as LEARNED
@@ -256,6 +256,7 @@ class PolicyRun:
     cycles: int
 
 
+@reproducible
 def run_policy(spec: ClusterSpec, warm: Simulation, policy: str, *, workdir: Path,
                base: Config | None = None,
                progress: Callable[[str], None] = lambda _: None) -> PolicyRun:  # fmt: skip

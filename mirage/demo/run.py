@@ -49,6 +49,7 @@ from mirage.daemon.store import (
     Store,
     Submission,
     new_chain_id,
+    reproducible,
 )
 from mirage.fmt import duration
 from mirage.learn.artifacts import POLICIES as LEARNED
@@ -258,6 +259,7 @@ def daemon_config(base: Config, spec: DemoSpec, policy: str) -> Config:
     return config_from_dict(data, "mirage demo's daemon configuration")
 
 
+@reproducible
 def run_chains(
     spec: DemoSpec, warm: Simulation, policy: str, base: Config, *, view: View, workdir: Path
 ) -> RunResult:

@@ -48,7 +48,7 @@ from mirage.daemon.config import Config
 from mirage.daemon.core import Daemon
 from mirage.daemon.ledger import register_chain
 from mirage.daemon.revoke import REVOKED
-from mirage.daemon.store import Chain, Segment, Store
+from mirage.daemon.store import Chain, Segment, Store, reproducible
 from mirage.demo.run import DemoSpec, HandoffSimClient, daemon_config, demo_chain
 from mirage.learn.artifacts import POLICIES as LEARNED
 from mirage.policy.cost import DEFAULT_COST, CostModel, Transition
@@ -246,6 +246,7 @@ class ChainJobs(HandoffSimClient):
         return chain.id in self.done
 
 
+@reproducible
 def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
                base: Config | None = None,
                progress: Callable[[str], None] = lambda _: None,
