@@ -41,8 +41,11 @@ log = logging.getLogger(__name__)
 #: A timing report is a few fields; anything larger is not one.
 MAX_REPORT_BYTES = 4096
 #: Seconds between two reads of a running segment's report that was not usable yet (the
-#: job writes ``resumed`` after its first step, minutes into a large model's segment).
+#: job writes ``resumed`` after its first step, minutes into a large model's segment)...
 RETRY_S = 300
+#: ...after a ramp from this, doubling at each read: a small model resumes seconds after
+#: its start, and a segment of a few minutes would end before a second read RETRY_S on.
+FIRST_RETRY_S = 15
 #: A chain's own figure is the median of its last this many measurements.
 RECENT = 5
 
@@ -112,18 +115,24 @@ def local_read(chain: Chain, name: str) -> str | None:
         return f.read(MAX_REPORT_BYTES).decode("utf-8", "replace")
 
 
+def retry_after(reads: int) -> int:
+    """Seconds before a report read ``reads`` times is read again."""
+    return min(RETRY_S, FIRST_RETRY_S << max(0, reads - 1))
+
+
 class TimingReader:
     """Reads running segments' reports, each at most every :data:`RETRY_S` seconds."""
 
     def __init__(self, read: ReportRead = local_read) -> None:
         self.read = read
-        self._asked: dict[int, int] = {}  # segment row id -> when it was last read
+        # segment row id -> (when it was last read, how many times it has been)
+        self._asked: dict[int, tuple[int, int]] = {}
 
     def due(self, segment_id: int, now: int) -> bool:
-        last = self._asked.get(segment_id)
-        if last is not None and now - last < RETRY_S:
+        last, reads = self._asked.get(segment_id, (None, 0))
+        if last is not None and now - last < retry_after(reads):
             return False
-        self._asked[segment_id] = now
+        self._asked[segment_id] = (now, reads + 1)
         return True
 
     def forget(self, keep: Iterable[int]) -> None:

@@ -9,7 +9,9 @@ Checked from sacct and the jobs' own logs, for every lead:
   its helper's squeue and scancel, and Slurm's one-second times);
 - training is continuous: each segment that trains resumes at the step its predecessor
   last checkpointed, and the last one writes DONE;
-- every transition's window is in the daemon's mirage_handoff_window_seconds.
+- every transition's window is in the daemon's mirage_handoff_window_seconds;
+- each segment that resumed training has its restart overhead R recorded, read off its
+  own timing report (the figure the evaluation's cost charges a handoff with).
 
 The trial that this replaces: at a lead of 150 s on 3-minute segments, a third segment
 started while the second waited in its helper, resumed from the first's checkpoint and
@@ -54,6 +56,10 @@ LIMIT = "2"  # minutes: --time's unit
 STEPS = 1500  # 75 s of pauses (TRAIN_STEP_S) and the steps: two segments at the shortest lead
 HANDOFF_BOUND_S = 10
 CHAIN_DEADLINE_S = 900
+#: A segment that resumed and ran this long has had its timing report read: the daemon
+#: polls every 5 s here and reads a report when it first sees the job run, then 15, 30
+#: and 60 s after each read before (a small model resumes well within the first 45 s).
+MEASURED_S = 90
 
 
 @dataclass
@@ -184,8 +190,20 @@ def test_handoff_at_every_lead_is_prompt_continuous_and_one_at_a_time(open_tmp: 
             assert ended is not None and ended >= resumed, where
             last = ended
         assert last == STEPS, where
+        # R read off the job's own timing report: every segment that resumed training and
+        # ran at least MEASURED_S has it, and no segment that did not resume does
+        restarts = [g.restart_s for g in segs]
+        for g, job, log in zip(segs, jobs, logs, strict=True):
+            assert job.start is not None and job.end is not None
+            resumed = log_steps(log)[0] is not None and g.index > 0
+            if resumed and job.end - job.start >= MEASURED_S:
+                assert g.restart_s is not None and 0 <= g.restart_s < MEASURED_S, (restarts, where)
+            if not resumed:
+                assert g.restart_s is None, (restarts, where)
         positive = [w for w in windows if w > 0]
         count = run.daemon.metrics.value("mirage_handoff_window_seconds_count")
         assert count == len(positive), (count, windows)
-        report.append(f"lead {run.lead_s:>3} s: {len(segs)} segments, windows {windows} s")
+        shown = [None if r is None else round(r, 1) for r in restarts]
+        report.append(f"lead {run.lead_s:>3} s: {len(segs)} segments, windows {windows} s, "
+                      f"R {shown} s")  # fmt: skip
     print("\n".join(report))

@@ -36,6 +36,7 @@ from mirage.daemon.timing import (
     chain_cost,
     local_read,
     parse_report,
+    retry_after,
 )
 from mirage.policy.cost import DEFAULT_COST, HELD_TWICE
 from tests.unit.daemon_support import (
@@ -196,7 +197,7 @@ def test_the_daemon_records_each_segments_restart_and_a_bad_report_is_the_chains
 ) -> None:
     """Segment 2 reports 30 s of restart once it runs: recorded on its row, in
     mirage_restart_overhead_seconds and an event; segment 3's report is garbled: counted
-    unusable, read again no more often than every RETRY_S, and the chain completes."""
+    unusable, read again on a ramp to every RETRY_S, and the chain completes."""
     store = make_store(tmp_path)
     sim = FaultySim(make_sim().sim)
     chain = make_chain(store, segments=3, limit=1800)
@@ -232,10 +233,13 @@ def test_the_daemon_records_each_segments_restart_and_a_bad_report_is_the_chains
     unusable = d.metrics.value("mirage_timing_reports_total", {"outcome": "unusable"})
     third = handoff.report_name(chain.id, 3)
     # each segment's first read comes in the cycle that sees it running, before this
-    # script has written its report (None: nothing to count); then every RETRY_S
+    # script has written its report (None: nothing to count); then at the polls (60 s)
+    # once 15, 30, 60, 120, 240 s and then every RETRY_S have passed since the last read:
+    # at 0, 60, 120, 180, 300, 540, 840, 1140, 1440 and 1740 s into its 1800 s
     assert unusable == reports.calls.count(third) - 1 >= 1
-    assert reports.calls.count(third) <= 1800 // RETRY_S + 1  # throttled
-    # segment 2 is read once more, RETRY_S later, and no more once it has its figure;
+    assert reports.calls.count(third) <= 10, reports.calls.count(third)  # throttled
+    assert [retry_after(n) for n in range(1, 8)] == [15, 30, 60, 120, 240, RETRY_S, RETRY_S]
+    # segment 2 is read once more, at the next poll, and no more once it has its figure;
     # the first segment never
     assert reports.calls.count(handoff.report_name(chain.id, 2)) == 2
     assert handoff.report_name(chain.id, 1) not in reports.calls
