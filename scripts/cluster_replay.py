@@ -126,7 +126,7 @@ def _name(policy: str, result: dict[str, Any]) -> str:
         return policy
     cap = result.get("cap", 0)
     name = f"{policy}, cap {cap}" if cap else policy
-    # runs recorded before the rule existed had none
+    # a result without the key is of code without the rule
     return name if result.get("early_end_rule", False) else f"{name}, every chain"
 
 

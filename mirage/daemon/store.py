@@ -181,7 +181,7 @@ class Chain(Base):
     trained_s: Mapped[int] = mapped_column(Integer, default=0)
     next_index: Mapped[int] = mapped_column(Integer, default=0)  # the next segment's k
     # how long before its limit the chain's last segment that ended on its own ended (0:
-    # it ran to its limit); NULL until one has (advance.early_end, [policy]
+    # it ran to its limit); NULL until one has (advance.record_early_end, [policy]
     # presubmit_only_limit_bound)
     early_end_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # the policy that decides it, and the configured one it stands in for when that one
