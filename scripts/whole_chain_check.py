@@ -3,8 +3,10 @@
 
 Chains of ``--segments`` segments' worth of training, one registered every ``--every-h``
 hours from the split's start, run by the real daemon on the replay at each load, with
-the shipped default and with reactive submission; prints, per load and policy, what the
-chains bore against what the per-transition cost forecast, and writes the JSON.
+the shipped default and with reactive submission (``--policies``: any the daemon runs,
+and ``pending-N``: no daemon, N successors kept pending from a chain's first start);
+prints, per load and policy, what the chains bore against what the per-transition cost
+forecast, and writes the JSON.
 
     .venv/bin/python scripts/whole_chain_check.py --cluster ls6 --load 1 --load 1.05 \\
         --load 1.13 --chains 20 --jobs 2 --out out/whole-chain.json
@@ -52,8 +54,8 @@ def _h(s: float) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     head = ("| load | policy | chains done | segments | handoffs | revoked | idle h/transition "
             "| J h, first n0-1 (I: their idle) | first wait h | D - first wait h "
-            "| forecast h | error |")  # fmt: skip
-    lines = [head, "|" + "---|" * 12]
+            "| forecast h | error | node-h beyond the training |")  # fmt: skip
+    lines = [head, "|" + "---|" * 13]
     for r in results:
         for name, s in r["policies"].items():
             lines.append(
@@ -61,7 +63,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"| {s['handoffs']} | {s['revoked']} | {_h(s['mean_idle_s'])} "
                 f"| {_h(s['mean_J_s'])} "
                 f"| {_h(s['mean_first_wait_s'])} | {_h(s['actual_s'])} | {_h(s['forecast_s'])} "
-                f"| {s['error']:+.1%} |"
+                f"| {s['error']:+.1%} | {_h(s['mean_beyond_s'])} |"
             )
     lines += ["", "| load | policy | gain over reactive h (chains) | forecast h | error |",
               "|---|---|---|---|---|"]  # fmt: skip

@@ -302,6 +302,85 @@ def run_policy(spec: CheckSpec, warm: Simulation, policy: str, *, workdir: Path,
     return sorted(runs, key=lambda r: r.registered), others(sim, mine, spec.starts[0], window_end)
 
 
+#: ``pending-N``: no daemon; each chain keeps N successors pending (the one-successor rule
+#: of the daemon is N = 1 with every successor submitted at its predecessor's start).
+PENDING = "pending-"
+
+
+class PendingJobs(ChainJobs):
+    """The check's chains with their jobs kept by the harness, not the daemon's store."""
+
+    def __init__(self, sim: Simulation, *, user: str, spec: CheckSpec) -> None:
+        super().__init__(sim, user=user, spec=spec, store=None)  # type: ignore[arg-type]
+        self.ids: dict[str, list[str]] = {}
+        self.submitted: dict[str, tuple[int, bool]] = {}
+
+    def job_ids(self) -> dict[str, list[str]]:
+        return self.ids
+
+    def add(self, chain_id: str, name: str) -> None:
+        """Submit one segment of the chain now (one node, whole, the chain's limit)."""
+        part = self.spec.profile.partition()
+        job = JobSpec(submit=self.sim.now, run=self.spec.time_limit_s,
+                      time_limit=self.spec.time_limit_s, nodes=1, partition=part.name,
+                      gpus=part.gpus_per_node, user=self.user, name=name)  # fmt: skip
+        job_id = self.sim.add_job(job)
+        self.sim.run_until(self.sim.now)  # the submit handled now, as slurmctld does
+        self.submitted[job_id] = (self.sim.now, bool(self.ids.get(chain_id)))
+        self.ids.setdefault(chain_id, []).append(job_id)
+
+    def top_up(self, chain_id: str, name: str, depth: int) -> None:
+        """Once the chain's job runs, keep ``depth`` of its jobs pending; once its
+        training is done, cancel those still pending."""
+        states = [self.view(j).state for j in self.ids.get(chain_id, [])]
+        pending = sum(1 for x in states if x is JobState.PENDING)
+        if chain_id in self.done:
+            for j in self.ids[chain_id]:
+                if self.view(j).state is JobState.PENDING:
+                    self.sim.cancel(j)
+            return
+        if JobState.RUNNING in states:
+            for _ in range(depth - pending):
+                self.add(chain_id, name)
+
+
+def run_pending(spec: CheckSpec, warm: Simulation, depth: int
+                ) -> tuple[list[ChainRun], dict[str, float]]:  # fmt: skip
+    """The chains of ``spec`` with ``depth`` successors kept pending from their first
+    segment's start, polled as the daemon polls; a successor that starts while a segment
+    of its chain runs makes it hand over ``h`` later (its own start then tops up the
+    pending ones again). No daemon and no policy: what the queue position of ``depth``
+    pending successors gives, and what the early starts among them cost."""
+    sim = warm.fork()
+    client = PendingJobs(sim, user=getpass.getuser(), spec=spec)
+    names: dict[str, str] = {}
+    registered: dict[str, int] = {}
+    t, k = spec.starts[0], 0
+    last = spec.starts[-1] + spec.max_sim_s
+    while t <= last and (k < len(spec.starts) or len(client.done) < len(spec.starts)):
+        client.advance_to(t)
+        while k < len(spec.starts) and spec.starts[k] <= t:
+            cid = f"chain-{k + 1}"
+            names[cid], registered[cid] = cid, t
+            client.work[cid] = spec.work_s(k)
+            client.add(cid, cid)
+            k += 1
+        for cid in client.ids:
+            client.top_up(cid, names[cid], depth)
+        t += spec.poll_interval_s
+    for cid in client.ids:
+        client.top_up(cid, names[cid], depth)  # cancel what the last chains left pending
+    runs = [
+        ChainRun(names[cid], registered[cid], client.work[cid], client.views(ids), 0,
+                 {j: client.submitted[j] for j in ids}, client.done.get(cid))
+        for cid, ids in client.ids.items()
+    ]  # fmt: skip
+    mine = {j for ids in client.ids.values() for j in ids}
+    window_end = spec.starts[-1] + spec.segments * spec.time_limit_s
+    sim.run_until(max(t, window_end) + OTHERS_SETTLE_S)
+    return sorted(runs, key=lambda r: r.registered), others(sim, mine, spec.starts[0], window_end)
+
+
 def others(sim: Simulation, mine: set[str], t0: int, t1: int) -> dict[str, float]:
     """The other jobs submitted in ``[t0, t1)`` that have started: their mean and
     90th-percentile wait (submit to start); and the busy share of the nodes over
@@ -418,8 +497,11 @@ def run_check(spec: CheckSpec, policies: Sequence[str] = ("shipped", "reactive")
     with tempfile.TemporaryDirectory(prefix="mirage-chains-") as tmp:
         for name in policies:
             began = time.perf_counter()
-            runs, rest = run_policy(spec, warm, name, workdir=Path(tmp), base=base,
-                                    progress=progress)  # fmt: skip
+            if name.startswith(PENDING):
+                runs, rest = run_pending(spec, warm, int(name.removeprefix(PENDING)))
+            else:
+                runs, rest = run_policy(spec, warm, name, workdir=Path(tmp), base=base,
+                                        progress=progress)  # fmt: skip
             summary = summarise(spec, runs)
             summary["others"] = rest
             summary["wall_s"] = round(time.perf_counter() - began, 1)

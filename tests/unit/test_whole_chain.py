@@ -10,7 +10,14 @@ import pytest
 
 from mirage.daemon.config import Config, PolicySection
 from mirage.demo.run import DemoSpec, busiest_start, load_jobs
-from mirage.demo.wholechain import CheckSpec, _trained, run_check, run_policy, transitions
+from mirage.demo.wholechain import (
+    CheckSpec,
+    _trained,
+    run_check,
+    run_pending,
+    run_policy,
+    transitions,
+)
 from mirage.profile.schema import load_profile
 from mirage.sim import Simulation
 from mirage.sim.calibrate import with_settings
@@ -107,3 +114,32 @@ def test_a_running_job_completes_before_its_limit() -> None:
     assert sim.view(running.job_id).end == v.end
     with pytest.raises(SimError, match="not running"):
         sim.complete(running.job_id)
+
+
+def test_chains_that_keep_successors_pending_train_their_whole_work() -> None:
+    """``pending-N``: no daemon, N successors kept pending once a chain runs. On 60 nodes
+    of the slice's busy hours (successors wait hours), each chain trains its whole work
+    and then leaves none of its segments running; with one pending successor nothing
+    starts early (waits exceed the 2 h limit), with two the second one submitted starts
+    while the first runs and takes over after the handoff window: more segments."""
+    import dataclasses
+
+    spec = dataclasses.replace(spec_on(60, (0.0, 1.0)), max_sim_s=4 * 86400)
+    h, r = spec.cost.handoff_s, spec.cost.restart_s
+    segments, handoffs = {}, {}
+    for depth in (1, 2):
+        runs, rest = run_pending(spec, warm(spec), depth)
+        assert len(runs) == 2 and rest["jobs"] > 0
+        for run in runs:
+            assert run.end is not None
+            done, _ = _trained(run.views, run.end, r)
+            assert done == pytest.approx(run.work_s, abs=1)
+            assert all(v.end is not None and v.end <= run.end for v in run.views)
+            first = run.views[0].job_id
+            assert all(pre == (job != first) for job, (_, pre) in run.submitted.items())
+            for t in transitions(run):
+                assert t.overlap == 0 or t.pred_end == t.succ_start + h
+        segments[depth] = sum(len(run.views) for run in runs)
+        handoffs[depth] = sum(t.overlap > 0 for run in runs for t in transitions(run))
+    assert handoffs[1] == 0 and handoffs[2] > 0
+    assert segments[2] > segments[1]
