@@ -188,10 +188,11 @@ def evaluate(**kw: Any) -> None:
         shipped = shipped_for(folder)  # the cluster's own choice, where it ships one
     except PolicyFileError as exc:
         raise click.UsageError(str(exc)) from exc
+    learned = _load_learned(_with_shipped(methods, shipped), folder)
     try:
         ev = run(
             kw["cluster"], trace=kw["trace_path"], profile=kw["profile_name"], policies=methods,
-            loads=kw["loads"] or (1.0,), learned=_load_learned(methods, folder),
+            loads=kw["loads"] or (1.0,), learned=learned,
             rolling=run_rolling, out_dir=kw["out_dir"], cache=kw["cache"] or None,
             n_jobs=kw["n_jobs"], dask_address=kw["dask_address"], nodes=kw["nodes"],
             gpus=kw["gpus"], time_limit_h=kw["time_limit_h"], step_min=kw["step_min"],
@@ -211,6 +212,16 @@ def evaluate(**kw: Any) -> None:
     click.echo(ev.text())
     out_dir = kw["out_dir"]
     click.echo(f"\nwrote {ev.path}" + (f" and plots in {out_dir}" if ev.plots else ""))
+
+
+def _with_shipped(methods: list[str], shipped: Any) -> list[str]:
+    """``methods``, and where ``shipped`` is among them and runs a trained model by
+    default (a cluster's ``policy.toml``), that model's name too, so that it is loaded."""
+    from mirage.evaluate.harness import LEARNED, SHIPPED_METHOD
+
+    if SHIPPED_METHOD in methods and shipped.policy in LEARNED and shipped.policy not in methods:
+        return [*methods, shipped.policy]
+    return methods
 
 
 def _load_learned(methods: list[str], folder: Path) -> dict[str, Any]:

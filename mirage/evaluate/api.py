@@ -146,7 +146,10 @@ def run(
     ``shipped``: what the method ``shipped`` runs (a cluster's own choice,
     :func:`mirage.policy.guard.shipped_for`; default the daemon's defaults).
     :class:`InputError` for inputs that cannot be used."""
+    from mirage.evaluate.harness import SHIPPED_METHOD
+
     methods = _methods(policies, learned)
+    _check_shipped(methods, shipped, learned)
     if recalibrate_every_days > 0 and rolling is None:
         raise InputError("rolling recalibration needs rolling= (mirage.learn.rolling.run_rolling)")
     _check_lookahead(lookahead_runtime, lookahead_draws)
@@ -160,7 +163,8 @@ def run(
         "max_samples": max_samples, "boot": boot, "recal_every_days": recalibrate_every_days,
         "recal_window_days": recalibrate_window_days, "lookahead_stat": lookahead_runtime,
         "lookahead_draws": lookahead_draws, "learned": {
-            m: p for m, p in (learned or {}).items() if m in methods
+            m: p for m, p in (learned or {}).items()
+            if m in methods or (m == shipped.policy and SHIPPED_METHOD in methods)
         }, "rolling": rolling, "cached_only": cached_only, "shipped": shipped,
     }  # fmt: skip
     options = {"nodes": nodes, "gpus": gpus, "time_limit_h": time_limit_h,
@@ -226,6 +230,20 @@ def _methods(policies: Sequence[str], learned: Mapping[str, Any] | None) -> list
     if missing:
         raise InputError(f"no trained policy given for {', '.join(missing)} (learned=)")
     return methods
+
+
+def _check_shipped(methods: list[str], shipped: Shipped, learned: Mapping[str, Any] | None) -> None:
+    """``shipped`` whose default is a trained model needs that model among ``learned``."""
+    from mirage.evaluate.harness import LEARNED, SHIPPED_METHOD
+
+    if (
+        SHIPPED_METHOD in methods
+        and shipped.policy in LEARNED
+        and shipped.policy not in (learned or {})
+    ):
+        raise InputError(
+            f"shipped: its default is the trained {shipped.policy}; give its model (learned=)"
+        )
 
 
 def _check_lookahead(runtime: str, draws: int) -> None:

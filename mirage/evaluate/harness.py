@@ -464,9 +464,33 @@ def evaluate(
             if learned is None or m not in learned:
                 raise ValueError(f"no trained {m} model given")
             out[m] = walker.run_batched(learned[m])
+        elif m == SHIPPED_METHOD and walker.shipped.policy in LEARNED:
+            out[m] = shipped_learned(walker, learned)
         else:
             out[m] = _run_plain(walker, m, params.get(m))
     return out
+
+
+def shipped_learned(walker: Walker, learned: Mapping[str, BatchedPolicy] | None) -> Outcomes:
+    """The method ``shipped`` where the cluster's default is a trained model: its plan
+    behind the configured guard, as the shipped choice weighs that candidate
+    (:func:`mirage.evaluate.shipping.learned_plans`, then
+    :func:`~mirage.evaluate.shipping.guarded`)."""
+    from mirage.evaluate.shipping import guarded, learned_plans
+    from mirage.policy.guard import ESTIMATE_GUARDS
+
+    sh = walker.shipped
+    if learned is None or sh.policy not in learned:
+        raise ValueError(f"shipped: no trained {sh.policy} model given")
+    if sh.guard in LOOKAHEAD_GUARDS and LOOKAHEAD not in walker.curves:
+        raise ValueError(f"shipped: the {sh.guard} guard needs look-ahead curves")
+    submits, revokes = learned_plans(walker, learned[sh.policy])
+    estimate = sh.guard in ESTIMATE_GUARDS
+    return guarded(
+        walker, submits, sh.guard_margin_s if estimate else None,
+        sh.guard_lookahead_margin_s if sh.guard in LOOKAHEAD_GUARDS else None,
+        margin_fraction=sh.guard_margin_fraction if estimate else None, revokes=revokes,
+    )  # fmt: skip
 
 
 def _run_plain(walker: Walker, method: str, param: float | None) -> Outcomes:

@@ -237,6 +237,51 @@ def test_trained_policies_are_candidates_of_the_shipped_choice(
     assert "guard_margin_fraction = 1.0" in text
 
 
+def test_a_trained_default_is_measured_as_shipped(
+    data: tuple[Setting, Dataset, list[np.ndarray]],
+) -> None:
+    """A cluster whose ``policy.toml`` makes a trained model its default: the harness's
+    method ``shipped`` walks that model behind the configured guard, the same steps as
+    the shipped choice weighed it with; unguarded it is the batched walk; without the
+    model it is refused, in the harness and in ``mirage.evaluate.run``'s inputs."""
+    import dataclasses
+
+    from mirage.evaluate.api import _check_shipped
+    from mirage.evaluate.harness import evaluate
+    from mirage.evaluate.inputs import InputError
+    from mirage.evaluate.shipping import guarded, learned_plans
+    from mirage.policy.cost import DEFAULT_COST
+    from mirage.policy.guard import SHIPPED
+
+    setting, ds, queue = data
+    samples = generate(setting, [s.t for s in ds.samples])
+    policy = ForecastPolicy(_forest(ds), -2 * H, ACT, revoke_margin_h=0.0)
+    queues = [q for q in queue if len(q)]
+    for guard in ("estimate", "none"):
+        shipped = dataclasses.replace(
+            SHIPPED, policy="rf", guard=guard, guard_margin_fraction=1.0, guard_margin_s=None
+        )
+        fraction = 1.0 if guard == "estimate" else None
+        walker = Walker(samples, SMALL, load_profile(LS6), "gpu-a100", queues, shipped=shipped)
+        got = evaluate(walker, ["shipped"], {}, DEFAULT_COST, {"rf": policy})["shipped"]
+        submits, revokes = learned_plans(walker, policy)
+        want = guarded(walker, submits, None, margin_fraction=fraction, revokes=revokes)
+        assert got.step.tolist() == want.step.tolist()
+        assert got.revoked.tolist() == want.revoked.tolist()
+        if guard == "none":
+            assert got.step.tolist() == walker.run_batched(policy).step.tolist()
+        with pytest.raises(ValueError, match="no trained rf model"):
+            evaluate(walker, ["shipped"], {}, DEFAULT_COST, {})
+        with pytest.raises(InputError, match="trained rf"):
+            _check_shipped(["reactive", "shipped"], shipped, None)
+        _check_shipped(["reactive", "shipped"], shipped, {"rf": policy})
+    from mirage.cli.evaluate import _with_shipped
+
+    assert _with_shipped(["reactive", "shipped"], shipped) == ["reactive", "shipped", "rf"]
+    assert _with_shipped(["reactive", "shipped"], SHIPPED) == ["reactive", "shipped"]
+    assert _with_shipped(["reactive"], shipped) == ["reactive"]
+
+
 def test_quiet_queues_act_on_their_own_quantile(
     data: tuple[Setting, Dataset, list[np.ndarray]],
 ) -> None:
