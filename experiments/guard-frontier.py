@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from mirage.evaluate.harness import HOUR, Walker, factory
+from mirage.evaluate.harness import HOUR, Walker, factory, guarded
 from mirage.evaluate.inputs import default_profile
 from mirage.evaluate.probes import QUEUE_FEATURES
-from mirage.evaluate.shipping import Candidate, candidates, guarded, inner_submits
+from mirage.evaluate.shipping import Candidate, candidates, inner_submits
 from mirage.evaluate.stats import load_levels
 from mirage.policy.cost import HELD_TWICE
 

@@ -31,14 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory
+from mirage.evaluate.harness import HOUR, LOOKAHEAD, Outcomes, Walker, factory, guarded
 from mirage.evaluate.protocol import Protocol
 from mirage.evaluate.shipping import (
     GRID,
     SAFE_BOUND_H,
     SELECT_MIN_N,
     Candidate,
-    guarded,
     guards,
     inner_submits,
 )

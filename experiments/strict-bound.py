@@ -20,9 +20,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from mirage.evaluate.harness import HOUR, Walker, factory
+from mirage.evaluate.harness import HOUR, Walker, factory, guarded
 from mirage.evaluate.inputs import default_profile
-from mirage.evaluate.shipping import Candidate, candidates, guarded, inner_submits
+from mirage.evaluate.shipping import Candidate, candidates, inner_submits
 from mirage.evaluate.stats import gains
 from mirage.policy.cost import HELD_TWICE
 

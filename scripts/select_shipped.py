@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from mirage.evaluate.features import FEATURES
-from mirage.evaluate.harness import HOUR, LEARNED, BatchedPolicy, Walker, factory
+from mirage.evaluate.harness import (
+    HOUR,
+    LEARNED,
+    BatchedPolicy,
+    Walker,
+    factory,
+    guarded,
+    learned_plans,
+)
 from mirage.evaluate.inputs import default_profile, default_trace
 from mirage.evaluate.lookahead import LOOKAHEAD_CURVES
 from mirage.evaluate.probes import PROBES, Recorder, is_cached, record_all
@@ -32,9 +40,7 @@ from mirage.evaluate.protocol import Protocol, Setting, default_splits, sample_t
 from mirage.evaluate.shipping import (
     SAFE_BOUND_H,
     Candidate,
-    guarded,
     inner_submits,
-    learned_plans,
     policy_toml,
     select,
 )

@@ -50,13 +50,12 @@ from mirage.evaluate.harness import (
     LEARNED,
     LOOKAHEAD,
     BatchedPolicy,
-    Outcomes,
     Walker,
     factory,
-    outcomes_at,
+    guarded,
+    learned_plans,
 )
 from mirage.evaluate.stats import MIN_N, Gain, gains, load_levels
-from mirage.policy.base import revocable_step
 from mirage.policy.cost import CostModel
 from mirage.policy.guard import guard_kind, vetoes_text
 
@@ -109,57 +108,6 @@ def inner_submits(walker: Walker, method: str, constant: float) -> list[np.ndarr
             answers[k] = policy.decide(ctx, [p])[0].submit
         out.append(answers)
     return out
-
-
-def guarded(
-    walker: Walker,
-    submits: Sequence[np.ndarray],
-    margin_s: float | None,
-    lookahead_margin_s: float | None = None,
-    *,
-    margin_fraction: float | None = None,
-    revokes: Sequence[np.ndarray] | None = None,
-) -> Outcomes:
-    """The outcomes of ``submits`` behind the guard: a step is vetoed (and a pending
-    pre-submission revoked) where Slurm's recorded estimate is before the planned end plus
-    the margin (``margin_s``, or where that is None ``margin_fraction`` of the sample's
-    time limit), or the recorded look-ahead start before it plus ``lookahead_margin_s``
-    (None: that veto is off; :class:`mirage.policy.guard.Guard`). ``revokes``: per sample,
-    the steps where the inner policy itself revokes (a trained policy's own revocation,
-    :func:`learned_plans`)."""
-    curves = walker.curves.get(LOOKAHEAD)
-    if lookahead_margin_s is not None and curves is None:
-        raise ValueError("the look-ahead veto needs the walker's look-ahead curves")
-    steps, revoked = [], []
-    for i, (s, submit) in enumerate(zip(walker.samples, submits, strict=True)):
-        early = np.zeros(len(s.steps) - 1, bool)
-        margin = margin_s
-        if margin is None and margin_fraction is not None:
-            margin = round(margin_fraction * s.time_limit)  # as Guard.margin_for
-        if margin is not None:
-            est = s.estimate[:-1]
-            early |= (est >= 0) & (est < s.planned_end + margin)
-        if lookahead_margin_s is not None and curves is not None:
-            ahead = curves[i][:-1]
-            early |= (ahead >= 0) & (ahead < s.planned_end + lookahead_margin_s)
-        withdraw = early if revokes is None else early | revokes[i]
-        k, n = revocable_step(submit & ~early, withdraw, s.succ_start, s.steps)
-        steps.append(k)
-        revoked.append(n)
-    return outcomes_at(walker.samples, steps, revoked)
-
-
-def learned_plans(
-    walker: Walker, policy: BatchedPolicy
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per sample, a trained policy's "submit" and "revoke" at every decision step, from
-    the walker's recorded queue features (as :meth:`Walker.run_batched` reads them)."""
-    submits, revokes = [], []
-    for s, x in zip(walker.samples, walker.matrices, strict=True):
-        submit, revoke = policy.plan_for(x, (s.planned_end - s.steps[:-1]) / HOUR)
-        submits.append(np.asarray(submit, bool))
-        revokes.append(np.asarray(revoke, bool))
-    return submits, revokes
 
 
 def guards(lookahead: bool) -> list[tuple[float | None, float | None]]:

@@ -352,8 +352,7 @@ def test_guarded_walk_revokes_as_the_daemon_would() -> None:
     until the 2-node job queues at 1 h, 58 h after), and with its estimates replaced by
     a queue that drains for a while (40 h from 26 h to 36 h, 58 h otherwise), where the
     pre-submission is revoked and made again."""
-    from mirage.evaluate.harness import Walker, outcomes_at
-    from mirage.evaluate.shipping import guarded
+    from mirage.evaluate.harness import Walker, guarded, outcomes_at
     from mirage.policy.base import Decision, Policy, revocable_step
     from mirage.policy.guard import EstimateGuard
 
@@ -391,8 +390,7 @@ def test_lookahead_guarded_walk_is_the_daemons_rule() -> None:
     vectorised walk agree step for step, and follow the daemon's rule on the curve; a
     recorded start that drains (40 h from 26 h to 36 h, 58 h otherwise) revokes, and
     without curves the walk refuses to guess."""
-    from mirage.evaluate.harness import Walker, outcomes_at
-    from mirage.evaluate.shipping import guarded
+    from mirage.evaluate.harness import Walker, guarded, outcomes_at
     from mirage.policy.base import Decision, Policy, revocable_step
     from mirage.policy.guard import Guard
 

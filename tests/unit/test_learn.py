@@ -210,7 +210,8 @@ def test_trained_policies_are_candidates_of_the_shipped_choice(
     behind every guard of the grid. Unguarded, the grid's walk of a trained policy (its own
     submits and revocations) is the harness's batched walk, step for step; a guard only
     holds it back; and the file that ships it names the model."""
-    from mirage.evaluate.shipping import candidates, guarded, guards, learned_plans, policy_toml
+    from mirage.evaluate.harness import guarded, learned_plans
+    from mirage.evaluate.shipping import candidates, guards, policy_toml
     from mirage.policy.cost import DEFAULT_COST
 
     setting, ds, queue = data
@@ -247,9 +248,8 @@ def test_a_trained_default_is_measured_as_shipped(
     import dataclasses
 
     from mirage.evaluate.api import _check_shipped
-    from mirage.evaluate.harness import evaluate
+    from mirage.evaluate.harness import evaluate, guarded, learned_plans
     from mirage.evaluate.inputs import InputError
-    from mirage.evaluate.shipping import guarded, learned_plans
     from mirage.policy.cost import DEFAULT_COST
     from mirage.policy.guard import SHIPPED
 
